@@ -1,0 +1,76 @@
+// The server/engine configuration, from YAML (yaml-cpp). Unknown keys and bad values throw
+// ConfigError naming the key (e.g. "scheduler.max_num_seqs") and the allowed values.
+// Command-line flags override file values (tools/cli applies them through set()).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/sparsity_profile.h"
+
+namespace strata {
+
+struct ModelSection {
+  std::string path;                 // HF model directory, or "random:<preset>" (CUDA)
+  std::string chat_template = "auto";  // auto | llama3 | chatml | none
+  std::int64_t max_model_len = 0;   // 0: the model's max_position_embeddings
+  std::uint64_t seed = 0;           // random:<preset> weights
+};
+
+struct BackendSection {
+  std::string kind = "auto";  // auto | cpu | cuda
+  int threads = 0;            // CPU backend threads, 0 = all cores
+  int tp_size = 1;
+  std::vector<int> devices;   // CUDA device ordinals; empty: 0 .. tp_size-1
+  bool cuda_graphs = true;
+  std::vector<int> graph_batch_sizes;  // decode buckets; empty: backend default
+};
+
+struct SchedulerSection {
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 4096;
+  int max_waiting = 256;             // beyond it requests are refused as overloaded
+  bool chunked_prefill = true;
+  double request_timeout_s = 600;    // per-request deadline (0: none)
+};
+
+struct CacheSection {
+  std::uint64_t kv_bytes = 0;     // cap on the KV pool in bytes (0: no cap)
+  double kv_fraction = 0.9;       // fraction of free device memory after weights (CUDA)
+  std::uint64_t cpu_kv_bytes = 512ull << 20;  // CPU backend pool size
+  bool shrink_running = false;    // live profile shrinks apply to running sequences
+};
+
+struct ServerSection {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string served_model_name;          // default: directory name
+  std::vector<std::string> api_keys;      // empty: inference needs no key
+  std::string admin_token;                // empty: generated at start and printed
+  std::vector<std::string> cors_origins;
+  std::uint64_t max_body_bytes = 8ull << 20;
+  int max_connections = 1024;
+  double header_timeout_s = 10;
+  double idle_timeout_s = 120;
+  double shutdown_grace_s = 10;
+};
+
+struct Config {
+  ModelSection model;
+  BackendSection backend;
+  SchedulerSection scheduler;
+  CacheSection cache;
+  SparsityProfile sparsity;
+  ServerSection server;
+
+  // Sets one dotted key from a string (flags: --set scheduler.max_num_seqs=8).
+  void set(const std::string& dotted_key, const std::string& value);
+  void validate() const;
+};
+
+Config load_config_file(const std::string& path);              // throws ConfigError
+Config parse_config_yaml(const std::string& text, const std::string& source);
+SparsityProfile load_sparsity_file(const std::string& path);  // a file holding one profile
+
+}  // namespace strata

@@ -1,0 +1,110 @@
+// The engine contract between the scheduler/cache manager and a backend: one StepPlan in,
+// one StepResult out (see runtime/backend.h and docs/contracts.md).
+// Plain header (std only): compiles in host and CUDA translation units.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/kv_layout.h"
+#include "runtime/sampling_params.h"
+#include "runtime/sparsity_profile.h"
+
+namespace strata {
+
+// What the backend does to one sparse layer of one sequence at the end of this step.
+enum class LayerAction : std::uint8_t {
+  kNone = 0,
+  // Final prefill chunk of a prompt longer than the capacity: score the prompt held in
+  // `temp_pages` (or backend scratch), select (policy rules, docs/sparsity.md) and gather
+  // the kept slots with their initial scores into `pages`; valid becomes `capacity`.
+  kSelect = 1,
+  // Live shrink: keep sinks, the ring and the highest-scored selected slots so that
+  // `shrink_to` slots remain, compacted into pages[0 .. pages_for_slots(shrink_to)).
+  kShrink = 2,
+};
+
+// KV state of one sequence in one layer, as it is BEFORE this step.
+struct LayerSlots {
+  LayerRule rule;                    // policy, capacity, ring, sinks, window of this sequence
+  std::int32_t valid = 0;            // slots holding tokens (same count for every KV head)
+  std::int32_t ring_pos = 0;         // ring full: oldest ring token at capacity-ring+ring_pos
+  std::vector<std::int32_t> pages;   // page table; covers every slot this step writes
+  // Sparse layer, prompt longer than capacity, prefill not finished: the prompt's full K/V,
+  // laid out like a full layer (token position p at slot p). Empty with kSelect in a step
+  // that holds the whole prompt: the backend uses its own scratch.
+  std::vector<std::int32_t> temp_pages;
+  LayerAction action = LayerAction::kNone;
+  std::int32_t shrink_to = 0;        // kShrink only
+
+  // Does this layer hold the prompt position-by-position (full layer, or a sparse layer
+  // whose prompt fits its capacity)? Otherwise prompt K/V go to temp pages/scratch.
+  bool direct_prefill(std::int32_t prompt_len) const {
+    return !rule.sparse() || prompt_len <= rule.capacity;
+  }
+  bool ring_full() const { return rule.ring > 0 && valid == rule.capacity; }
+  // Slot a decode token is written to (window/scored: into the ring once it is full).
+  std::int32_t decode_slot() const {
+    return ring_full() ? rule.capacity - rule.ring + ring_pos : valid;
+  }
+  // State after one decode token (both the cache manager and backends use this).
+  void advance_decode() {
+    if (ring_full()) {
+      ring_pos = (ring_pos + 1) % rule.ring;
+    } else {
+      ++valid;
+    }
+  }
+};
+
+// One sequence's share of a step: a prefill chunk (tokens at positions [start, start+n))
+// or one decode token.
+struct SeqStep {
+  std::uint64_t seq_id = 0;
+  std::vector<std::int32_t> tokens;  // input tokens of this step
+  std::int32_t start = 0;            // position of tokens[0] (= tokens already in the cache)
+  std::int32_t prompt_len = 0;       // prompt length (after a preemption: prompt + output so far)
+  bool prefill = true;               // tokens are prompt tokens (else one decode token)
+  bool sample = false;               // sample a token after the last input token
+  bool return_logits = false;        // copy out logits of every input position (teacher forcing)
+  std::vector<LayerSlots> layers;    // one per model layer
+  // Sampling inputs (sample == true only).
+  const SamplingParams* params = nullptr;            // owned by the engine, outlives the step
+  const std::vector<std::int32_t>* prompt = nullptr; // for repetition penalty
+  const std::vector<std::int32_t>* output = nullptr; // tokens generated so far
+};
+
+struct StepPlan {
+  std::uint64_t step_id = 0;
+  std::vector<SeqStep> seqs;  // prefill chunks and decodes, any order
+  // Pages whose contents may be dropped after this step (already freed by the cache
+  // manager; listed so backends that keep per-page state can clear it).
+  std::vector<std::int32_t> released_pages;
+};
+
+struct TopLogprob {
+  std::int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+struct SeqResult {
+  std::uint64_t seq_id = 0;
+  std::int32_t token = -1;            // sampled token, -1 when the step did not sample
+  float logprob = 0.0f;               // of `token` (params->logprobs >= 0)
+  std::vector<TopLogprob> top;        // top-N alternatives, descending
+  std::vector<float> logits;          // return_logits: [tokens.size()][vocab], fp32
+};
+
+struct StepStats {
+  double device_ms = 0.0;  // time the backend spent computing (device time on GPUs)
+  double host_ms = 0.0;    // host time inside step() outside device work
+  std::int64_t tokens = 0; // input tokens processed
+};
+
+struct StepResult {
+  std::uint64_t step_id = 0;
+  std::vector<SeqResult> seqs;  // same order as StepPlan::seqs
+  StepStats stats;
+};
+
+}  // namespace strata

@@ -1,0 +1,132 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "runtime/config.h"
+#include "runtime/error.h"
+
+namespace strata {
+namespace {
+
+std::string error_of(const std::string& yaml) {
+  try {
+    parse_config_yaml(yaml, "test.yaml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, ParsesEverySection) {
+  const auto c = parse_config_yaml(R"(
+model: {path: /m, chat_template: llama3, max_model_len: 4096}
+backend: {kind: cpu, threads: 2}
+scheduler: {max_num_seqs: 8, max_num_batched_tokens: 512, max_waiting: 32, chunked_prefill: false}
+cache: {kv_bytes: 8GiB, kv_fraction: 0.5}
+sparsity: {full_layers: 2, policy: snapkv, capacity: 128, window: 16, sinks: 2, pool: avg, pool_kernel: 5}
+server: {host: 0.0.0.0, port: 9000, api_keys: [k1, k2]}
+)",
+                                   "t");
+  EXPECT_EQ(c.model.path, "/m");
+  EXPECT_EQ(c.model.chat_template, "llama3");
+  EXPECT_EQ(c.backend.kind, "cpu");
+  EXPECT_EQ(c.scheduler.max_num_seqs, 8);
+  EXPECT_FALSE(c.scheduler.chunked_prefill);
+  EXPECT_EQ(c.cache.kv_bytes, 8ull << 30);
+  EXPECT_DOUBLE_EQ(c.cache.kv_fraction, 0.5);
+  EXPECT_TRUE(c.sparsity.enabled);
+  EXPECT_EQ(c.sparsity.policy, Policy::kSnapKv);
+  EXPECT_EQ(c.sparsity.capacity, 128);
+  EXPECT_EQ(c.sparsity.pool, PoolKind::kAvg);
+  EXPECT_EQ(c.server.port, 9000);
+  EXPECT_EQ(c.server.api_keys.size(), 2u);
+}
+
+TEST(Config, DefaultsHaveSparsityOff) {
+  const auto c = parse_config_yaml("model: {path: x}", "t");
+  EXPECT_FALSE(c.sparsity.enabled);
+  EXPECT_EQ(c.server.host, "127.0.0.1");
+}
+
+TEST(Config, RejectsUnknownKeysNamingThemAndTheAllowedOnes) {
+  EXPECT_NE(error_of("modle: {path: x}").find("modle: unknown key (allowed: model, backend"),
+            std::string::npos);
+  EXPECT_NE(error_of("scheduler: {max_seqs: 3}").find("scheduler.max_seqs: unknown key"),
+            std::string::npos);
+  EXPECT_NE(error_of("sparsity: {capcity: 3}").find("sparsity.capcity: unknown key"),
+            std::string::npos);
+}
+
+TEST(Config, RejectsBadValuesNamingKeyAndAllowedValues) {
+  EXPECT_NE(error_of("backend: {kind: tpu}").find("backend.kind: got 'tpu' (allowed: auto, cpu, cuda)"),
+            std::string::npos);
+  EXPECT_NE(error_of("scheduler: {max_num_seqs: -1}").find("scheduler.max_num_seqs: must be in [1, 4096], got -1"),
+            std::string::npos);
+  EXPECT_NE(error_of("scheduler: {max_num_seqs: many}").find("scheduler.max_num_seqs: must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of("cache: {kv_bytes: 8 parsecs}").find("cache.kv_bytes: unknown unit 'parsecs'"),
+            std::string::npos);
+  EXPECT_NE(error_of("cache: {kv_fraction: 2}").find("cache.kv_fraction: must be in"), std::string::npos);
+  EXPECT_NE(error_of("server: {port: 70000}").find("server.port: must be in [0, 65535]"), std::string::npos);
+  EXPECT_NE(error_of("sparsity: {policy: lru}").find("sparsity.policy: got 'lru' (allowed: window, snapkv, scored)"),
+            std::string::npos);
+  EXPECT_NE(error_of("sparsity: {pool: median}").find("sparsity.pool: got 'median' (allowed: max, avg)"),
+            std::string::npos);
+  EXPECT_NE(error_of("sparsity: {capacity: 20, window: 16, sinks: 4}")
+                .find("sparsity.capacity: must be in [sinks + window + 1 = 21"),
+            std::string::npos);
+  EXPECT_NE(error_of("sparsity: {pool_kernel: 4}").find("sparsity.pool_kernel: must be odd"), std::string::npos);
+  EXPECT_NE(error_of("model: [1, 2]").find("model: must be a mapping"), std::string::npos);
+  EXPECT_NE(error_of("model: {path: x\n bad").find("invalid YAML"), std::string::npos);
+  EXPECT_NE(error_of("scheduler: {max_num_seqs: 64, max_num_batched_tokens: 32}")
+                .find("scheduler.max_num_batched_tokens: must be >= scheduler.max_num_seqs"),
+            std::string::npos);
+}
+
+TEST(Config, SetOverridesOneKeyAndRejectsBadOnesWithoutChange) {
+  auto c = parse_config_yaml("scheduler: {max_num_seqs: 8}", "t");
+  c.set("scheduler.max_num_seqs", "16");
+  EXPECT_EQ(c.scheduler.max_num_seqs, 16);
+  c.set("sparsity.capacity", "256");
+  EXPECT_TRUE(c.sparsity.enabled);
+  EXPECT_EQ(c.sparsity.capacity, 256);
+  EXPECT_THROW(c.set("scheduler.max_num_seqs", "zero"), ConfigError);
+  EXPECT_EQ(c.scheduler.max_num_seqs, 16);
+  EXPECT_THROW(c.set("nosuch", "1"), ConfigError);
+  try {
+    c.set("scheduler.nosuch", "1");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("scheduler.nosuch: unknown key"), std::string::npos);
+  }
+}
+
+TEST(Config, SparsityFileReplacesTheProfile) {
+  const std::string path = ::testing::TempDir() + "/profile.yaml";
+  std::ofstream(path) << "full_layers: 1\npolicy: window\ncapacity: 64\nwindow: 8\nsinks: 4\n";
+  const auto p = load_sparsity_file(path);
+  EXPECT_TRUE(p.enabled);
+  EXPECT_EQ(p.policy, Policy::kWindow);
+  EXPECT_EQ(p.full_layers, 1);
+  std::ofstream(path) << "policy: window\ncapacity: 8\nwindow: 8\n";
+  try {
+    load_sparsity_file(path);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("sparsity.capacity"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, RepoConfigsParse) {
+  for (const char* f : {"tiny-cpu.yaml", "tiny-cuda.yaml", "llama3-8b.yaml", "llama3-70b-tp2.yaml"}) {
+    const std::string path = std::string(STRATA_SOURCE_DIR) + "/configs/" + f;
+    EXPECT_NO_THROW(load_config_file(path)) << path;
+  }
+  for (const char* f : {"sparsity-default.yaml", "sparsity-tiny.yaml", "sparsity-pyramid.yaml"}) {
+    const std::string path = std::string(STRATA_SOURCE_DIR) + "/configs/" + f;
+    EXPECT_NO_THROW(load_sparsity_file(path)) << path;
+  }
+}
+
+}  // namespace
+}  // namespace strata

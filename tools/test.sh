@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds everything (CUDA sources too when nvcc exists) and runs every CPU test via ctest:
+# the release build with all tests, then ASan+UBSan and TSan builds of the host code with
+# their tests. STRATA_TEST_SANITIZERS=0 skips the sanitizer builds (for quick local runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/deps.sh test
+jobs=${STRATA_JOBS:-$(nproc)}
+start=$(date +%s)
+
+run_preset() {
+  local preset=$1 label=${2:-}
+  echo "== $preset: configure + build"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j "$jobs"
+  echo "== $preset: ctest"
+  if [ -n "$label" ]; then
+    ctest --preset "$preset" -j "$jobs" -L "$label"
+  else
+    ctest --preset "$preset" -j "$jobs"
+  fi
+}
+
+run_preset release
+if [ "${STRATA_TEST_SANITIZERS:-1}" != 0 ]; then
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  run_preset asan 'runtime|cache|actors|api'
+  run_preset tsan 'actors|api'
+fi
+echo "== tools/test.sh: all passed in $(( $(date +%s) - start ))s"

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,8 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
+#include "runtime/backend.h"
+#include "runtime/chat_message.h"
 #include "runtime/config.h"
 #include "runtime/sampling_params.h"
 #include "runtime/sparsity_profile.h"
@@ -24,11 +27,6 @@
 namespace strata {
 
 class Tokenizer;  // runtime/tokenizer.h
-
-struct ChatMessage {
-  std::string role;  // system | user | assistant | tool
-  std::string content;
-};
 
 struct Request {
   std::string id;  // assigned by intake when empty ("cmpl-…")
@@ -100,10 +98,14 @@ struct EngineStats {
   SparsityProfile profile;
 };
 
+// Makes the backends, one per tensor-parallel rank (rank 0 first). tools/ passes the CUDA
+// factory when built with CUDA; an empty factory means the CPU reference backend.
+using BackendFactory = std::function<std::vector<std::unique_ptr<Backend>>(const Config&)>;
+
 class Engine {
  public:
   // Loads the model (blocking) and starts the actors. Throws ConfigError / ModelError.
-  static std::unique_ptr<Engine> create(const Config& config);
+  static std::unique_ptr<Engine> create(const Config& config, BackendFactory factory = {});
   virtual ~Engine() = default;
 
   // Validates, tokenizes and queues a request. Throws InvalidRequest (bad input, prompt

@@ -1,0 +1,218 @@
+// The layer-wise KV cache manager (DESIGN.md section 3, docs/sparsity.md): page tables per
+// sequence and per layer, the sparsity policies' page arithmetic, admission with exact
+// reservations, growth, preemption by recompute, versioned profiles with live shrinking,
+// and accounting.
+//
+// Threading: not thread-safe; owned by one strand (the batcher's / cache actor's).
+//
+// One step, seen from the batcher:
+//   1. for every sequence of the step: prepare_chunk() (prefill) or prepare_decode() fills
+//      SeqStep::layers. Pages for the slots the step writes are allocated here. false means
+//      "no pages now" and changes nothing (no partial allocation): preempt someone
+//      (preempt()) and retry, or leave the sequence out of this step.
+//   2. put take_released() into StepPlan::released_pages, run the step on every rank;
+//   3. commit_step() for every sequence that ran: the manager advances its own copy of each
+//      LayerSlots with the same helpers the backend uses (advance_decode(); after kSelect
+//      valid = C_l, ring_pos = 0 and the temp pages are freed; after kShrink the pages past
+//      pages_for_slots(shrink_to) are freed).
+//   A sequence prepared but not run may be prepared again (the last preparation counts;
+//   pages it allocated stay in its tables and are used by the next step) or freed.
+//
+// Reservation (what is promised when). admit() allocates nothing; it reserves pages, which
+// the sequence's later allocations draw from and which no other sequence can take:
+//   - full layer:           the prompt's pages, pages_for_slots(prompt_len). Decode growth
+//                           (a page per 16 tokens) is NOT reserved: it is taken from the
+//                           unreserved free pages in prepare_decode(), which can fail ->
+//                           the batcher preempts (recompute).
+//   - window / scored:      pages_for_slots(min(prompt_len + max_tokens - 1, C_l)): all the
+//                           layer will ever hold (fixed capacity).
+//   - snapkv:               pages_for_slots(min(prompt_len, C_l) + max_tokens - 1): the
+//                           selected prompt plus every generated token (appended).
+//   - sparse, prompt_len > C_l, chunked: + pages_for_slots(prompt_len) temporary pages that
+//                           hold the prompt until the chunk ending it selects (kSelect);
+//                           freed after that step.
+// So an admitted sequence's prefill never runs out of pages, and only full-layer decode
+// growth (or decoding past max_tokens) can. Reservations shrink as pages are allocated or
+// no longer needed (temp pages after selection, live shrinks); they never grow.
+// Invariant: pool free pages >= outstanding reservations.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/kv_planner.h"
+#include "cache/page_pool.h"
+#include "runtime/kv_layout.h"
+#include "runtime/sparsity_profile.h"
+#include "runtime/step_plan.h"
+
+namespace strata {
+
+// What the batcher asks to admit. After a preemption, prompt_len is prompt + output so far
+// and max_tokens the tokens still to generate.
+struct SeqSpec {
+  int prompt_len = 0;  // >= 1
+  int max_tokens = 1;  // >= 0; decode writes = max_tokens - 1
+  // The prompt may be split over several steps. false: the batcher promises the whole
+  // prompt in one prepare_chunk() (no temporary pages are reserved; a smaller chunk throws).
+  bool chunked = true;
+  // Per-request override (kv_sparsity); nullopt: the current profile version.
+  std::optional<SparsityProfile> sparsity;
+};
+
+struct AdmitResult {
+  bool ok = false;          // can be admitted now
+  bool never_fits = false;  // needs more pages than the whole pool: reject the request
+  int need_pages = 0;       // reservation admission takes (PagePlan::admission)
+  int available_pages = 0;  // free pages not reserved by others
+};
+
+// Per-sequence accounting.
+struct SeqUsage {
+  int tokens = 0;  // KV positions computed (prompt chunks done + decode steps)
+  int pages = 0;   // pages held, temp pages included
+  int temp_pages = 0;
+  int reserved_pages = 0;  // reservation not yet drawn
+  long slots_held = 0;     // sum over layers of valid slots (+ prompt slots in temp pages)
+  long full_slots = 0;     // layers x tokens: what a full cache would hold
+  // full-cache KV bytes of its tokens / KV bytes of the slots it holds (slot based);
+  // 1.0 before any token is computed.
+  double compression = 1.0;
+  // full-cache pages (layers x pages_for_slots(tokens)) / pages held (page based).
+  double page_compression = 1.0;
+};
+
+struct CacheStats {
+  int pages_total = 0, pages_used = 0, pages_free = 0, pages_reserved = 0;
+  std::size_t page_bytes = 0, bytes_used = 0, bytes_total = 0;
+  std::vector<int> pages_per_layer;  // pages held per layer (temp pages counted in their layer)
+  int sequences = 0;
+  long slots_held = 0, full_slots = 0;  // summed over sequences
+  double compression = 1.0;             // global, slot based: full_slots / slots_held
+  double page_compression = 1.0;        // global, page based
+  std::uint64_t profile_version = 0;
+};
+
+class KvCacheManager {
+ public:
+  // `profile` is version 1 unless it carries a non-zero version. Throws ConfigError when
+  // the profile is invalid for `num_layers`.
+  KvCacheManager(int num_layers, KvLayout layout, int num_pages, const SparsityProfile& profile);
+
+  // ---- profiles ---------------------------------------------------------------------------
+  // Validates (resolve() for this depth; a bad profile throws ConfigError naming the field and
+  // changes nothing), publishes it as the next version and returns that version. Sequences
+  // admitted afterwards use it. With `shrink_running`, running sequences on the previous
+  // profile (not those with a per-request override) whose sparse layers get a smaller C_l
+  // (same policy) are shrunk at their next decode step (LayerAction::kShrink when they hold
+  // more than the new C_l; otherwise the rule is just switched). Sequences still in prefill
+  // shrink at their first decode step.
+  std::uint64_t set_profile(const SparsityProfile& profile, bool shrink_running = false);
+  const SparsityProfile& profile() const { return profile_; }
+  std::uint64_t profile_version() const { return profile_.version; }
+  const std::vector<LayerRule>& rules() const { return rules_; }
+  // Rules a request would get (override or the current profile). Throws ConfigError.
+  std::vector<LayerRule> rules_for(const std::optional<SparsityProfile>& sparsity) const;
+
+  // ---- admission and lifetime -------------------------------------------------------------
+  // Throws ConfigError (bad override) or InvalidRequest (prompt_len < 1, max_tokens < 0).
+  AdmitResult can_admit(const SeqSpec& spec) const;
+  // Reserves (see above) and registers the sequence; false when can_admit() is not ok.
+  // InternalError when seq_id is already admitted.
+  bool admit(std::uint64_t seq_id, const SeqSpec& spec);
+  // Finish or abort: every page and reservation of the sequence is returned.
+  // Unknown ids are ignored (returns false).
+  bool free(std::uint64_t seq_id);
+  // Preemption by recompute: same as free(); the batcher re-queues prompt + output and later
+  // admits it again with the longer prompt.
+  bool preempt(std::uint64_t seq_id) { return free(seq_id); }
+  bool contains(std::uint64_t seq_id) const { return seqs_.count(seq_id) != 0; }
+
+  // ---- chunked prefill --------------------------------------------------------------------
+  // The chunk that ends the prompt must contain the last α positions of every sparse layer
+  // that selects (prompt_len > C_l): its length is at least min_final_chunk() (1 when no
+  // layer selects; the whole prompt when the spec is not chunked).
+  int min_final_chunk(std::uint64_t seq_id) const;
+  // The longest legal chunk of at most `budget` tokens starting at the next prompt position:
+  // the rest of the prompt when it fits, else at most the prefix that leaves the final
+  // chunk its last α positions. 0 when no legal chunk fits the budget (or prefill is done).
+  int next_chunk_len(std::uint64_t seq_id, int budget) const;
+  // Fills `layers` (one LayerSlots per model layer, state before the step) for the prompt
+  // tokens [start, start + n_tokens), start = tokens computed so far. Allocates the pages the
+  // chunk writes (full / direct layers: pages covering start + n_tokens slots; selecting
+  // layers: temp pages covering start + n_tokens when the prompt is split, and on the final
+  // chunk the pages_for_slots(C_l) the selection gathers into, with action kSelect).
+  // Returns false (nothing allocated) when pages are missing. InternalError for an illegal
+  // chunk (past the prompt, a final chunk shorter than min_final_chunk(), not the whole
+  // prompt of an unchunked spec) or an unknown sequence.
+  bool prepare_chunk(std::uint64_t seq_id, int n_tokens, std::vector<LayerSlots>* layers);
+  // One decode token at position tokens(seq_id): allocates a page where decode_slot() starts
+  // a new one; sets kShrink where a live shrink is pending. false (nothing allocated) when
+  // pages are missing. InternalError when the prompt is not complete.
+  bool prepare_decode(std::uint64_t seq_id, std::vector<LayerSlots>* layers);
+  // The prepared step ran: advance the tables. InternalError when nothing was prepared.
+  void commit_step(std::uint64_t seq_id);
+  // Pages freed since the last call (for StepPlan::released_pages).
+  std::vector<std::int32_t> take_released();
+
+  // ---- accounting -------------------------------------------------------------------------
+  int tokens(std::uint64_t seq_id) const;      // positions computed
+  int prompt_len(std::uint64_t seq_id) const;  // of the spec it was admitted with
+  bool prefill_done(std::uint64_t seq_id) const;
+  std::uint64_t seq_profile_version(std::uint64_t seq_id) const;  // 0: per-request override
+  // The manager's copy of a sequence's layer states (before its next step).
+  const std::vector<LayerSlots>& layers(std::uint64_t seq_id) const;
+  SeqUsage usage(std::uint64_t seq_id) const;
+  CacheStats stats() const;
+  int num_layers() const { return num_layers_; }
+  const PagePool& pool() const { return pool_; }
+  int pages_reserved() const { return reserved_total_; }
+  // Pages a new sequence or growth can take: free pages not reserved by anyone.
+  int pages_available() const { return pool_.free() - reserved_total_; }
+
+  // Recount everything (tests, debug builds): every used page owned exactly once by one
+  // table of one sequence, no free page owned, per-layer/used/reserved counts equal to a
+  // recount, tables covering their valid slots. Throws InternalError naming what differs.
+  void check_invariants() const;
+
+ private:
+  struct Layer {
+    LayerSlots slots;      // the manager's copy (pages, temp_pages, valid, ring_pos, rule)
+    int ceiling = 0;       // pages of `pages` reserved (allocation up to here is promised)
+    int temp_ceiling = 0;  // temp pages reserved
+    std::optional<LayerRule> shrink_to;  // pending live shrink
+  };
+  struct Pending {
+    bool active = false;
+    bool decode = false;
+    int n_tokens = 0;
+  };
+  struct Seq {
+    SeqSpec spec;               // sparsity cleared after resolving
+    std::uint64_t version = 0;  // profile version, 0 = override
+    int tokens = 0;
+    int decodes = 0;
+    std::vector<Layer> layers;
+    Pending pending;
+  };
+
+  Seq& get(std::uint64_t seq_id, const char* what);
+  const Seq& get(std::uint64_t seq_id, const char* what) const;
+  int outstanding(const Layer& l) const;
+  bool grow(Seq& s, std::vector<int> want_pages, std::vector<int> want_temp);
+  void release_page(std::int32_t id);
+  void export_layers(const Seq& s, std::vector<LayerSlots>* out) const;
+
+  int num_layers_;
+  PagePool pool_;
+  SparsityProfile profile_;
+  std::vector<LayerRule> rules_;
+  std::unordered_map<std::uint64_t, Seq> seqs_;
+  int reserved_total_ = 0;
+  std::vector<std::int32_t> released_;
+};
+
+}  // namespace strata

@@ -123,6 +123,8 @@ std::vector<LayerRule> SparsityProfile::resolve(int num_layers) const {
     r.capacity = c;
     r.sinks = sinks;
     r.window = window;
+    r.pool = pool;
+    r.pool_kernel = pool_kernel;
     r.ring = policy == Policy::kScored ? window : policy == Policy::kWindow ? c - sinks : 0;
     ++j;
   }

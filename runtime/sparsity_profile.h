@@ -30,6 +30,8 @@ struct LayerRule {
   int ring = 0;      // decode ring length: window α for `scored`, C_l - sinks for `window`, else 0
   int sinks = 0;     // protected leading slots (sparse layers only)
   int window = 0;    // observation window α (sparse layers only)
+  PoolKind pool = PoolKind::kMax;  // score pooling at selection (sparse layers only)
+  int pool_kernel = 7;             // odd pooling kernel (sparse layers only)
   bool sparse() const { return policy != Policy::kFull; }
 };
 

@@ -1,0 +1,224 @@
+// Element-wise kernels and their launchers (see kernels.h for the contracts).
+#include <cfloat>
+
+#include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
+
+namespace strata::cuda {
+
+namespace {
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Block-wide sum for blockDim.x a multiple of 32 (<= 1024).
+__device__ float block_sum(float v) {
+  __shared__ float part[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // part[] may still be read by a previous call
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  const int nw = blockDim.x >> 5;
+  v = lane < nw ? part[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+__global__ void embedding_kernel(const EmbeddingParams p) {
+  const int t = blockIdx.x;
+  const bf16* src = p.embed + static_cast<long long>(p.tokens[t]) * p.hidden;
+  float* dst = p.resid + static_cast<long long>(t) * p.hidden;
+  for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) dst[i] = __bfloat162float(src[i]);
+}
+
+__global__ void rmsnorm_kernel(const RmsNormParams p) {
+  const int r = blockIdx.x;
+  const int src_row = p.rows ? p.rows[r] : r;
+  float* x = p.resid + static_cast<long long>(src_row) * p.hidden;
+  const bf16* d = p.delta ? p.delta + static_cast<long long>(src_row) * p.hidden : nullptr;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) {
+    float v = x[i];
+    if (d) {
+      v += __bfloat162float(d[i]);
+      x[i] = v;
+    }
+    ss += v * v;
+  }
+  ss = block_sum(ss);
+  const float inv = rsqrtf(ss / static_cast<float>(p.hidden) + p.eps);
+  bf16* out = p.out + static_cast<long long>(r) * p.hidden;
+  for (int i = threadIdx.x; i < p.hidden; i += blockDim.x)
+    out[i] = __float2bfloat16_rn(x[i] * inv * __bfloat162float(p.weight[i]));
+}
+
+__global__ void rope_kv_kernel(const RopeKvParams p) {
+  const int t = blockIdx.x;
+  const int seq = p.seq_of[t];
+  if (seq < 0) return;
+  const int half = p.head_dim / 2;
+  const int row_elems = (p.heads + 2 * p.kv_heads) * p.head_dim;
+  bf16* row = p.qkv + static_cast<long long>(t) * row_elems;
+  const int pos = p.positions[t];
+  // Rotate q and k heads in place: pair (i, i + half) of each head.
+  const int rot_heads = p.heads + p.kv_heads;
+  for (int idx = threadIdx.x; idx < rot_heads * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    bf16* v = row + h * p.head_dim;
+    double sn, cs;
+    sincos(static_cast<double>(pos) * p.inv_freq[i], &sn, &cs);
+    const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+    const float a = __bfloat162float(v[i]), b = __bfloat162float(v[i + half]);
+    v[i] = __float2bfloat16_rn(a * c - b * s);
+    v[i + half] = __float2bfloat16_rn(b * c + a * s);
+  }
+  __syncthreads();
+  // K (rotated) and V into the page of this position (layout: kv_layout.h).
+  const int page = p.block_table[static_cast<long long>(seq) * p.table_stride + pos / 16];
+  const int slot = pos % 16;
+  bf16* base = p.kv_pool + static_cast<long long>(page) * p.page_elems;
+  const long long part = p.page_elems / 2;
+  const bf16* k = row + p.heads * p.head_dim;
+  const bf16* v = k + p.kv_heads * p.head_dim;
+  for (int idx = threadIdx.x; idx < p.kv_heads * p.head_dim; idx += blockDim.x) {
+    const int g = idx / p.head_dim, d = idx % p.head_dim;
+    const long long off = (static_cast<long long>(g) * 16 + slot) * p.head_dim + d;
+    base[off] = k[idx];
+    base[part + off] = v[idx];
+  }
+}
+
+__global__ void swiglu_kernel(const SwigluParams p) {
+  const long long n = static_cast<long long>(p.num_tokens) * p.inter;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long t = i / p.inter, j = i % p.inter;
+    const float g = __bfloat162float(p.gu[t * 2 * p.inter + j]);
+    const float u = __bfloat162float(p.gu[t * 2 * p.inter + p.inter + j]);
+    p.out[i] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
+  }
+}
+
+__device__ __forceinline__ unsigned long long splitmix64_dev(unsigned long long x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__global__ void random_fill_kernel(const RandomFillParams p) {
+  const unsigned long long base = splitmix64_dev(p.seed ^ p.name_hash);
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < p.n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const unsigned long long r = splitmix64_dev(base + static_cast<unsigned long long>(i));
+    double s = 0;
+    for (int k = 0; k < 4; ++k) s += static_cast<double>((r >> (16 * k)) & 0xffff) / 65536.0;
+    const float w = static_cast<float>((s - 2.0) * 1.7320508075688772 * p.scale);
+    p.out[i] = __float2bfloat16_rn(p.offset + w);
+  }
+}
+
+__global__ void argmax_kernel(const ArgmaxParams p) {
+  const float* row = p.logits + static_cast<long long>(blockIdx.x) * p.vocab;
+  float best = -FLT_MAX;
+  int best_i = 0x7fffffff;
+  for (int i = threadIdx.x; i < p.vocab; i += blockDim.x) {
+    const float v = row[i];
+    if (v > best) best = v, best_i = i;  // i increases: keeps the lowest id on ties
+  }
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+    if (ov > best || (ov == best && oi < best_i)) best = ov, best_i = oi;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) sv[warp] = best, si[warp] = best_i;
+  __syncthreads();
+  if (warp == 0) {
+    const int nw = blockDim.x >> 5;
+    best = lane < nw ? sv[lane] : -FLT_MAX;
+    best_i = lane < nw ? si[lane] : 0x7fffffff;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+      if (ov > best || (ov == best && oi < best_i)) best = ov, best_i = oi;
+    }
+    if (lane == 0) p.out[blockIdx.x] = best_i == 0x7fffffff ? 0 : best_i;
+  }
+}
+
+__global__ void gather_rows_kernel(const bf16* src, const int* rows, int width, bf16* dst) {
+  const bf16* s = src + static_cast<long long>(rows[blockIdx.x]) * width;
+  bf16* d = dst + static_cast<long long>(blockIdx.x) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) d[i] = s[i];
+}
+
+__global__ void fill_bf16_kernel(bf16* out, long long n, float value) {
+  const bf16 v = __float2bfloat16_rn(value);
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x)
+    out[i] = v;
+}
+
+int grid_for(long long n, int threads) {
+  const long long b = (n + threads - 1) / threads;
+  return static_cast<int>(b < 4096 ? (b > 0 ? b : 1) : 4096);
+}
+
+}  // namespace
+
+void launch_embedding(const EmbeddingParams& p, cudaStream_t s) {
+  if (p.num_tokens == 0) return;
+  embedding_kernel<<<p.num_tokens, 256, 0, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_rmsnorm(const RmsNormParams& p, cudaStream_t s) {
+  if (p.num_rows == 0) return;
+  rmsnorm_kernel<<<p.num_rows, 512, 0, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s) {
+  if (p.num_tokens == 0) return;
+  rope_kv_kernel<<<p.num_tokens, 256, 0, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_swiglu(const SwigluParams& p, cudaStream_t s) {
+  const long long n = static_cast<long long>(p.num_tokens) * p.inter;
+  if (n == 0) return;
+  swiglu_kernel<<<grid_for(n, 256), 256, 0, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_random_fill(const RandomFillParams& p, cudaStream_t s) {
+  if (p.n == 0) return;
+  random_fill_kernel<<<grid_for(p.n, 256), 256, 0, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_argmax(const ArgmaxParams& p, cudaStream_t s) {
+  if (p.rows == 0) return;
+  argmax_kernel<<<p.rows, 1024, 0, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_gather_rows(const bf16* src, const int* rows, int num_rows, int width, bf16* dst,
+                        cudaStream_t s) {
+  if (num_rows == 0) return;
+  gather_rows_kernel<<<num_rows, 256, 0, s>>>(src, rows, width, dst);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_fill_bf16(bf16* out, long long n, float value, cudaStream_t s) {
+  if (n == 0) return;
+  fill_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(out, n, value);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace strata::cuda

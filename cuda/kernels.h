@@ -1,0 +1,97 @@
+// Element-wise and small kernels of the Llama forward pass: one params struct per kernel,
+// launchers that throw InternalError on a launch error (kernels themselves in kernels.cu).
+// bf16 storage, fp32 arithmetic. Plain C++ header (host compilers include it).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace strata::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// resid[t] = embed[tokens[t]] (fp32 residual stream).
+struct EmbeddingParams {
+  const int* tokens;  // [T], 0 <= id < vocab (checked on the host)
+  const bf16* embed;  // [vocab, hidden]
+  float* resid;       // [T, hidden]
+  int num_tokens;
+  int hidden;
+};
+void launch_embedding(const EmbeddingParams& p, cudaStream_t s);
+
+// If delta: resid += delta. Then out = bf16(resid * rsqrt(mean(resid^2) + eps) * weight).
+// Rows listed in `rows` (or all rows 0..num_rows-1 when rows == nullptr) go to out row i.
+struct RmsNormParams {
+  float* resid;        // [T, hidden]
+  const bf16* delta;   // [T, hidden] or nullptr
+  const bf16* weight;  // [hidden]
+  bf16* out;           // [num_rows, hidden]
+  const int* rows;     // [num_rows] source rows, or nullptr (identity)
+  int num_rows;
+  int hidden;
+  float eps;
+};
+void launch_rmsnorm(const RmsNormParams& p, cudaStream_t s);
+
+// RoPE (HF rotate_half convention, inv_freq already llama3/linear-scaled, angles in fp64)
+// on q and k of the fused qkv rows, in place, then K and V of every token written into its
+// page: slot = positions[t] of a full layer, page = block_table[seq_of[t]][slot / 16].
+// A token with seq_of[t] < 0 (graph padding) is skipped entirely.
+struct RopeKvParams {
+  bf16* qkv;               // [T, (heads + 2 * kv_heads) * head_dim]
+  const int* positions;    // [T]
+  const int* seq_of;       // [T] batch index of the token's sequence, -1 = padding
+  const int* block_table;  // [num_seqs, table_stride] page ids of this layer
+  int table_stride;
+  const double* inv_freq;  // [head_dim / 2]
+  bf16* kv_pool;           // page p at kv_pool + p * page_elems (KvLayout)
+  long long page_elems;
+  int num_tokens;
+  int heads;
+  int kv_heads;
+  int head_dim;
+};
+void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s);
+
+// out = silu(gate) * up with gu = [gate | up] per row.
+struct SwigluParams {
+  const bf16* gu;  // [T, 2 * inter]
+  bf16* out;       // [T, inter]
+  int num_tokens;
+  int inter;
+};
+void launch_swiglu(const SwigluParams& p, cudaStream_t s);
+
+// Device twin of strata::random_weight (runtime/make_model.h): element i of a tensor whose
+// FNV-1a name hash is `name_hash` = offset + random_weight(seed, name, i, scale), bf16 (RNE),
+// so `random:<preset>` on the GPU equals `strata make-model` with the same seed.
+struct RandomFillParams {
+  bf16* out;
+  long long n;
+  unsigned long long seed;
+  unsigned long long name_hash;
+  float scale;
+  float offset;
+};
+void launch_random_fill(const RandomFillParams& p, cudaStream_t s);
+
+// Greedy: out[r] = argmax of row r (lowest id on ties). One block per row.
+struct ArgmaxParams {
+  const float* logits;  // [rows, vocab]
+  int* out;             // [rows]
+  int rows;
+  int vocab;
+};
+void launch_argmax(const ArgmaxParams& p, cudaStream_t s);
+
+// dst[i] = src[rows[i]] for bf16 rows of `width` elements.
+void launch_gather_rows(const bf16* src, const int* rows, int num_rows, int width, bf16* dst,
+                        cudaStream_t s);
+
+// Fills a bf16 buffer with a constant bit pattern (poisoning in tests, padding).
+void launch_fill_bf16(bf16* out, long long n, float value, cudaStream_t s);
+
+}  // namespace strata::cuda

@@ -1,0 +1,264 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "runtime/error.h"
+
+namespace strata {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Descending by value, ties toward the lower id: the one order every rule uses.
+template <class Values>
+struct ByValueDesc {
+  const Values& v;
+  bool operator()(std::int32_t a, std::int32_t b) const {
+    return v[a] > v[b] || (v[a] == v[b] && a < b);
+  }
+};
+
+bool in_vocab(std::int32_t id, std::size_t vocab) {
+  return id >= 0 && static_cast<std::size_t>(id) < vocab;
+}
+
+void apply_penalties(std::span<float> row, const SamplingParams& p,
+                     const std::vector<std::int32_t>& prompt,
+                     const std::vector<std::int32_t>& output) {
+  const std::size_t vocab = row.size();
+  for (auto id : prompt)
+    if (!in_vocab(id, vocab))
+      throw InternalError("sample_row: prompt token " + std::to_string(id) + " outside vocab " +
+                          std::to_string(vocab));
+  for (auto id : output)
+    if (!in_vocab(id, vocab))
+      throw InternalError("sample_row: output token " + std::to_string(id) + " outside vocab " +
+                          std::to_string(vocab));
+
+  if (p.repetition_penalty != 1.0f) {
+    // HF/vLLM: each distinct token seen in prompt or output is penalised once.
+    std::vector<std::int32_t> seen;
+    seen.reserve(prompt.size() + output.size());
+    seen.insert(seen.end(), prompt.begin(), prompt.end());
+    seen.insert(seen.end(), output.begin(), output.end());
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (auto id : seen) {
+      float& l = row[static_cast<std::size_t>(id)];
+      l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+    }
+  }
+  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    std::vector<std::int32_t> out(output);
+    std::sort(out.begin(), out.end());
+    for (std::size_t i = 0; i < out.size();) {
+      std::size_t j = i;
+      while (j < out.size() && out[j] == out[i]) ++j;
+      const auto count = static_cast<float>(j - i);
+      row[static_cast<std::size_t>(out[i])] -= p.frequency_penalty * count + p.presence_penalty;
+      i = j;
+    }
+  }
+}
+
+// Indices of the `n` largest values of `v` (ties: lower id), sorted in that order.
+template <class Values>
+std::vector<std::int32_t> top_n(const Values& v, std::size_t vocab, std::size_t n) {
+  std::vector<std::int32_t> idx(vocab);
+  std::iota(idx.begin(), idx.end(), 0);
+  n = std::min(n, vocab);
+  ByValueDesc<Values> cmp{v};
+  const auto mid = idx.begin() + static_cast<std::ptrdiff_t>(n);
+  if (n < vocab) std::nth_element(idx.begin(), mid, idx.end(), cmp);
+  std::sort(idx.begin(), mid, cmp);
+  idx.resize(n);
+  return idx;
+}
+
+}  // namespace
+
+void validate_sampling_params(const SamplingParams& p, int vocab_size) {
+  auto bad = [](const char* param, const std::string& msg) { throw InvalidRequest(param, msg); };
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
+    bad("temperature", "temperature must be a finite number >= 0");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top_p", "top_p must be in (0, 1]");
+  if (p.top_k < -1) bad("top_k", "top_k must be -1, 0 (disabled) or a positive count");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min_p", "min_p must be in [0, 1]");
+  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty))
+    bad("repetition_penalty", "repetition_penalty must be a finite number > 0");
+  if (!std::isfinite(p.presence_penalty)) bad("presence_penalty", "must be finite");
+  if (!std::isfinite(p.frequency_penalty)) bad("frequency_penalty", "must be finite");
+  if (p.logprobs < -1) bad("logprobs", "logprobs must be >= 0");
+  if (p.min_tokens < 0) bad("min_tokens", "min_tokens must be >= 0");
+  const auto vocab = static_cast<std::size_t>(std::max(vocab_size, 0));
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (!in_vocab(id, vocab))
+      bad("logit_bias", "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                            std::to_string(vocab_size) + ")");
+    if (std::isnan(bias)) bad("logit_bias", "bias of token " + std::to_string(id) + " is NaN");
+  }
+  for (auto id : p.stop_token_ids)
+    if (!in_vocab(id, vocab))
+      bad("stop_token_ids", "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                std::to_string(vocab_size) + ")");
+}
+
+SampleOutput sample_row(std::span<float> row, const SamplingParams& p,
+                        const std::vector<std::int32_t>& prompt,
+                        const std::vector<std::int32_t>& output,
+                        const std::vector<std::int32_t>& eos_ids) {
+  const std::size_t vocab = row.size();
+  STRATA_CHECK(vocab > 0, "sample_row: empty logits row");
+  validate_sampling_params(p, static_cast<int>(vocab));
+  for (std::size_t i = 0; i < vocab; ++i)
+    if (std::isnan(row[i]) || row[i] == std::numeric_limits<float>::infinity())
+      throw InternalError("sample_row: non-finite logit " + std::to_string(row[i]) + " at token " +
+                          std::to_string(i));
+
+  // 1. logit_bias, then the min_tokens bans.
+  for (const auto& [id, bias] : p.logit_bias) row[static_cast<std::size_t>(id)] += bias;
+  if (output.size() < static_cast<std::size_t>(p.min_tokens)) {
+    for (auto id : eos_ids)
+      if (in_vocab(id, vocab)) row[static_cast<std::size_t>(id)] = kNegInf;
+    for (auto id : p.stop_token_ids) row[static_cast<std::size_t>(id)] = kNegInf;
+  }
+  // 2. penalties.
+  apply_penalties(row, p, prompt, output);
+
+  // Row max (lowest id on ties) and the log-partition of the penalised row.
+  std::size_t argmax = 0;
+  for (std::size_t i = 1; i < vocab; ++i)
+    if (row[i] > row[argmax]) argmax = i;
+  const double lmax = row[argmax];
+  if (!std::isfinite(lmax))
+    throw InvalidRequest("logit_bias", "every token of the vocabulary is banned or has -inf logit");
+
+  SampleOutput out;
+  double log_z = 0.0;  // log sum exp(row - lmax)
+  if (p.logprobs >= 0) {
+    double z = 0.0;
+    for (std::size_t i = 0; i < vocab; ++i) z += std::exp(static_cast<double>(row[i]) - lmax);
+    log_z = std::log(z);
+    if (p.logprobs > 0) {
+      for (auto id : top_n(row, vocab, static_cast<std::size_t>(p.logprobs)))
+        out.top.push_back(
+            {id, static_cast<float>(static_cast<double>(row[static_cast<std::size_t>(id)]) - lmax -
+                                    log_z)});
+    }
+  }
+  auto finish = [&](std::size_t token) {
+    out.token = static_cast<std::int32_t>(token);
+    if (p.logprobs >= 0)
+      out.logprob = static_cast<float>(static_cast<double>(row[token]) - lmax - log_z);
+    return out;
+  };
+
+  // 4. greedy.
+  if (p.temperature == 0.0f) return finish(argmax);
+
+  // Temperature and softmax (unnormalised weights: every rule below is scale-invariant).
+  const double inv_t = 1.0 / static_cast<double>(p.temperature);
+  std::vector<double> w(vocab);
+  for (std::size_t i = 0; i < vocab; ++i)
+    w[i] = std::exp((static_cast<double>(row[i]) - lmax) * inv_t);
+
+  // `kept` stays empty while every token is kept (no top-k / top-p); otherwise it is the
+  // kept set in descending weight.
+  std::vector<std::int32_t> kept;
+  bool restricted = false;
+  ByValueDesc<std::vector<double>> cmp{w};
+  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < vocab) {
+    kept = top_n(w, vocab, static_cast<std::size_t>(p.top_k));
+    restricted = true;
+  }
+  if (p.top_p < 1.0f) {
+    if (!restricted) {
+      // Sort only as much as the nucleus needs: grow a sorted prefix in doubling chunks.
+      double total = 0.0;
+      for (double x : w) total += x;
+      const double need = static_cast<double>(p.top_p) * total;
+      std::vector<std::int32_t> idx(vocab);
+      std::iota(idx.begin(), idx.end(), 0);
+      std::size_t sorted = 0, chunk = 64;
+      double mass = 0.0;
+      std::size_t take = 0;
+      while (take == 0) {
+        const std::size_t end = std::min(vocab, sorted + chunk);
+        const auto first = idx.begin() + static_cast<std::ptrdiff_t>(sorted);
+        const auto mid = idx.begin() + static_cast<std::ptrdiff_t>(end);
+        if (end < vocab) std::nth_element(first, mid, idx.end(), cmp);
+        std::sort(first, mid, cmp);
+        for (std::size_t i = sorted; i < end; ++i) {
+          mass += w[static_cast<std::size_t>(idx[i])];
+          if (mass >= need) {
+            take = i + 1;
+            break;
+          }
+        }
+        if (take == 0 && end == vocab) take = vocab;  // rounding: keep everything
+        sorted = end;
+        chunk *= 2;
+      }
+      idx.resize(take);
+      kept = std::move(idx);
+      restricted = true;
+    } else {
+      double total = 0.0;
+      for (auto id : kept) total += w[static_cast<std::size_t>(id)];
+      const double need = static_cast<double>(p.top_p) * total;
+      double mass = 0.0;
+      std::size_t take = kept.size();
+      for (std::size_t i = 0; i < kept.size(); ++i) {
+        mass += w[static_cast<std::size_t>(kept[i])];
+        if (mass >= need) {
+          take = i + 1;
+          break;
+        }
+      }
+      kept.resize(take);
+    }
+  }
+  // min_p: relative to the most likely token (weight 1 at argmax), which every set keeps.
+  const double min_w = static_cast<double>(p.min_p) * w[argmax];
+  if (restricted && p.min_p > 0.0f) {
+    while (!kept.empty() && w[static_cast<std::size_t>(kept.back())] < min_w) kept.pop_back();
+  }
+
+  // 5. the draw, in vocabulary order over the kept set.
+  const double u = sample_uniform(p.seed, output.size());
+  if (restricted) {
+    std::sort(kept.begin(), kept.end());
+    double kept_mass = 0.0;
+    for (auto id : kept) kept_mass += w[static_cast<std::size_t>(id)];
+    const double target = u * kept_mass;
+    double cum = 0.0;
+    std::size_t last_positive = argmax;
+    for (auto id : kept) {
+      const double x = w[static_cast<std::size_t>(id)];
+      cum += x;
+      if (x > 0.0) last_positive = static_cast<std::size_t>(id);
+      if (cum > target && x > 0.0) return finish(static_cast<std::size_t>(id));
+    }
+    return finish(last_positive);  // u * mass rounded up to mass
+  }
+  const bool use_min_p = p.min_p > 0.0f;
+  double kept_mass = 0.0;
+  for (std::size_t i = 0; i < vocab; ++i)
+    if (!use_min_p || w[i] >= min_w) kept_mass += w[i];
+  const double target = u * kept_mass;
+  double cum = 0.0;
+  std::size_t last_positive = argmax;
+  for (std::size_t i = 0; i < vocab; ++i) {
+    if (use_min_p && w[i] < min_w) continue;
+    cum += w[i];
+    if (w[i] > 0.0) last_positive = i;
+    if (cum > target && w[i] > 0.0) return finish(i);
+  }
+  return finish(last_positive);
+}
+
+}  // namespace strata

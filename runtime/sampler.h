@@ -1,0 +1,45 @@
+// The CPU sampler: one logits row -> one token, in exactly the order documented in
+// runtime/sampling_params.h. It is the oracle for the CUDA sampling kernels, so every
+// tie and threshold rule is deterministic (ties break toward the lower token id).
+//
+// Precision: softmax sums, the nucleus mass and the draw's cumulative sum are fp64.
+// Cost for a vocabulary V: O(V) passes plus a partial sort of the top-k candidates or of
+// only as many tokens as the top-p nucleus needs (doubling chunks), so 128k rows are cheap.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/sampling_params.h"
+#include "runtime/step_plan.h"
+
+namespace strata {
+
+struct SampleOutput {
+  std::int32_t token = -1;
+  float logprob = 0.0f;         // of `token` (log_softmax after penalties, before temperature)
+  std::vector<TopLogprob> top;  // p.logprobs > 0: the top-N alternatives, descending
+};
+
+// `logits` is one row [vocab]; on return it holds the row after logit_bias, min_tokens bans
+// and the penalties (steps 1-2), i.e. what the logprobs are computed from. prompt/output:
+// the token history for the penalties; output.size() is the index of the token drawn
+// (sample_uniform(p.seed, output.size())) and the count checked against min_tokens.
+// `eos_ids`: the EOS ids banned while min_tokens is not reached (the caller passes the
+// model's EOS ids; it may pass none when the request ignores EOS).
+//
+// Throws InvalidRequest (param named as in the OpenAI API) on out-of-range parameters or a
+// logit_bias id outside the vocabulary, InvalidRequest("logit_bias") when every token is
+// banned, and InternalError on a NaN/+inf logit or a history id outside the vocabulary.
+SampleOutput sample_row(std::span<float> logits, const SamplingParams& p,
+                        const std::vector<std::int32_t>& prompt,
+                        const std::vector<std::int32_t>& output,
+                        const std::vector<std::int32_t>& eos_ids);
+
+// The range checks sample_row applies, for intake to reject a request before queueing it.
+// Throws InvalidRequest naming the parameter (temperature, top_p, top_k, min_p,
+// repetition_penalty, logit_bias, logprobs, min_tokens, stop_token_ids).
+void validate_sampling_params(const SamplingParams& p, int vocab_size);
+
+}  // namespace strata

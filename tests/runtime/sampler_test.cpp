@@ -1,0 +1,374 @@
+#include "runtime/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "runtime/error.h"
+
+namespace strata {
+namespace {
+
+const std::vector<std::int32_t> kNone;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+SampleOutput sample(std::vector<float> row, const SamplingParams& p,
+                    const std::vector<std::int32_t>& prompt = kNone,
+                    const std::vector<std::int32_t>& output = kNone,
+                    const std::vector<std::int32_t>& eos = kNone) {
+  return sample_row(row, p, prompt, output, eos);
+}
+
+std::vector<float> log_of(const std::vector<double>& probs) {
+  std::vector<float> l;
+  for (double x : probs) l.push_back(static_cast<float>(std::log(x)));
+  return l;
+}
+
+std::vector<double> log_softmax(const std::vector<float>& row) {
+  double m = -INFINITY, z = 0;
+  for (float x : row) m = std::max(m, static_cast<double>(x));
+  for (float x : row) z += std::exp(x - m);
+  std::vector<double> out;
+  for (float x : row) out.push_back(x - m - std::log(z));
+  return out;
+}
+
+// Samples `n` seeds (output index 0) and returns token -> count.
+std::map<std::int32_t, int> histogram(const std::vector<float>& row, SamplingParams p, int n) {
+  std::map<std::int32_t, int> h;
+  for (int s = 0; s < n; ++s) {
+    p.seed = static_cast<std::uint64_t>(s) * 7919 + 13;
+    ++h[sample(row, p).token];
+  }
+  return h;
+}
+
+// Support equals `expect` (token -> probability, renormalised inside) and each empirical
+// frequency is within 5 binomial standard deviations of it.
+void expect_distribution(const std::map<std::int32_t, int>& h,
+                         std::map<std::int32_t, double> expect, int n) {
+  double total = 0;
+  for (auto& [t, q] : expect) total += q;
+  std::set<std::int32_t> support, want;
+  for (auto& [t, c] : h) support.insert(t);
+  for (auto& [t, q] : expect) want.insert(t);
+  EXPECT_EQ(support, want);
+  for (auto& [t, q] : expect) {
+    const double pr = q / total;
+    const double sd = std::sqrt(n * pr * (1 - pr));
+    const auto it = h.find(t);
+    const double got = it == h.end() ? 0 : it->second;
+    EXPECT_NEAR(got, n * pr, 5 * sd + 1) << "token " << t;
+  }
+}
+
+TEST(Sampler, GreedyTakesLowestIdOnTies) {
+  SamplingParams p;
+  p.temperature = 0;
+  EXPECT_EQ(sample({1, 3, 3, 2}, p).token, 1);
+  EXPECT_EQ(sample({5, 1, 5}, p).token, 0);
+  // Greedy ignores the truncation parameters.
+  p.top_k = 1;
+  p.top_p = 0.1f;
+  EXPECT_EQ(sample({0, 2, 7, 7}, p).token, 2);
+}
+
+TEST(Sampler, LogprobsAreLogSoftmaxBeforeTemperatureWithTopNDescending) {
+  const std::vector<float> row = {0.0f, 1.0f, 2.0f, 3.0f, 2.0f, -1.0f};
+  const auto ls = log_softmax(row);
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 3;
+  auto o = sample(row, p);
+  EXPECT_EQ(o.token, 3);
+  EXPECT_NEAR(o.logprob, ls[3], 1e-6);
+  ASSERT_EQ(o.top.size(), 3u);
+  // 2 and 4 tie: the lower id comes first.
+  EXPECT_EQ(o.top[0].token, 3);
+  EXPECT_EQ(o.top[1].token, 2);
+  EXPECT_EQ(o.top[2].token, 4);
+  for (const auto& t : o.top) EXPECT_NEAR(t.logprob, ls[static_cast<std::size_t>(t.token)], 1e-6);
+  // Hand value: log_softmax(3) = 3 - log(1 + e + 2e^2 + e^3 + e^-1).
+  const double z = 1 + std::exp(1.0) + 2 * std::exp(2.0) + std::exp(3.0) + std::exp(-1.0);
+  EXPECT_NEAR(o.logprob, 3 - std::log(z), 1e-6);
+
+  // Sampled tokens report the same (temperature-independent) logprob.
+  p.temperature = 0.3f;
+  p.logprobs = 0;
+  for (std::uint64_t s = 0; s < 20; ++s) {
+    p.seed = s;
+    o = sample(row, p);
+    EXPECT_TRUE(o.top.empty());
+    EXPECT_NEAR(o.logprob, ls[static_cast<std::size_t>(o.token)], 1e-6);
+  }
+  // More alternatives than the vocabulary: all of them.
+  p.logprobs = 50;
+  EXPECT_EQ(sample(row, p).top.size(), row.size());
+  // No logprobs requested: none computed.
+  p.logprobs = -1;
+  EXPECT_TRUE(sample(row, p).top.empty());
+}
+
+TEST(Sampler, LogitBiasIsAddedBeforeEverything) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.logit_bias = {{0, 2.5f}, {3, -1.0f}};
+  std::vector<float> row = {1.0f, 3.0f, 0.0f, 3.2f};
+  auto o = sample_row(row, p, kNone, kNone, kNone);
+  EXPECT_EQ(o.token, 0);
+  EXPECT_FLOAT_EQ(row[0], 3.5f);
+  EXPECT_FLOAT_EQ(row[1], 3.0f);
+  EXPECT_FLOAT_EQ(row[3], 2.2f);
+  // A -100 bias removes a token from sampling in practice.
+  p.temperature = 1;
+  p.logit_bias = {{1, -100.0f}};
+  const auto h = histogram({0.0f, 0.0f}, p, 200);
+  EXPECT_EQ(h.count(1), 0u);
+}
+
+TEST(Sampler, MinTokensBansEosAndStopTokenIdsUntilReached) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.min_tokens = 2;
+  p.stop_token_ids = {1};
+  const std::vector<std::int32_t> eos = {0, 4};
+  std::vector<float> row = {9.0f, 8.0f, 1.0f, 2.0f, 7.0f};
+  std::vector<std::int32_t> out = {3};
+  auto o = sample_row(row, p, kNone, out, eos);
+  EXPECT_EQ(o.token, 3);
+  EXPECT_EQ(row[0], kNegInf);
+  EXPECT_EQ(row[1], kNegInf);
+  EXPECT_EQ(row[4], kNegInf);
+  EXPECT_EQ(row[2], 1.0f);
+  // Reached: nothing banned.
+  out = {3, 2};
+  row = {9.0f, 8.0f, 1.0f, 2.0f, 7.0f};
+  EXPECT_EQ(sample_row(row, p, kNone, out, eos).token, 0);
+  EXPECT_EQ(row[1], 8.0f);
+  // Every token banned: a client error, not a crash.
+  p.min_tokens = 5;
+  p.stop_token_ids = {1, 2, 3};
+  EXPECT_THROW(sample({1.0f, 1.0f, 1.0f, 1.0f, 1.0f}, p, kNone, out, eos), InvalidRequest);
+}
+
+TEST(Sampler, RepetitionPenaltyOncePerDistinctTokenOverPromptAndOutput) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 2.0f;
+  std::vector<float> row = {2.0f, -2.0f, 1.0f, 0.5f, 0.0f};
+  const std::vector<std::int32_t> prompt = {0, 1, 0, 4};
+  const std::vector<std::int32_t> out = {0, 3, 3};
+  sample_row(row, p, prompt, out, kNone);
+  EXPECT_FLOAT_EQ(row[0], 1.0f);   // positive: divided, once though seen three times
+  EXPECT_FLOAT_EQ(row[1], -4.0f);  // negative: multiplied
+  EXPECT_FLOAT_EQ(row[2], 1.0f);   // unseen
+  EXPECT_FLOAT_EQ(row[3], 0.25f);  // seen in output only
+  EXPECT_FLOAT_EQ(row[4], 0.0f);   // zero stays zero
+}
+
+TEST(Sampler, FrequencyAndPresencePenaltiesOverOutputOnly) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.25f;
+  std::vector<float> row = {1.0f, 1.0f, 1.0f, 1.0f};
+  const std::vector<std::int32_t> prompt = {0, 0, 0};
+  const std::vector<std::int32_t> out = {2, 2, 3, 2};
+  sample_row(row, p, prompt, out, kNone);
+  EXPECT_FLOAT_EQ(row[0], 1.0f);                       // prompt tokens are not counted
+  EXPECT_FLOAT_EQ(row[2], 1.0f - (0.5f * 3 + 0.25f));  // count 3
+  EXPECT_FLOAT_EQ(row[3], 1.0f - (0.5f * 1 + 0.25f));  // count 1
+  // Repetition first, then frequency/presence: 2 -> 2/2 = 1 -> 1 - 0.75 = 0.25.
+  p.repetition_penalty = 2.0f;
+  row = {0.0f, 0.0f, 0.0f, 2.0f};
+  sample_row(row, p, prompt, out, kNone);
+  EXPECT_FLOAT_EQ(row[3], 0.25f);
+}
+
+TEST(Sampler, DrawIsFirstTokenInVocabOrderPastUTimesMass) {
+  const std::vector<double> probs = {0.1, 0.3, 0.2, 0.4};
+  const auto row = log_of(probs);
+  SamplingParams p;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    for (std::size_t index = 0; index < 3; ++index) {
+      p.seed = seed;
+      const std::vector<std::int32_t> out(index, 2);
+      const double u = sample_uniform(seed, index);
+      double cum = 0;
+      std::int32_t want = -1;
+      for (std::size_t i = 0; i < probs.size() && want < 0; ++i)
+        if ((cum += probs[i]) > u) want = static_cast<std::int32_t>(i);
+      // Close calls at a boundary may round either way; the rest must match exactly.
+      double edge = 1;
+      cum = 0;
+      for (double q : probs) edge = std::min(edge, std::abs((cum += q) - u));
+      if (edge < 1e-6) continue;
+      EXPECT_EQ(sample(row, p, kNone, out).token, want) << "seed " << seed << " index " << index;
+    }
+  }
+}
+
+TEST(Sampler, SeedsReproduceAndDiffer) {
+  std::vector<float> row(64, 0.0f);  // uniform over 64 tokens
+  SamplingParams p;
+  p.seed = 42;
+  const auto a = sample(row, p).token;
+  EXPECT_EQ(sample(row, p).token, a);
+  std::set<std::int32_t> by_seed, by_index;
+  for (std::uint64_t s = 0; s < 16; ++s) {
+    p.seed = s;
+    by_seed.insert(sample(row, p).token);
+  }
+  EXPECT_GT(by_seed.size(), 8u);
+  p.seed = 42;
+  for (std::size_t i = 0; i < 16; ++i)
+    by_index.insert(sample(row, p, kNone, std::vector<std::int32_t>(i, 1)).token);
+  EXPECT_GT(by_index.size(), 8u);
+}
+
+TEST(Sampler, TemperatureScalesTheDistribution) {
+  const std::vector<float> row = {0.0f, 1.0f, -0.5f};
+  constexpr int n = 20000;
+  for (float t : {1.0f, 0.5f, 2.0f}) {
+    SamplingParams p;
+    p.temperature = t;
+    std::map<std::int32_t, double> want;
+    for (std::int32_t i = 0; i < 3; ++i) want[i] = std::exp(row[static_cast<std::size_t>(i)] / t);
+    expect_distribution(histogram(row, p, n), want, n);
+  }
+  // Sanity of the tolerance: T = 0.5 is measurably sharper than T = 1.
+  SamplingParams p;
+  p.temperature = 0.5f;
+  const auto sharp = histogram(row, p, n);
+  p.temperature = 1.0f;
+  const auto flat = histogram(row, p, n);
+  EXPECT_GT(sharp.at(1), flat.at(1) + 1000);
+}
+
+TEST(Sampler, TopKKeepsTheKLargestTiesByLowerId) {
+  // probs 0.3 0.1 0.2 0.2 0.2: top-3 is {0, 2, 3} (2, 3, 4 tie; lower ids win).
+  const auto row = log_of({0.3, 0.1, 0.2, 0.2, 0.2});
+  SamplingParams p;
+  p.top_k = 3;
+  constexpr int n = 20000;
+  expect_distribution(histogram(row, p, n), {{0, 0.3}, {2, 0.2}, {3, 0.2}}, n);
+  p.top_k = 1;
+  expect_distribution(histogram(row, p, 500), {{0, 1.0}}, 500);
+  p.top_k = 100;  // larger than the vocabulary: no truncation
+  expect_distribution(histogram(row, p, n), {{0, 0.3}, {1, 0.1}, {2, 0.2}, {3, 0.2}, {4, 0.2}}, n);
+}
+
+TEST(Sampler, TopPKeepsExactlyTheNucleus) {
+  // Descending: 0 (0.4), 2 (0.25), 3 (0.15), 1 (0.1), 4 (0.1).
+  const auto row = log_of({0.4, 0.1, 0.25, 0.15, 0.1});
+  SamplingParams p;
+  constexpr int n = 20000;
+  p.top_p = 0.7f;  // 0.4 + 0.25 < 0.7 <= 0.8
+  expect_distribution(histogram(row, p, n), {{0, 0.4}, {2, 0.25}, {3, 0.15}}, n);
+  p.top_p = 0.85f;  // needs one of the tied 0.1s: the lower id (1)
+  expect_distribution(histogram(row, p, n), {{0, 0.4}, {1, 0.1}, {2, 0.25}, {3, 0.15}}, n);
+  p.top_p = 0.3f;  // the top token alone
+  expect_distribution(histogram(row, p, 500), {{0, 1.0}}, 500);
+  // After top-k the nucleus is taken over the renormalised top-k mass:
+  // top-2 = {0, 2} (mass 0.65); 0.4 / 0.65 = 0.615 >= 0.6, so only token 0 stays.
+  p.top_k = 2;
+  p.top_p = 0.6f;
+  expect_distribution(histogram(row, p, 500), {{0, 1.0}}, 500);
+  p.top_p = 0.62f;
+  expect_distribution(histogram(row, p, n), {{0, 0.4}, {2, 0.25}}, n);
+}
+
+TEST(Sampler, TopPOnALargeVocabularyMatchesAFullSort) {
+  // 32k tokens with a spread of logits: the nucleus needs far more than the first chunk.
+  const std::size_t vocab = 32768;
+  std::vector<float> row(vocab);
+  for (std::size_t i = 0; i < vocab; ++i)
+    row[i] = static_cast<float>(static_cast<double>(splitmix64(i) >> 40) / (1 << 24) * 4.0);
+  std::vector<double> w(vocab);
+  double m = *std::max_element(row.begin(), row.end()), total = 0;
+  for (std::size_t i = 0; i < vocab; ++i) total += (w[i] = std::exp(row[i] - m));
+  std::vector<std::int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](auto a, auto b) { return w[a] > w[b] || (w[a] == w[b] && a < b); });
+  SamplingParams p;
+  p.top_p = 0.9f;
+  std::set<std::int32_t> nucleus;
+  double mass = 0;
+  for (auto id : order) {
+    nucleus.insert(id);
+    if ((mass += w[static_cast<std::size_t>(id)]) >= 0.9 * total) break;
+  }
+  ASSERT_GT(nucleus.size(), 1000u);
+  ASSERT_LT(nucleus.size(), vocab - 1000);
+  // The draw over the nucleus in vocabulary order, computed independently.
+  std::vector<std::int32_t> kept(nucleus.begin(), nucleus.end());
+  for (std::uint64_t seed = 0; seed < 100; ++seed) {
+    p.seed = seed;
+    const double u = sample_uniform(seed, 0) * mass;
+    double cum = 0;
+    std::int32_t want = -1;
+    for (auto id : kept)
+      if ((cum += w[static_cast<std::size_t>(id)]) > u) {
+        want = id;
+        break;
+      }
+    EXPECT_EQ(sample(row, p).token, want) << "seed " << seed;
+  }
+}
+
+TEST(Sampler, MinPDropsTokensBelowTheRelativeThreshold) {
+  const auto row = log_of({0.5, 0.2, 0.04, 0.26});
+  SamplingParams p;
+  p.min_p = 0.1f;  // threshold 0.05: drops token 2
+  constexpr int n = 20000;
+  expect_distribution(histogram(row, p, n), {{0, 0.5}, {1, 0.2}, {3, 0.26}}, n);
+  p.min_p = 0.5f;  // threshold 0.25: keeps 0 and 3
+  expect_distribution(histogram(row, p, n), {{0, 0.5}, {3, 0.26}}, n);
+  // With top-k applied first.
+  p.top_k = 3;
+  p.min_p = 0.45f;  // top-3 = {0, 3, 1}; threshold 0.225 drops 1
+  expect_distribution(histogram(row, p, n), {{0, 0.5}, {3, 0.26}}, n);
+  // Temperature changes the ratios min_p sees: T = 2 makes 0.2/0.5 -> sqrt(0.4) = 0.63.
+  p.top_k = 0;
+  p.min_p = 0.5f;
+  p.temperature = 2.0f;
+  expect_distribution(histogram(row, p, n),
+                      {{0, std::sqrt(0.5)}, {1, std::sqrt(0.2)}, {3, std::sqrt(0.26)}}, n);
+}
+
+TEST(Sampler, RejectsBadParametersAndNonFiniteLogits) {
+  SamplingParams p;
+  p.logit_bias = {{7, 1.0f}};
+  try {
+    sample({0, 0, 0}, p);
+    FAIL();
+  } catch (const InvalidRequest& e) {
+    EXPECT_EQ(e.param(), "logit_bias");
+  }
+  p = {};
+  p.top_p = 0.0f;
+  EXPECT_THROW(sample({0, 0}, p), InvalidRequest);
+  p = {};
+  p.temperature = -1;
+  EXPECT_THROW(sample({0, 0}, p), InvalidRequest);
+  p = {};
+  p.stop_token_ids = {2};
+  EXPECT_THROW(validate_sampling_params(p, 2), InvalidRequest);
+  EXPECT_NO_THROW(validate_sampling_params(p, 3));
+  p = {};
+  EXPECT_THROW(sample({0, std::nanf("")}, p), InternalError);
+  EXPECT_THROW(sample({0, 1}, p, {5}), InternalError);
+  // -inf logits are legal (masked tokens) as long as one token remains.
+  p.temperature = 0;
+  EXPECT_EQ(sample({kNegInf, 1.0f, kNegInf}, p).token, 1);
+}
+
+}  // namespace
+}  // namespace strata

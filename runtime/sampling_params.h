@@ -19,7 +19,8 @@ struct SamplingParams {
   //  3. logprobs are reported from log_softmax of the row after step 2 (before temperature);
   //  4. temperature == 0: greedy (argmax, lowest id on ties). Otherwise divide by
   //     temperature, softmax, then top_k, top_p (smallest set, in descending probability,
-  //     whose mass >= top_p; ties by lower id), min_p (drop p < min_p * p_max);
+  //     whose mass >= top_p times the mass top_k kept, i.e. over the renormalised top-k as
+  //     HF/vLLM do; ties by lower id), min_p (drop p < min_p * p_max);
   //  5. draw u = sample_uniform(seed, output_index) and return the first token in vocabulary
   //     order whose cumulative kept probability exceeds u * kept_mass.
   float temperature = 1.0f;

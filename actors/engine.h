@@ -35,6 +35,7 @@ struct Request {
   std::optional<std::vector<std::int32_t>> prompt_ids;  // completions: token ids, used verbatim
   std::optional<std::vector<ChatMessage>> messages;   // chat: formatted with the chat template
   SamplingParams params;
+  bool random_seed = false;  // true: the request gave no seed; intake draws one into params.seed
   int n = 1;                                          // independent choices
   std::optional<SparsityProfile> sparsity;            // per-request override (kv_sparsity)
   std::optional<std::chrono::steady_clock::time_point> deadline;  // default: config timeout

@@ -163,8 +163,8 @@ class KvCacheManager {
   int prompt_len(std::uint64_t seq_id) const;  // of the spec it was admitted with
   bool prefill_done(std::uint64_t seq_id) const;
   std::uint64_t seq_profile_version(std::uint64_t seq_id) const;  // 0: per-request override
-  // The manager's copy of a sequence's layer states (before its next step).
-  const std::vector<LayerSlots>& layers(std::uint64_t seq_id) const;
+  // A copy of the manager's layer states of a sequence (before its next step).
+  std::vector<LayerSlots> layers(std::uint64_t seq_id) const;
   SeqUsage usage(std::uint64_t seq_id) const;
   CacheStats stats() const;
   int num_layers() const { return num_layers_; }
@@ -181,9 +181,10 @@ class KvCacheManager {
  private:
   struct Layer {
     LayerSlots slots;      // the manager's copy (pages, temp_pages, valid, ring_pos, rule)
-    int ceiling = 0;       // pages of `pages` reserved (allocation up to here is promised)
-    int temp_ceiling = 0;  // temp pages reserved
-    std::optional<LayerRule> shrink_to;  // pending live shrink
+    int ceiling = 0;       // pages of `slots.pages` promised by the reservation
+    int temp_ceiling = 0;  // temp pages promised by the reservation
+    std::optional<LayerRule> shrink_to;  // live shrink requested, not yet planned
+    std::optional<LayerRule> shrinking;  // kShrink planned in the prepared step
   };
   struct Pending {
     bool active = false;
@@ -192,27 +193,38 @@ class KvCacheManager {
   };
   struct Seq {
     SeqSpec spec;               // sparsity cleared after resolving
-    std::uint64_t version = 0;  // profile version, 0 = override
-    int tokens = 0;
-    int decodes = 0;
+    std::uint64_t version = 0;  // profile version, 0 = per-request override
+    int tokens = 0;             // positions computed
+    int decodes = 0;            // decode steps committed
     std::vector<Layer> layers;
     Pending pending;
+  };
+  struct Held {
+    long pages = 0, temp = 0, slots = 0, full_slots = 0, full_pages = 0;
   };
 
   Seq& get(std::uint64_t seq_id, const char* what);
   const Seq& get(std::uint64_t seq_id, const char* what) const;
-  int outstanding(const Layer& l) const;
-  bool grow(Seq& s, std::vector<int> want_pages, std::vector<int> want_temp);
-  void release_page(std::int32_t id);
-  void export_layers(const Seq& s, std::vector<LayerSlots>* out) const;
+  static int outstanding(const Layer& l);
+  static int outstanding(const Seq& s);
+  static bool selects(const Seq& s, const Layer& l);
+  static int remaining_writes(const Seq& s);
+  static int target_pages(const Seq& s, const Layer& l);
+  static void lower_ceiling(Layer& l, int target_pages, int old_outstanding);
+  static void export_layers(const Seq& s, std::vector<LayerSlots>* out);
+  // All-or-nothing growth of the tables to the wanted page counts (per layer).
+  bool grow(Seq& s, const std::vector<int>& want_pages, const std::vector<int>& want_temp);
+  void release_page(int layer, std::int32_t id);
+  Held held(const Seq& s) const;
 
   int num_layers_;
   PagePool pool_;
   SparsityProfile profile_;
   std::vector<LayerRule> rules_;
   std::unordered_map<std::uint64_t, Seq> seqs_;
-  int reserved_total_ = 0;
-  std::vector<std::int32_t> released_;
+  int reserved_total_ = 0;              // outstanding reservations of all sequences
+  std::vector<int> layer_pages_;        // pages held per layer (temp included)
+  std::vector<std::int32_t> released_;  // freed since take_released()
 };
 
 }  // namespace strata

@@ -1,0 +1,529 @@
+#include "cache/kv_cache_manager.h"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/error.h"
+
+namespace strata {
+
+namespace {
+std::string seq_name(std::uint64_t id) {
+  return "sequence " + std::to_string(id);
+}
+
+void validate_spec(const SeqSpec& spec) {
+  if (spec.prompt_len < 1)
+    throw InvalidRequest(
+        "prompt", "prompt must hold at least one token, got " + std::to_string(spec.prompt_len));
+  if (spec.max_tokens < 0)
+    throw InvalidRequest("max_tokens", "must be >= 0, got " + std::to_string(spec.max_tokens));
+}
+}  // namespace
+
+KvCacheManager::KvCacheManager(int num_layers, KvLayout layout, int num_pages,
+                               const SparsityProfile& profile)
+    : num_layers_(num_layers), pool_(num_pages, layout), profile_(profile) {
+  if (num_layers < 1)
+    throw ConfigError("model.num_hidden_layers", "must be >= 1, got " + std::to_string(num_layers));
+  rules_ = profile_.resolve(num_layers_);
+  if (profile_.version == 0) profile_.version = 1;
+  layer_pages_.assign(static_cast<std::size_t>(num_layers_), 0);
+}
+
+// ---- profiles ---------------------------------------------------------------------------
+
+std::uint64_t KvCacheManager::set_profile(const SparsityProfile& profile, bool shrink_running) {
+  auto rules = profile.resolve(num_layers_);  // throws ConfigError, nothing changed
+  SparsityProfile p = profile;
+  p.version = profile_.version + 1;
+  profile_ = std::move(p);
+  rules_ = std::move(rules);
+  if (shrink_running) {
+    for (auto& [id, s] : seqs_) {
+      if (s.version == 0) continue;  // per-request override: the client chose its budget
+      for (int l = 0; l < num_layers_; ++l) {
+        auto& layer = s.layers[static_cast<std::size_t>(l)];
+        const LayerRule& cur = layer.shrink_to ? *layer.shrink_to : layer.slots.rule;
+        const LayerRule& nw = rules_[static_cast<std::size_t>(l)];
+        // Only a smaller capacity of the same policy and slot layout (sinks, window) can be
+        // applied in place; anything else would need scores or pages the layer never had.
+        if (!cur.sparse() || !nw.sparse() || cur.policy != nw.policy || cur.sinks != nw.sinks ||
+            cur.window != nw.window || nw.capacity >= cur.capacity)
+          continue;
+        layer.shrink_to = nw;
+      }
+    }
+  }
+  return profile_.version;
+}
+
+std::vector<LayerRule> KvCacheManager::rules_for(
+    const std::optional<SparsityProfile>& sparsity) const {
+  if (!sparsity) return rules_;
+  return sparsity->resolve(num_layers_);
+}
+
+// ---- admission and lifetime -------------------------------------------------------------
+
+AdmitResult KvCacheManager::can_admit(const SeqSpec& spec) const {
+  validate_spec(spec);
+  const auto plan =
+      pages_needed(spec.prompt_len, spec.max_tokens, rules_for(spec.sparsity), spec.chunked);
+  AdmitResult r;
+  r.need_pages = plan.admission;
+  r.available_pages = pages_available();
+  r.ok = r.need_pages <= r.available_pages;
+  r.never_fits = std::max(plan.admission, plan.peak) > pool_.total();
+  return r;
+}
+
+bool KvCacheManager::admit(std::uint64_t seq_id, const SeqSpec& spec) {
+  if (contains(seq_id))
+    throw InternalError("KvCacheManager::admit: " + seq_name(seq_id) + " is already admitted");
+  validate_spec(spec);
+  const auto rules = rules_for(spec.sparsity);
+  Seq s;
+  s.spec = spec;
+  s.spec.sparsity.reset();
+  s.version = spec.sparsity ? 0 : profile_.version;
+  s.layers.resize(rules.size());
+  int need = 0;
+  for (std::size_t l = 0; l < rules.size(); ++l) {
+    const auto lp = plan_layer(rules[l], spec.prompt_len, spec.max_tokens, spec.chunked);
+    auto& layer = s.layers[l];
+    layer.slots.rule = rules[l];
+    layer.ceiling = lp.reserve - lp.temp;
+    layer.temp_ceiling = lp.temp;
+    need += lp.reserve;
+  }
+  if (need > pages_available()) return false;
+  reserved_total_ += need;
+  seqs_.emplace(seq_id, std::move(s));
+  return true;
+}
+
+bool KvCacheManager::free(std::uint64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) return false;
+  Seq& s = it->second;
+  reserved_total_ -= outstanding(s);
+  for (std::size_t l = 0; l < s.layers.size(); ++l) {
+    auto& slots = s.layers[l].slots;
+    for (auto id : slots.pages) release_page(static_cast<int>(l), id);
+    for (auto id : slots.temp_pages) release_page(static_cast<int>(l), id);
+  }
+  seqs_.erase(it);
+  return true;
+}
+
+// ---- internals --------------------------------------------------------------------------
+
+KvCacheManager::Seq& KvCacheManager::get(std::uint64_t seq_id, const char* what) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end())
+    throw InternalError(std::string("KvCacheManager::") + what + ": unknown " + seq_name(seq_id));
+  return it->second;
+}
+
+const KvCacheManager::Seq& KvCacheManager::get(std::uint64_t seq_id, const char* what) const {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end())
+    throw InternalError(std::string("KvCacheManager::") + what + ": unknown " + seq_name(seq_id));
+  return it->second;
+}
+
+int KvCacheManager::outstanding(const Layer& l) {
+  return std::max(0, l.ceiling - static_cast<int>(l.slots.pages.size())) +
+         std::max(0, l.temp_ceiling - static_cast<int>(l.slots.temp_pages.size()));
+}
+
+int KvCacheManager::outstanding(const Seq& s) {
+  int n = 0;
+  for (const auto& l : s.layers) n += outstanding(l);
+  return n;
+}
+
+bool KvCacheManager::selects(const Seq& s, const Layer& l) {
+  return !l.slots.direct_prefill(s.spec.prompt_len);
+}
+
+int KvCacheManager::remaining_writes(const Seq& s) {
+  return std::max(0, decode_writes(s.spec.max_tokens) - s.decodes);
+}
+
+void KvCacheManager::lower_ceiling(Layer& l, int target_pages, int old_outstanding) {
+  const int size = static_cast<int>(l.slots.pages.size());
+  const int want = std::max(0, target_pages - size);
+  l.ceiling = size + std::min(want, std::max(0, old_outstanding));
+}
+
+int KvCacheManager::target_pages(const Seq& s, const Layer& l) {
+  const auto& r = l.slots.rule;
+  const int rem = remaining_writes(s);
+  if (!r.sparse()) return pages_for_slots(l.slots.valid + rem);
+  if (r.policy == Policy::kSnapKv) return pages_for_slots(l.slots.valid + rem);
+  return pages_for_slots(std::min(r.capacity, l.slots.valid + rem));
+}
+
+bool KvCacheManager::grow(Seq& s, const std::vector<int>& want_pages,
+                          const std::vector<int>& want_temp) {
+  int extra = 0;  // pages beyond the sequence's reservation
+  for (std::size_t l = 0; l < s.layers.size(); ++l) {
+    const auto& layer = s.layers[l];
+    const int np = static_cast<int>(layer.slots.pages.size());
+    const int nt = static_cast<int>(layer.slots.temp_pages.size());
+    const int add_p = std::max(0, want_pages[l] - np);
+    const int add_t = std::max(0, want_temp[l] - nt);
+    extra += add_p - std::min(add_p, std::max(0, layer.ceiling - np));
+    extra += add_t - std::min(add_t, std::max(0, layer.temp_ceiling - nt));
+  }
+  if (extra > pages_available()) return false;
+  const int before = outstanding(s);
+  for (std::size_t l = 0; l < s.layers.size(); ++l) {
+    auto& slots = s.layers[l].slots;
+    while (static_cast<int>(slots.pages.size()) < want_pages[l]) {
+      slots.pages.push_back(pool_.alloc());
+      ++layer_pages_[l];
+    }
+    while (static_cast<int>(slots.temp_pages.size()) < want_temp[l]) {
+      slots.temp_pages.push_back(pool_.alloc());
+      ++layer_pages_[l];
+    }
+  }
+  reserved_total_ += outstanding(s) - before;
+  STRATA_CHECK(pool_.free() >= reserved_total_, "reservations exceed free pages after growth");
+  return true;
+}
+
+void KvCacheManager::release_page(int layer, std::int32_t id) {
+  --layer_pages_[static_cast<std::size_t>(layer)];
+  if (pool_.release(id)) released_.push_back(id);
+}
+
+void KvCacheManager::export_layers(const Seq& s, std::vector<LayerSlots>* out) {
+  out->resize(s.layers.size());
+  for (std::size_t l = 0; l < s.layers.size(); ++l) (*out)[l] = s.layers[l].slots;
+}
+
+// ---- chunked prefill --------------------------------------------------------------------
+
+int KvCacheManager::min_final_chunk(std::uint64_t seq_id) const {
+  const Seq& s = get(seq_id, "min_final_chunk");
+  if (!s.spec.chunked) return s.spec.prompt_len;
+  int m = 1;
+  for (const auto& l : s.layers)
+    if (selects(s, l)) m = std::max(m, l.slots.rule.window);
+  return m;
+}
+
+int KvCacheManager::next_chunk_len(std::uint64_t seq_id, int budget) const {
+  const Seq& s = get(seq_id, "next_chunk_len");
+  const int rest = s.spec.prompt_len - s.tokens;
+  if (rest <= 0 || budget <= 0) return 0;
+  if (budget >= rest) return rest;
+  if (!s.spec.chunked) return 0;
+  return std::max(0, std::min(budget, rest - min_final_chunk(seq_id)));
+}
+
+bool KvCacheManager::prepare_chunk(std::uint64_t seq_id, int n_tokens,
+                                   std::vector<LayerSlots>* layers) {
+  Seq& s = get(seq_id, "prepare_chunk");
+  const int P = s.spec.prompt_len;
+  const int start = s.tokens;
+  if (start >= P)
+    throw InternalError("KvCacheManager::prepare_chunk: " + seq_name(seq_id) +
+                        " has finished its prefill");
+  if (n_tokens < 1 || start + n_tokens > P)
+    throw InternalError("KvCacheManager::prepare_chunk: " + seq_name(seq_id) + " chunk [" +
+                        std::to_string(start) + ", " + std::to_string(start + n_tokens) +
+                        ") is outside the prompt of " + std::to_string(P) + " tokens");
+  const int end = start + n_tokens;
+  const bool final = end == P;
+  const bool whole = start == 0 && final;
+  if (!s.spec.chunked && !whole)
+    throw InternalError("KvCacheManager::prepare_chunk: " + seq_name(seq_id) +
+                        " was admitted unchunked but gets a chunk of " + std::to_string(n_tokens) +
+                        " of " + std::to_string(P) + " tokens");
+  const int min_final = min_final_chunk(seq_id);
+  if (!final && P - end < min_final)
+    throw InternalError("KvCacheManager::prepare_chunk: " + seq_name(seq_id) + " chunk [" +
+                        std::to_string(start) + ", " + std::to_string(end) +
+                        ") leaves the final chunk fewer than " + std::to_string(min_final) +
+                        " positions (the observation window)");
+  if (final && n_tokens < min_final)
+    throw InternalError("KvCacheManager::prepare_chunk: final chunk of " + seq_name(seq_id) +
+                        " holds " + std::to_string(n_tokens) + " positions, needs " +
+                        std::to_string(min_final));
+
+  std::vector<int> want(s.layers.size()), want_temp(s.layers.size());
+  for (std::size_t l = 0; l < s.layers.size(); ++l) {
+    const auto& layer = s.layers[l];
+    want[l] = static_cast<int>(layer.slots.pages.size());
+    want_temp[l] = static_cast<int>(layer.slots.temp_pages.size());
+    if (!selects(s, layer)) {
+      want[l] = std::max(want[l], pages_for_slots(end));
+    } else {
+      if (!whole) want_temp[l] = std::max(want_temp[l], pages_for_slots(end));
+      if (final) want[l] = std::max(want[l], pages_for_slots(layer.slots.rule.capacity));
+    }
+  }
+  if (!grow(s, want, want_temp)) return false;
+  export_layers(s, layers);
+  if (final)
+    for (std::size_t l = 0; l < s.layers.size(); ++l)
+      if (selects(s, s.layers[l])) (*layers)[l].action = LayerAction::kSelect;
+  s.pending = Pending{true, false, n_tokens};
+  for (auto& layer : s.layers) layer.shrinking.reset();
+  return true;
+}
+
+// ---- decode -----------------------------------------------------------------------------
+
+bool KvCacheManager::prepare_decode(std::uint64_t seq_id, std::vector<LayerSlots>* layers) {
+  Seq& s = get(seq_id, "prepare_decode");
+  if (s.tokens < s.spec.prompt_len)
+    throw InternalError("KvCacheManager::prepare_decode: " + seq_name(seq_id) + " has " +
+                        std::to_string(s.spec.prompt_len - s.tokens) + " prompt tokens left");
+  const int before = outstanding(s);
+  std::vector<int> want(s.layers.size()), want_temp(s.layers.size(), 0);
+  for (std::size_t l = 0; l < s.layers.size(); ++l) {
+    auto& layer = s.layers[l];
+    layer.shrinking.reset();
+    if (layer.shrink_to) {
+      if (layer.slots.valid < layer.shrink_to->capacity) {
+        // Fewer tokens than the new capacity: slots are in position order, the new rule
+        // describes them as they are; nothing to compact.
+        const int old_out = outstanding(layer);
+        layer.slots.rule = *layer.shrink_to;
+        layer.shrink_to.reset();
+        lower_ceiling(layer, target_pages(s, layer), old_out);
+      } else {
+        layer.shrinking = layer.shrink_to;
+      }
+    }
+    want[l] = std::max(static_cast<int>(layer.slots.pages.size()),
+                       pages_for_slots(layer.slots.decode_slot() + 1));
+  }
+  reserved_total_ += outstanding(s) - before;  // rule switches only lower reservations
+  if (!grow(s, want, want_temp)) {
+    for (auto& layer : s.layers) layer.shrinking.reset();
+    return false;
+  }
+  export_layers(s, layers);
+  for (std::size_t l = 0; l < s.layers.size(); ++l) {
+    const auto& layer = s.layers[l];
+    if (!layer.shrinking) continue;
+    (*layers)[l].action = LayerAction::kShrink;
+    (*layers)[l].shrink_to = layer.shrinking->capacity;
+  }
+  s.pending = Pending{true, true, 1};
+  return true;
+}
+
+void KvCacheManager::commit_step(std::uint64_t seq_id) {
+  Seq& s = get(seq_id, "commit_step");
+  if (!s.pending.active)
+    throw InternalError("KvCacheManager::commit_step: nothing prepared for " + seq_name(seq_id));
+  const int before = outstanding(s);
+  if (s.pending.decode) {
+    ++s.tokens;
+    ++s.decodes;
+    for (std::size_t l = 0; l < s.layers.size(); ++l) {
+      auto& layer = s.layers[l];
+      layer.slots.advance_decode();
+      if (!layer.shrinking) continue;
+      // kShrink ran after the decode write: sinks, ring and the best selected slots are
+      // compacted into the first pages_for_slots(C_new) pages, ring in order (ring_pos 0).
+      const LayerRule nw = *layer.shrinking;
+      layer.shrinking.reset();
+      if (layer.shrink_to && layer.shrink_to->capacity == nw.capacity) layer.shrink_to.reset();
+      const int old_out = outstanding(layer);
+      layer.slots.rule = nw;
+      layer.slots.valid = std::min(layer.slots.valid, nw.capacity);
+      layer.slots.ring_pos = 0;
+      const int keep = pages_for_slots(layer.slots.valid);
+      while (static_cast<int>(layer.slots.pages.size()) > keep) {
+        release_page(static_cast<int>(l), layer.slots.pages.back());
+        layer.slots.pages.pop_back();
+      }
+      lower_ceiling(layer, target_pages(s, layer), old_out);
+    }
+  } else {
+    const int end = s.tokens + s.pending.n_tokens;
+    const bool final = end == s.spec.prompt_len;
+    for (std::size_t l = 0; l < s.layers.size(); ++l) {
+      auto& layer = s.layers[l];
+      if (!selects(s, layer)) {
+        layer.slots.valid = end;
+        continue;
+      }
+      if (!final) continue;
+      layer.slots.valid = layer.slots.rule.capacity;
+      layer.slots.ring_pos = 0;
+      for (auto id : layer.slots.temp_pages) release_page(static_cast<int>(l), id);
+      layer.slots.temp_pages.clear();
+      layer.temp_ceiling = 0;
+    }
+    s.tokens = end;
+  }
+  s.pending = Pending{};
+  reserved_total_ += outstanding(s) - before;
+  STRATA_CHECK(outstanding(s) <= before, "a step raised the reservation of " + seq_name(seq_id));
+}
+
+std::vector<std::int32_t> KvCacheManager::take_released() {
+  std::vector<std::int32_t> out;
+  out.swap(released_);
+  return out;
+}
+
+// ---- accounting -------------------------------------------------------------------------
+
+int KvCacheManager::tokens(std::uint64_t seq_id) const {
+  return get(seq_id, "tokens").tokens;
+}
+int KvCacheManager::prompt_len(std::uint64_t seq_id) const {
+  return get(seq_id, "prompt_len").spec.prompt_len;
+}
+bool KvCacheManager::prefill_done(std::uint64_t seq_id) const {
+  const Seq& s = get(seq_id, "prefill_done");
+  return s.tokens >= s.spec.prompt_len;
+}
+std::uint64_t KvCacheManager::seq_profile_version(std::uint64_t seq_id) const {
+  return get(seq_id, "seq_profile_version").version;
+}
+
+std::vector<LayerSlots> KvCacheManager::layers(std::uint64_t seq_id) const {
+  std::vector<LayerSlots> out;
+  export_layers(get(seq_id, "layers"), &out);
+  return out;
+}
+
+KvCacheManager::Held KvCacheManager::held(const Seq& s) const {
+  Held h;
+  const bool prefilling = s.tokens < s.spec.prompt_len;
+  for (const auto& l : s.layers) {
+    h.pages += static_cast<long>(l.slots.pages.size() + l.slots.temp_pages.size());
+    h.temp += static_cast<long>(l.slots.temp_pages.size());
+    h.slots += l.slots.valid;
+    if (prefilling && selects(s, l)) h.slots += s.tokens;  // prompt so far, in temp pages
+  }
+  h.full_slots = static_cast<long>(s.layers.size()) * s.tokens;
+  h.full_pages = static_cast<long>(s.layers.size()) * pages_for_slots(s.tokens);
+  return h;
+}
+
+SeqUsage KvCacheManager::usage(std::uint64_t seq_id) const {
+  const Seq& s = get(seq_id, "usage");
+  const Held h = held(s);
+  SeqUsage u;
+  u.tokens = s.tokens;
+  u.pages = static_cast<int>(h.pages);
+  u.temp_pages = static_cast<int>(h.temp);
+  u.reserved_pages = outstanding(s);
+  u.slots_held = h.slots;
+  u.full_slots = h.full_slots;
+  if (h.slots > 0) u.compression = static_cast<double>(h.full_slots) / static_cast<double>(h.slots);
+  if (h.pages > 0)
+    u.page_compression = static_cast<double>(h.full_pages) / static_cast<double>(h.pages);
+  return u;
+}
+
+CacheStats KvCacheManager::stats() const {
+  CacheStats st;
+  st.pages_total = pool_.total();
+  st.pages_used = pool_.used();
+  st.pages_free = pool_.free();
+  st.pages_reserved = reserved_total_;
+  st.page_bytes = pool_.page_bytes();
+  st.bytes_used = pool_.used_bytes();
+  st.bytes_total = pool_.total_bytes();
+  st.pages_per_layer = layer_pages_;
+  st.sequences = static_cast<int>(seqs_.size());
+  long pages = 0, full_pages = 0;
+  for (const auto& [id, s] : seqs_) {
+    const Held h = held(s);
+    st.slots_held += h.slots;
+    st.full_slots += h.full_slots;
+    pages += h.pages;
+    full_pages += h.full_pages;
+  }
+  if (st.slots_held > 0)
+    st.compression = static_cast<double>(st.full_slots) / static_cast<double>(st.slots_held);
+  if (pages > 0) st.page_compression = static_cast<double>(full_pages) / static_cast<double>(pages);
+  st.profile_version = profile_.version;
+  return st;
+}
+
+void KvCacheManager::check_invariants() const {
+  pool_.check();
+  std::vector<int> owners(static_cast<std::size_t>(pool_.total()), 0);
+  std::vector<int> per_layer(static_cast<std::size_t>(num_layers_), 0);
+  long reserved = 0;
+  auto own = [&](std::int32_t id, std::uint64_t seq, std::size_t l) {
+    if (id < 0 || id >= pool_.total())
+      throw InternalError("KvCacheManager: " + seq_name(seq) + " layer " + std::to_string(l) +
+                          " holds bad page id " + std::to_string(id));
+    if (++owners[static_cast<std::size_t>(id)] > pool_.ref_count(id))
+      throw InternalError("KvCacheManager: page " + std::to_string(id) + " owned " +
+                          std::to_string(owners[static_cast<std::size_t>(id)]) + " times, " +
+                          std::to_string(pool_.ref_count(id)) + " references (" + seq_name(seq) +
+                          " layer " + std::to_string(l) + ")");
+    ++per_layer[l];
+  };
+  for (const auto& [id, s] : seqs_) {
+    if (s.layers.size() != static_cast<std::size_t>(num_layers_))
+      throw InternalError("KvCacheManager: " + seq_name(id) + " has the wrong layer count");
+    const bool prefilling = s.tokens < s.spec.prompt_len;
+    for (std::size_t l = 0; l < s.layers.size(); ++l) {
+      const auto& layer = s.layers[l];
+      const auto& sl = layer.slots;
+      const std::string where = seq_name(id) + " layer " + std::to_string(l);
+      for (auto p : sl.pages) own(p, id, l);
+      for (auto p : sl.temp_pages) own(p, id, l);
+      reserved += outstanding(layer);
+      if (static_cast<int>(sl.pages.size()) < pages_for_slots(sl.valid))
+        throw InternalError("KvCacheManager: " + where + " table does not cover its " +
+                            std::to_string(sl.valid) + " valid slots");
+      if (sl.valid < 0 || sl.valid > s.tokens)
+        throw InternalError("KvCacheManager: " + where + " holds " + std::to_string(sl.valid) +
+                            " slots for " + std::to_string(s.tokens) + " tokens");
+      if (!sl.rule.sparse() && sl.valid != s.tokens)
+        throw InternalError("KvCacheManager: full " + where + " holds " + std::to_string(sl.valid) +
+                            " of " + std::to_string(s.tokens) + " tokens");
+      if (sl.rule.sparse() && sl.rule.ring > 0 && sl.valid > sl.rule.capacity)
+        throw InternalError("KvCacheManager: " + where + " holds more than its capacity");
+      if (sl.ring_pos < 0 || (sl.rule.ring > 0 && sl.ring_pos >= sl.rule.ring) ||
+          (sl.rule.ring == 0 && sl.ring_pos != 0))
+        throw InternalError("KvCacheManager: " + where + " ring_pos out of range");
+      if (!sl.temp_pages.empty() && (!prefilling || !selects(s, layer)))
+        throw InternalError("KvCacheManager: " + where +
+                            " holds temp pages outside a selecting prefill");
+      if (static_cast<int>(sl.temp_pages.size()) > pages_for_slots(s.spec.prompt_len))
+        throw InternalError("KvCacheManager: " + where + " holds more temp pages than its prompt");
+    }
+  }
+  long used = 0;
+  for (std::size_t i = 0; i < owners.size(); ++i) {
+    const int refs = pool_.ref_count(static_cast<std::int32_t>(i));
+    if (owners[i] != refs)
+      throw InternalError("KvCacheManager: page " + std::to_string(i) + " has " +
+                          std::to_string(refs) + " references but " + std::to_string(owners[i]) +
+                          " owners (leaked)");
+    used += refs > 0;
+  }
+  if (used != pool_.used())
+    throw InternalError("KvCacheManager: pool counts " + std::to_string(pool_.used()) +
+                        " used pages, recount " + std::to_string(used));
+  if (per_layer != layer_pages_)
+    throw InternalError("KvCacheManager: per-layer page counters differ from a recount");
+  if (reserved != reserved_total_)
+    throw InternalError("KvCacheManager: reserved pages " + std::to_string(reserved_total_) +
+                        ", recount " + std::to_string(reserved));
+  if (pool_.free() < reserved_total_)
+    throw InternalError("KvCacheManager: " + std::to_string(reserved_total_) +
+                        " reserved pages but only " + std::to_string(pool_.free()) + " free");
+}
+
+}  // namespace strata

@@ -1,0 +1,55 @@
+// Device helpers shared by the sparsity kernels (cuda/sparse/*.cu only).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "runtime/kv_layout.h"
+
+namespace strata::cuda::sparse::detail {
+
+inline constexpr int kPolicyWindow = 1;
+inline constexpr int kPolicySnapKv = 2;
+inline constexpr int kPolicyScored = 3;
+inline constexpr int kPoolMax = 0;
+
+// Element offset of the K (v == false) or V row of (head, slot) in a paged layer.
+__device__ __forceinline__ std::size_t kv_elem(const std::int32_t* table, std::size_t page_elems,
+                                               int kv_heads, int head_dim, int head, int slot,
+                                               bool v) {
+  const std::size_t page = static_cast<std::size_t>(table[slot / kBlockSize]);
+  const std::size_t head_stride = static_cast<std::size_t>(kBlockSize) * head_dim;
+  std::size_t off = page * page_elems + head * head_stride +
+                    static_cast<std::size_t>(slot % kBlockSize) * head_dim;
+  if (v) off += static_cast<std::size_t>(kv_heads) * head_stride;
+  return off;
+}
+
+__device__ __forceinline__ std::size_t score_elem(const std::int32_t* table, int kv_heads, int head,
+                                                  int slot) {
+  return static_cast<std::size_t>(table[slot / kBlockSize]) * kv_heads * kBlockSize +
+         static_cast<std::size_t>(head) * kBlockSize + slot % kBlockSize;
+}
+
+// Copies `n` bf16 (n % 8 == 0, both 16-byte aligned) with the threads [lane0, lane0 + width).
+__device__ __forceinline__ void copy_row(__nv_bfloat16* dst, const __nv_bfloat16* src, int n,
+                                         int lane, int width) {
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  for (int i = lane; i < n / 8; i += width) d[i] = s[i];
+}
+
+// Order-preserving map of a float to uint32 (larger float -> larger integer).
+__device__ __forceinline__ std::uint32_t ordered_bits(float f) {
+  const std::uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Unique selection key: higher score first, then the lower index.
+__device__ __forceinline__ std::uint64_t select_key(float score, int index) {
+  return (static_cast<std::uint64_t>(ordered_bits(score)) << 32) |
+         static_cast<std::uint64_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(index));
+}
+
+}  // namespace strata::cuda::sparse::detail

@@ -1,0 +1,148 @@
+// Decode-side operations of `scored` layers (DESIGN.md section 3, docs/contracts.md).
+//
+// Probabilities for the score averages are recomputed from Q, K and the decode attention's
+// LSE (p = exp(q.k * scale - lse)) instead of asking the split-KV decode kernel to keep its
+// logits: one extra read of the layer's C slots of K per sequence (C * kv_heads * head_dim *
+// 2 bytes, 1 MiB for C = 512 on the 8B shape), with no coupling to the decode kernel's
+// split layout.
+#include "cuda/sparse/sparse_common.cuh"
+#include "cuda/sparse/sparse_kernels.h"
+
+namespace strata::cuda::sparse {
+namespace {
+
+using namespace detail;
+
+constexpr int kResolveThreads = 256;
+
+__device__ __forceinline__ bool ring_full(const DecodeSeq& s) {
+  return s.ring > 0 && s.valid == s.capacity;
+}
+
+__global__ void __launch_bounds__(kResolveThreads) resolve_kernel(const DecodeParams p) {
+  const DecodeSeq& s = p.seqs[blockIdx.y];
+  if (s.policy != kPolicyScored || !ring_full(s)) return;
+  const int g = blockIdx.x;
+  const int tid = threadIdx.x;
+  const std::int32_t* table = p.pages + s.table;
+  const int oldest = s.capacity - s.ring + s.ring_pos;
+  const int lo = s.sinks, hi = s.capacity - s.ring;  // unprotected selected slots
+
+  // argmin (score, then slot) as a 64-bit minimum.
+  std::uint64_t best = ~0ull;
+  for (int j = lo + tid; j < hi; j += kResolveThreads) {
+    const float v = p.scores[score_elem(table, p.kv_heads, g, j)];
+    const std::uint64_t key =
+        (static_cast<std::uint64_t>(ordered_bits(v)) << 32) | static_cast<std::uint32_t>(j);
+    best = key < best ? key : best;
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    const std::uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
+    best = other < best ? other : best;
+  }
+  __shared__ std::uint64_t warp_best[kResolveThreads / 32];
+  __shared__ int victim;
+  if (tid % 32 == 0) warp_best[tid / 32] = best;
+  __syncthreads();
+  if (tid == 0) {
+    std::uint64_t m = warp_best[0];
+    for (int w = 1; w < kResolveThreads / 32; ++w) m = warp_best[w] < m ? warp_best[w] : m;
+    const int slot = static_cast<int>(m & 0xFFFFFFFFu);
+    const float low = p.scores[score_elem(table, p.kv_heads, g, slot)];
+    const float leaver = p.scores[score_elem(table, p.kv_heads, g, oldest)];
+    victim = (hi > lo && leaver > low) ? slot : -1;
+    if (victim >= 0) p.scores[score_elem(table, p.kv_heads, g, victim)] = leaver;
+  }
+  __syncthreads();
+  if (victim < 0) return;
+  for (int part = 0; part < 2; ++part) {
+    const bool v = part == 1;
+    copy_row(p.pool + kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, victim, v),
+             p.pool + kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, oldest, v),
+             p.head_dim, tid, kResolveThreads);
+  }
+}
+
+constexpr int kMaxGroup = 16;
+constexpr int kUpdateWarps = 8;
+constexpr int kSlotsPerWarp = 4;
+constexpr int kUpdateSlots = kUpdateWarps * kSlotsPerWarp;
+
+template <int HD>
+__global__ void __launch_bounds__(kUpdateWarps * 32) update_kernel(const DecodeParams p) {
+  const DecodeSeq& s = p.seqs[blockIdx.z];
+  if (s.policy != kPolicyScored) return;
+  const bool full = ring_full(s);
+  const int attended = full ? s.capacity : s.valid + 1;
+  const int new_slot = full ? s.capacity - s.ring + s.ring_pos : s.valid;
+  const int slot0 = blockIdx.x * kUpdateSlots;
+  if (slot0 >= attended) return;
+  const int g = blockIdx.y;
+  const int group = p.q_heads / p.kv_heads;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+  __shared__ float qs[kMaxGroup][HD];
+  __shared__ float lse_s[kMaxGroup];
+  for (int e = tid; e < group * HD; e += kUpdateWarps * 32) {
+    const int h = e / HD, d = e % HD;
+    qs[h][d] = __bfloat162float(
+        p.q[(static_cast<std::size_t>(s.q_row) * p.q_heads + g * group + h) * HD + d]);
+  }
+  if (tid < group)
+    lse_s[tid] = p.lse[static_cast<std::size_t>(s.q_row) * p.q_heads + g * group + tid];
+  __syncthreads();
+
+  const std::int32_t* table = p.pages + s.table;
+  const float lambda = 1.0f / static_cast<float>(s.window);
+  constexpr int kPer = HD / 32;
+  for (int t = 0; t < kSlotsPerWarp; ++t) {
+    const int j = slot0 + warp * kSlotsPerWarp + t;
+    if (j >= attended) break;
+    const bf16* k = p.pool + kv_elem(table, p.page_elems, p.kv_heads, HD, g, j, false);
+    float kr[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) kr[i] = __bfloat162float(k[lane + 32 * i]);
+    float prob = 0.0f;
+    for (int h = 0; h < group; ++h) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) dot += qs[h][lane + 32 * i] * kr[i];
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      prob += expf(dot * p.scale - lse_s[h]);
+    }
+    if (lane == 0) {
+      float& sc = p.scores[score_elem(table, p.kv_heads, g, j)];
+      sc = j == new_slot ? prob : (1.0f - lambda) * sc + lambda * prob;
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_scored_resolve(const DecodeParams& p, cudaStream_t stream) {
+  if (p.num_seqs <= 0) return cudaSuccess;
+  if (p.head_dim % 8 != 0) return cudaErrorInvalidValue;
+  resolve_kernel<<<dim3(p.kv_heads, p.num_seqs), kResolveThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scored_update(const DecodeParams& p, cudaStream_t stream) {
+  if (p.num_seqs <= 0 || p.max_capacity <= 0) return cudaSuccess;
+  if (p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 || p.q_heads / p.kv_heads > kMaxGroup)
+    return cudaErrorInvalidValue;
+  const dim3 grid((p.max_capacity + kUpdateSlots - 1) / kUpdateSlots, p.kv_heads, p.num_seqs);
+  switch (p.head_dim) {
+    case 64:
+      update_kernel<64><<<grid, kUpdateWarps * 32, 0, stream>>>(p);
+      break;
+    case 128:
+      update_kernel<128><<<grid, kUpdateWarps * 32, 0, stream>>>(p);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace strata::cuda::sparse

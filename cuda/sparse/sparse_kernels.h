@@ -1,0 +1,130 @@
+// CUDA kernels of layer-wise KV sparsity (DESIGN.md section 3, docs/cuda-sparsity.md):
+// SnapKV scoring from the prefill kernel's LSE, pooling, exact top-k, compaction of the kept
+// K/V into a sequence's pages, and the `scored` decode-side operations (ring resolve, score
+// moving averages). Plain C++ header; the kernels live in cuda/sparse/*.cu.
+//
+// Every launcher takes one params struct, is batched over sequences through a device array
+// of per-sequence metadata, and sizes its grid from host-planned maxima only (padding
+// entries exit early), so a CUDA graph captured once serves every mix of sequences.
+// Launchers return the launch error (cudaGetLastError) and never synchronise.
+//
+// Paged K/V: `pool + page_id * page_elems` is one page laid out per runtime/kv_layout.h
+// (K part [kv_head][slot][head_dim], then V). A contiguous per-step scratch is addressed the
+// same way: lay it out as pages 0..n-1 and give the sequence an identity page table
+// (cuda/sparse/sparse_plan.h builds these). Scores of sparse layers live in a separate
+// fp32 pool, `score_pool + page_id * kv_heads * kBlockSize`, `[kv_head][slot]`.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::cuda::sparse {
+
+using bf16 = __nv_bfloat16;
+
+// ---- prefill: scoring, pooling + selection, compaction ------------------------------------
+
+// One sequence of one sparse layer at its selection (LayerAction::kSelect), or a
+// direct-prefilled `scored` layer whose initial scores are wanted (`scores_only`).
+struct PrefillSeq {
+  std::int32_t policy = 0;      // runtime Policy value: 1 window, 2 snapkv, 3 scored
+  std::int32_t prompt_len = 0;  // L: the source holds positions [0, L) at slots [0, L)
+  std::int32_t capacity = 0;    // C_l
+  std::int32_t sinks = 0;
+  std::int32_t window = 0;       // alpha: observation window = positions [L - alpha, L)
+  std::int32_t pool_kind = 0;    // runtime PoolKind value: 0 max, 1 avg
+  std::int32_t pool_kernel = 1;  // odd
+  std::int32_t scores_only = 0;  // 1: write initial scores of [0, L) only (L <= C, no K/V copy)
+  std::int32_t src_scratch = 0;  // 1: source pages index scratch_pool, 0: src_pool
+  std::int32_t q_row = 0;        // row in q/lse of position max(0, L - alpha)
+  std::int32_t src_table = 0;    // offset into PrefillParams::src_pages (>= ceil(L/16) ids)
+  std::int32_t dst_table = 0;    // offset into PrefillParams::dst_pages (>= ceil(kept/16) ids)
+  std::int32_t kept = 0;         // slots kept = min(C, L) (host-computed; = valid afterwards)
+  std::int64_t score_off = 0;    // offset into raw/pooled scratch: [kv_head][L] floats
+  std::int64_t kept_off = 0;     // offset into kept_idx/kept_score scratch: [kv_head][C]
+};
+
+struct PrefillParams {
+  const PrefillSeq* seqs = nullptr;  // [num_seqs], device
+  int num_seqs = 0;
+  int max_len = 0;   // max prompt_len over seqs (grid size of the scoring kernel)
+  int max_kept = 0;  // max kept over seqs (grid size of the compaction kernel)
+  int q_heads = 0;
+  int kv_heads = 0;                // q_heads % kv_heads == 0
+  int head_dim = 0;                // 64 or 128
+  float scale = 0.0f;              // softmax scale of the prefill kernel (1/sqrt(head_dim))
+  const bf16* q = nullptr;         // [rows, q_heads, head_dim]: queries of this step (after RoPE)
+  const float* lse = nullptr;      // [rows, q_heads]: natural-log LSE from the prefill kernel
+  const bf16* src_pool = nullptr;  // pool holding temporary pages (usually dst_pool)
+  const bf16* scratch_pool = nullptr;  // per-step scratch laid out as pages 0..n-1
+  const std::int32_t* src_pages = nullptr;
+  bf16* dst_pool = nullptr;  // the KV pool (destination pages)
+  const std::int32_t* dst_pages = nullptr;
+  float* dst_scores = nullptr;  // score pool of dst pages: [page][kv_head][16]
+  std::size_t page_elems = 0;   // KvLayout::page_elems() (same for src and dst)
+  // Scratch (device, sized by sparse_plan.h).
+  float* raw = nullptr;              // S     [score_off + kv_head * L + i]
+  float* pooled = nullptr;           // S'    same indexing; only [sinks, L - alpha) used
+  std::int32_t* kept_idx = nullptr;  // kept source positions, ascending per head
+  float* kept_score = nullptr;       // initial score of each kept slot
+};
+
+// S[g][i] = sum over window queries q >= i and heads h of group g of
+// exp(q_h . k_i * scale - lse[q,h]), for every i in [0, L) (keys after the window are
+// causally masked). Keys are the outer loop (one block per 64-key tile, kv head, sequence),
+// window queries the inner one; skipped for `window` policy.
+cudaError_t launch_sparse_score(const PrefillParams& p, cudaStream_t stream);
+// Pools S over [sinks, L - alpha), selects the top C - alpha - sinks (ties toward the lower
+// position) and writes kept_idx/kept_score: sinks, selected (ascending), window. Initial
+// scores: selected S'/alpha, sinks and window S/alpha. `window` policy: sinks + the last
+// C - sinks positions, scores 0.
+cudaError_t launch_sparse_select(const PrefillParams& p, cudaStream_t stream);
+// Gathers kept K/V of every head from the source pages into dst slots [0, kept) and writes
+// their scores (scores_only: scores only).
+cudaError_t launch_sparse_compact(const PrefillParams& p, cudaStream_t stream);
+// The three above in order.
+cudaError_t launch_sparse_prefill(const PrefillParams& p, cudaStream_t stream);
+
+// ---- decode of `scored` layers --------------------------------------------------------------
+
+struct DecodeSeq {
+  std::int32_t policy = 0;  // entries whose policy is not `scored` are skipped
+  std::int32_t capacity = 0;
+  std::int32_t ring = 0;
+  std::int32_t sinks = 0;
+  std::int32_t window = 0;    // alpha: lambda = 1/alpha
+  std::int32_t valid = 0;     // LayerSlots::valid BEFORE this step
+  std::int32_t ring_pos = 0;  // LayerSlots::ring_pos BEFORE this step
+  std::int32_t table = 0;     // offset into DecodeParams::pages
+  std::int32_t q_row = 0;     // row of this sequence's decode query in q/lse
+};
+
+struct DecodeParams {
+  const DecodeSeq* seqs = nullptr;
+  int num_seqs = 0;
+  int max_capacity = 0;  // grid size of the score update
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0.0f;
+  bf16* pool = nullptr;
+  float* scores = nullptr;
+  const std::int32_t* pages = nullptr;
+  std::size_t page_elems = 0;
+  const bf16* q = nullptr;     // [rows, q_heads, head_dim] (update only)
+  const float* lse = nullptr;  // [rows, q_heads] natural log, from decode attention (update only)
+};
+
+// Before the new token's K/V is written: when the ring is full, the token in the ring's
+// oldest slot (C - r + ring_pos) replaces, per KV head, the lowest-scored slot of
+// [sinks, C - r) (lowest slot on ties) if its score is strictly higher; else it is dropped.
+cudaError_t launch_scored_resolve(const DecodeParams& p, cudaStream_t stream);
+// After decode attention: recomputes p_h(j) = exp(q_h . k_j * scale - lse_h) for the slots
+// attended this step and sets s_j <- (1 - 1/alpha) s_j + (1/alpha) sum_{h in g} p_h(j); the
+// new token's slot starts at sum_{h in g} p_h(new).
+cudaError_t launch_scored_update(const DecodeParams& p, cudaStream_t stream);
+
+}  // namespace strata::cuda::sparse

@@ -1,0 +1,93 @@
+#include "cuda/sparse/sparse_plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/error.h"
+#include "runtime/kv_layout.h"
+
+namespace strata::cuda::sparse {
+
+PrefillPlan plan_sparse_prefill(const std::vector<PrefillInput>& inputs, int kv_heads) {
+  STRATA_CHECK(kv_heads > 0, "kv_heads " + std::to_string(kv_heads));
+  PrefillPlan plan;
+  std::int64_t score_off = 0, kept_off = 0;
+  for (std::size_t n = 0; n < inputs.size(); ++n) {
+    const PrefillInput& in = inputs[n];
+    const LayerRule& r = in.rule;
+    const std::string who = "sparse prefill seq " + std::to_string(n);
+    STRATA_CHECK(r.sparse(), who + ": layer is not sparse");
+    STRATA_CHECK(r.capacity >= r.sinks + r.window + 1 && r.window > 0,
+                 who + ": bad rule (capacity " + std::to_string(r.capacity) + ")");
+    STRATA_CHECK(in.prompt_len > 0, who + ": empty prompt");
+    STRATA_CHECK(in.pool_kernel >= 1 && in.pool_kernel % 2 == 1, who + ": pool kernel");
+    const int L = in.prompt_len;
+    const int kept = std::min(r.capacity, L);
+    STRATA_CHECK(!in.scores_only || (L <= r.capacity && r.policy == Policy::kScored),
+                 who + ": scores_only needs a scored layer whose prompt fits");
+    const int nq = std::min(r.window, L);
+    STRATA_CHECK(in.last_row >= nq - 1, who + ": last_row " + std::to_string(in.last_row));
+
+    PrefillSeq s;
+    s.policy = static_cast<std::int32_t>(r.policy);
+    s.prompt_len = L;
+    s.capacity = r.capacity;
+    s.sinks = r.sinks;
+    s.window = r.window;
+    s.pool_kind = static_cast<std::int32_t>(in.pool);
+    s.pool_kernel = in.pool_kernel;
+    s.scores_only = in.scores_only ? 1 : 0;
+    s.q_row = in.last_row - (nq - 1);
+    s.kept = kept;
+    s.score_off = score_off;
+    s.kept_off = kept_off;
+
+    const int src_need = pages_for_slots(L);
+    s.src_table = static_cast<std::int32_t>(plan.src_pages.size());
+    if (in.src_pages.empty()) {
+      s.src_scratch = 1;
+      for (int i = 0; i < src_need; ++i) plan.src_pages.push_back(plan.scratch_pages + i);
+      plan.scratch_pages += src_need;
+    } else {
+      STRATA_CHECK(static_cast<int>(in.src_pages.size()) >= src_need,
+                   who + ": source table covers " + std::to_string(in.src_pages.size()) +
+                       " pages, prompt needs " + std::to_string(src_need));
+      plan.src_pages.insert(plan.src_pages.end(), in.src_pages.begin(), in.src_pages.end());
+    }
+    const int dst_need = pages_for_slots(kept);
+    STRATA_CHECK(static_cast<int>(in.dst_pages.size()) >= dst_need,
+                 who + ": destination table covers " + std::to_string(in.dst_pages.size()) +
+                     " pages, " + std::to_string(kept) + " slots need " + std::to_string(dst_need));
+    s.dst_table = static_cast<std::int32_t>(plan.dst_pages.size());
+    plan.dst_pages.insert(plan.dst_pages.end(), in.dst_pages.begin(), in.dst_pages.end());
+
+    score_off += static_cast<std::int64_t>(kv_heads) * L;
+    kept_off += static_cast<std::int64_t>(kv_heads) * r.capacity;
+    plan.max_len = std::max(plan.max_len, L);
+    plan.max_kept = std::max(plan.max_kept, kept);
+    plan.seqs.push_back(s);
+  }
+  plan.score_floats = static_cast<std::size_t>(score_off);
+  plan.kept_elems = static_cast<std::size_t>(kept_off);
+  return plan;
+}
+
+DecodeSeq make_decode_seq(const LayerRule& rule, int valid, int ring_pos, int table, int q_row) {
+  STRATA_CHECK(valid >= 0 && (rule.capacity == 0 || valid <= rule.capacity),
+               "decode seq: valid " + std::to_string(valid));
+  STRATA_CHECK(rule.ring == 0 || (ring_pos >= 0 && ring_pos < rule.ring),
+               "decode seq: ring_pos " + std::to_string(ring_pos));
+  DecodeSeq s;
+  s.policy = static_cast<std::int32_t>(rule.policy);
+  s.capacity = rule.capacity;
+  s.ring = rule.ring;
+  s.sinks = rule.sinks;
+  s.window = rule.window;
+  s.valid = valid;
+  s.ring_pos = ring_pos;
+  s.table = table;
+  s.q_row = q_row;
+  return s;
+}
+
+}  // namespace strata::cuda::sparse

@@ -1,0 +1,139 @@
+// SnapKV scoring from the prefill kernel's LSE (DESIGN.md section 3).
+//
+// One block per (64-key tile, KV head, sequence). The block loads its keys once, then walks
+// the alpha * group window-query rows in chunks of 32: a tensor-core product (WMMA bf16,
+// fp32 accumulate) gives the 64 x 32 logits, and each thread adds exp(logit * scale - lse)
+// of its key into a register. Every key is owned by one block, so there is no cross-block
+// reduction; the cost is alpha * group * L * head_dim per KV head instead of L^2.
+#include <mma.h>
+
+#include "cuda/sparse/sparse_common.cuh"
+#include "cuda/sparse/sparse_kernels.h"
+
+namespace strata::cuda::sparse {
+namespace {
+
+using namespace detail;
+namespace wmma = nvcuda::wmma;
+
+constexpr int kKeys = 64;  // keys per block
+constexpr int kRows = 32;  // window-query rows per chunk
+constexpr int kThreads = 256;
+constexpr int kPad = 8;  // bf16 row padding (keeps WMMA ldm a multiple of 8)
+constexpr int kLogitLd = kRows + 4;
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) score_kernel(const PrefillParams p) {
+  const PrefillSeq& s = p.seqs[blockIdx.z];
+  const int L = s.prompt_len;
+  const int key0 = blockIdx.x * kKeys;
+  if (s.policy == kPolicyWindow || key0 >= L) return;
+  const int g = blockIdx.y;
+  const int group = p.q_heads / p.kv_heads;
+  const int nq = min(s.window, L);  // a prompt shorter than alpha observes with all of it
+  const int rows = nq * group;
+  const int first_q = L - nq;  // position of window query 0 (row q_row)
+
+  __shared__ __align__(32) bf16 ks[kKeys][HD + kPad];
+  __shared__ __align__(32) bf16 qs[kRows][HD + kPad];
+  __shared__ __align__(32) float logits[kKeys][kLogitLd];
+  __shared__ float lse_s[kRows];
+
+  const int tid = threadIdx.x;
+  const std::int32_t* table = p.src_pages + s.src_table;
+  const bf16* src = s.src_scratch ? p.scratch_pool : p.src_pool;
+  constexpr int kVec = HD / 8;  // uint4 per row
+  for (int e = tid; e < kKeys * kVec; e += kThreads) {
+    const int r = e / kVec, c = e % kVec;
+    const int key = key0 + r;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (key < L) {
+      const std::size_t off = kv_elem(table, p.page_elems, p.kv_heads, HD, g, key, false);
+      v = reinterpret_cast<const uint4*>(src + off)[c];
+    }
+    *reinterpret_cast<uint4*>(&ks[r][c * 8]) = v;
+  }
+
+  const int warp = tid / 32;
+  const int tile_m = warp / 2;  // 4 key tiles of 16
+  const int tile_n = warp % 2;  // 2 row tiles of 16
+  const int my_key = tid / 4;   // 4 threads per key, 8 rows each
+  const int my_sub = tid % 4;
+  // Window query q (0-based) sees key i iff i <= first_q + q.
+  const int key_pos = key0 + my_key;
+  float acc = 0.0f;
+
+  for (int r0 = 0; r0 < rows; r0 += kRows) {
+    __syncthreads();  // previous chunk's qs/logits are consumed
+    for (int e = tid; e < kRows * kVec; e += kThreads) {
+      const int r = e / kVec, c = e % kVec;
+      const int row = r0 + r;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (row < rows) {
+        const int qi = row / group, h = g * group + row % group;
+        const std::size_t off = (static_cast<std::size_t>(s.q_row + qi) * p.q_heads + h) * HD;
+        v = reinterpret_cast<const uint4*>(p.q + off)[c];
+      }
+      *reinterpret_cast<uint4*>(&qs[r][c * 8]) = v;
+    }
+    if (tid < kRows) {
+      const int row = r0 + tid;
+      float l = 0.0f;
+      if (row < rows) {
+        const int qi = row / group, h = g * group + row % group;
+        l = p.lse[static_cast<std::size_t>(s.q_row + qi) * p.q_heads + h];
+      }
+      lse_s[tid] = l;
+    }
+    __syncthreads();
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+    wmma::fill_fragment(c, 0.0f);
+#pragma unroll
+    for (int k = 0; k < HD; k += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
+      wmma::load_matrix_sync(a, &ks[tile_m * 16][k], HD + kPad);
+      wmma::load_matrix_sync(b, &qs[tile_n * 16][k], HD + kPad);
+      wmma::mma_sync(c, a, b, c);
+    }
+    wmma::store_matrix_sync(&logits[tile_m * 16][tile_n * 16], c, kLogitLd, wmma::mem_row_major);
+    __syncthreads();
+
+#pragma unroll
+    for (int j = 0; j < kRows / 4; ++j) {
+      const int r = my_sub * (kRows / 4) + j;
+      const int row = r0 + r;
+      const int qi = row / group;
+      if (row < rows && key_pos <= first_q + qi) {
+        acc += expf(logits[my_key][r] * p.scale - lse_s[r]);
+      }
+    }
+  }
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  if (my_sub == 0 && key_pos < L) {
+    p.raw[s.score_off + static_cast<std::int64_t>(g) * L + key_pos] = acc;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_sparse_score(const PrefillParams& p, cudaStream_t stream) {
+  if (p.num_seqs <= 0 || p.max_len <= 0) return cudaSuccess;
+  if (p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0) return cudaErrorInvalidValue;
+  const dim3 grid((p.max_len + kKeys - 1) / kKeys, p.kv_heads, p.num_seqs);
+  switch (p.head_dim) {
+    case 64:
+      score_kernel<64><<<grid, kThreads, 0, stream>>>(p);
+      break;
+    case 128:
+      score_kernel<128><<<grid, kThreads, 0, stream>>>(p);
+      break;
+    default:  // only the head sizes of the supported models are compiled
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace strata::cuda::sparse

@@ -1,0 +1,71 @@
+// Attention kernels over the paged KV cache (runtime/kv_layout.h, bf16): FlashAttention-2
+// style prefill on tensor cores and split-KV decode with a merge kernel. LSE contract:
+// natural log, fp32, [tokens, q_heads] (prefill) / [batch, q_heads] (decode):
+//   lse[q,h] = log sum_j exp(scale * q_h . k_j)   over the keys q attends to.
+// Plain C++ header.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace strata::cuda {
+
+// Prefill / chunked prefill: sequence s has nq[s] query tokens at rows row_start[s].. of q
+// and positions q_pos0[s] .. q_pos0[s]+nq[s]-1; its keys are slots 0 .. q_pos0[s]+nq[s]-1
+// of its pages (the chunk's own K/V already written there, prior context before it);
+// causal: query at position p sees keys 0..p. The grid walks `num_tiles` tiles of 64 query
+// rows, tile i = (tile_seq[i], tile_q0[i]) with tile_q0 the first query index in the seq.
+struct PrefillAttentionParams {
+  const __nv_bfloat16* q;  // [T, q_stride], head h at q + row*q_stride + h*head_dim
+  int q_stride;
+  const __nv_bfloat16* kv_pool;  // pages of page_elems elements
+  long long page_elems;
+  const int* block_table;  // [num_seqs, table_stride]
+  int table_stride;
+  const int* row_start;  // [num_seqs]
+  const int* nq;         // [num_seqs]
+  const int* q_pos0;     // [num_seqs]
+  const int* tile_seq;   // [num_tiles]
+  const int* tile_q0;    // [num_tiles]
+  int num_tiles;
+  __nv_bfloat16* out;  // [T, out_stride], head h at out + row*out_stride + h*head_dim
+  int out_stride;
+  float* lse;  // [T, heads] or nullptr
+  int heads;
+  int kv_heads;
+  int head_dim;  // 64 or 128 (dispatch.h)
+  float scale;
+};
+void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s);
+
+// Decode: one query token per batch entry b at row q_row[b]; it attends to slots
+// 0 .. seq_len[b]-1 of its pages (valid-slot count: sparse layers use the same kernel).
+// The keys are split into `num_splits` ranges per sequence (each block loads a K/V tile once
+// for the whole GQA group), then merged. seq_len[b] <= 0 marks padding (output zeros).
+struct DecodeAttentionParams {
+  const __nv_bfloat16* q;  // [rows, q_stride]
+  int q_stride;
+  const int* q_row;  // [batch]
+  const __nv_bfloat16* kv_pool;
+  long long page_elems;
+  const int* block_table;  // [batch, table_stride]
+  int table_stride;
+  const int* seq_len;  // [batch] valid slots
+  int batch;
+  int num_splits;      // <= kMaxDecodeSplits
+  float* part_o;       // workspace [batch, heads, num_splits, head_dim]
+  float* part_ml;      // workspace [batch, heads, num_splits, 2] (max, sum)
+  __nv_bfloat16* out;  // [rows, out_stride] at row q_row[b]
+  int out_stride;
+  float* lse;         // [batch, heads] or nullptr
+  float* logits;      // [batch, heads, logits_stride] scaled logits, or nullptr
+  int logits_stride;  // >= max seq_len when logits != nullptr
+  int heads;
+  int kv_heads;
+  int head_dim;
+  float scale;
+};
+inline constexpr int kMaxDecodeSplits = 64;
+void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s);
+
+}  // namespace strata::cuda

@@ -1,0 +1,198 @@
+// Decode attention over paged KV: split-KV with a merge kernel. One block per
+// (sequence, kv head, split) serves the whole GQA group: each K and V row is loaded once
+// (16-byte loads, head_dim/8 lanes per key) and used for all `group` query heads. Keys are
+// processed in chunks of kChunk slots with an online softmax, so a split may be any length.
+#include <cmath>
+
+#include "cuda/attention.h"
+#include "cuda/cuda_check.h"
+#include "cuda/dispatch.h"
+
+namespace strata::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 128, kWarps = kThreads / 32, kChunk = 256, kMaxGroup = 8;
+
+__device__ __forceinline__ void unpack8(const uint4& u, float* f) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __bfloat1622float2(h[i]);
+    f[2 * i] = x.x, f[2 * i + 1] = x.y;
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) decode_attention_kernel(const DecodeAttentionParams p) {
+  constexpr int kLpk = HD / 8;         // lanes per key
+  constexpr int kKpw = 32 / kLpk;      // keys per warp per pass
+  constexpr int kKpi = kKpw * kWarps;  // keys per block per pass
+  __shared__ float sS[kMaxGroup][kChunk];
+  __shared__ float sAlpha[kMaxGroup], sMrow[kMaxGroup], sLrow[kMaxGroup];
+  __shared__ float sO[kMaxGroup][HD];
+
+  const int b = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+  const int group = p.heads / p.kv_heads;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int sub = lane % kLpk, kslot = warp * kKpw + lane / kLpk;
+  const int len = p.seq_len[b];
+  const int per = len > 0 ? ((len + p.num_splits - 1) / p.num_splits + 15) / 16 * 16 : 0;
+  const int k0 = min(split * per, max(len, 0)), k1 = min(k0 + per, max(len, 0));
+
+  // This lane's 8 dims of every query head of the group.
+  float q[kMaxGroup][8];
+  const bf16* qrow = p.q + static_cast<long long>(p.q_row[b]) * p.q_stride;
+#pragma unroll
+  for (int hh = 0; hh < kMaxGroup; ++hh) {
+    if (hh < group) {
+      const uint4 u = *reinterpret_cast<const uint4*>(qrow + (g * group + hh) * HD + sub * 8);
+      unpack8(u, q[hh]);
+    }
+  }
+  float acc[kMaxGroup][8];
+#pragma unroll
+  for (int hh = 0; hh < kMaxGroup; ++hh)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[hh][e] = 0.0f;
+  for (int i = threadIdx.x; i < kMaxGroup * HD; i += kThreads) (&sO[0][0])[i] = 0.0f;
+  if (threadIdx.x < kMaxGroup) sMrow[threadIdx.x] = -INFINITY, sLrow[threadIdx.x] = 0.0f;
+
+  const int* table = p.block_table + static_cast<long long>(b) * p.table_stride;
+  const long long part = p.page_elems / 2;
+  for (int c0 = k0; c0 < k1; c0 += kChunk) {
+    const int c1 = min(c0 + kChunk, k1);
+    __syncthreads();
+    // 1. Scaled logits of the chunk for every head of the group.
+    for (int j = c0 + kslot; j < c1; j += kKpi) {
+      const bf16* kp = p.kv_pool + static_cast<long long>(table[j >> 4]) * p.page_elems +
+                       (static_cast<long long>(g) * 16 + (j & 15)) * HD + sub * 8;
+      float kf[8];
+      unpack8(*reinterpret_cast<const uint4*>(kp), kf);
+#pragma unroll
+      for (int hh = 0; hh < kMaxGroup; ++hh) {
+        if (hh < group) {
+          float d = 0.0f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) d += q[hh][e] * kf[e];
+#pragma unroll
+          for (int o = kLpk / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+          if (sub == 0) sS[hh][j - c0] = d * p.scale;
+        }
+      }
+    }
+    __syncthreads();
+    // 2. Online softmax per head (warp w takes heads w, w + 4).
+    for (int hh = warp; hh < group; hh += kWarps) {
+      float mx = -INFINITY;
+      for (int j = lane; j < c1 - c0; j += 32) mx = fmaxf(mx, sS[hh][j]);
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_old = sMrow[hh], m_new = fmaxf(m_old, mx);
+      float sum = 0.0f;
+      for (int j = lane; j < c1 - c0; j += 32) {
+        const float s = sS[hh][j];
+        if (p.logits)
+          p.logits[(static_cast<long long>(b) * p.heads + g * group + hh) * p.logits_stride + c0 +
+                   j] = s;
+        const float e = __expf(s - m_new);
+        sS[hh][j] = e;
+        sum += e;
+      }
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      if (lane == 0) {
+        const float alpha = __expf(m_old - m_new);  // m_old = -inf -> 0
+        sAlpha[hh] = alpha;
+        sMrow[hh] = m_new;
+        sLrow[hh] = sLrow[hh] * alpha + sum;
+      }
+    }
+    __syncthreads();
+    // 3. acc = acc * alpha + sum_j p_j v_j (this thread's keys and 8 dims).
+#pragma unroll
+    for (int hh = 0; hh < kMaxGroup; ++hh)
+      if (hh < group) {
+        const float a = sAlpha[hh];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[hh][e] *= a;
+      }
+    for (int j = c0 + kslot; j < c1; j += kKpi) {
+      const bf16* vp = p.kv_pool + static_cast<long long>(table[j >> 4]) * p.page_elems + part +
+                       (static_cast<long long>(g) * 16 + (j & 15)) * HD + sub * 8;
+      float vf[8];
+      unpack8(*reinterpret_cast<const uint4*>(vp), vf);
+#pragma unroll
+      for (int hh = 0; hh < kMaxGroup; ++hh)
+        if (hh < group) {
+          const float pj = sS[hh][j - c0];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[hh][e] += pj * vf[e];
+        }
+    }
+  }
+  __syncthreads();
+  // Reduce the key slots' partial sums and write this split's partial result.
+#pragma unroll
+  for (int hh = 0; hh < kMaxGroup; ++hh)
+    if (hh < group)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) atomicAdd(&sO[hh][sub * 8 + e], acc[hh][e]);
+  __syncthreads();
+  for (int i = threadIdx.x; i < group * HD; i += kThreads) {
+    const int hh = i / HD, d = i % HD;
+    const long long idx =
+        (static_cast<long long>(b) * p.heads + g * group + hh) * p.num_splits + split;
+    p.part_o[idx * HD + d] = sO[hh][d];
+    if (d == 0) {
+      p.part_ml[idx * 2] = sMrow[hh];
+      p.part_ml[idx * 2 + 1] = sLrow[hh];
+    }
+  }
+}
+
+template <int HD>
+__global__ void decode_merge_kernel(const DecodeAttentionParams p) {
+  const int b = blockIdx.x, h = blockIdx.y;
+  const long long base = (static_cast<long long>(b) * p.heads + h) * p.num_splits;
+  float m = -INFINITY;
+  for (int s = 0; s < p.num_splits; ++s) m = fmaxf(m, p.part_ml[(base + s) * 2]);
+  float l = 0.0f;
+  for (int s = 0; s < p.num_splits; ++s) {
+    const float ms = p.part_ml[(base + s) * 2];
+    if (ms != -INFINITY) l += p.part_ml[(base + s) * 2 + 1] * __expf(ms - m);
+  }
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  bf16* out = p.out + static_cast<long long>(p.q_row[b]) * p.out_stride + h * HD;
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float ms = p.part_ml[(base + s) * 2];
+      if (ms != -INFINITY) o += p.part_o[(base + s) * HD + d] * __expf(ms - m);
+    }
+    out[d] = __float2bfloat16_rn(o * inv);
+  }
+  if (p.lse && threadIdx.x == 0)
+    p.lse[static_cast<long long>(b) * p.heads + h] = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
+}  // namespace
+
+void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s) {
+  if (p.batch == 0) return;
+  if (p.kv_heads <= 0 || p.heads % p.kv_heads != 0 || p.heads / p.kv_heads > kMaxGroup)
+    throw ConfigError("num_key_value_heads",
+                      "decode attention: heads/kv_heads must be an integer <= " +
+                          std::to_string(kMaxGroup) + " (heads " + std::to_string(p.heads) +
+                          ", kv_heads " + std::to_string(p.kv_heads) + ")");
+  if (p.num_splits < 1 || p.num_splits > kMaxDecodeSplits)
+    throw InternalError("decode attention: num_splits " + std::to_string(p.num_splits) +
+                        " outside 1.." + std::to_string(kMaxDecodeSplits));
+  STRATA_DISPATCH_HEAD_DIM(p.head_dim, "decode attention", HD, {
+    decode_attention_kernel<HD><<<dim3(p.batch, p.kv_heads, p.num_splits), kThreads, 0, s>>>(p);
+    CUDA_CHECK_LAUNCH();
+    decode_merge_kernel<HD><<<dim3(p.batch, p.heads), 128, 0, s>>>(p);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace strata::cuda

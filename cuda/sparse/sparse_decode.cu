@@ -71,7 +71,7 @@ constexpr int kUpdateSlots = kUpdateWarps * kSlotsPerWarp;
 template <int HD>
 __global__ void __launch_bounds__(kUpdateWarps * 32) update_kernel(const DecodeParams p) {
   const DecodeSeq& s = p.seqs[blockIdx.z];
-  if (s.policy != kPolicyScored) return;
+  if (s.policy == 0) return;  // full layer / padding
   const bool full = ring_full(s);
   const int attended = full ? s.capacity : s.valid + 1;
   const int new_slot = full ? s.capacity - s.ring + s.ring_pos : s.valid;
@@ -128,10 +128,10 @@ cudaError_t launch_scored_resolve(const DecodeParams& p, cudaStream_t stream) {
 }
 
 cudaError_t launch_scored_update(const DecodeParams& p, cudaStream_t stream) {
-  if (p.num_seqs <= 0 || p.max_capacity <= 0) return cudaSuccess;
+  if (p.num_seqs <= 0 || p.max_slots <= 0) return cudaSuccess;
   if (p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 || p.q_heads / p.kv_heads > kMaxGroup)
     return cudaErrorInvalidValue;
-  const dim3 grid((p.max_capacity + kUpdateSlots - 1) / kUpdateSlots, p.kv_heads, p.num_seqs);
+  const dim3 grid((p.max_slots + kUpdateSlots - 1) / kUpdateSlots, p.kv_heads, p.num_seqs);
   switch (p.head_dim) {
     case 64:
       update_kernel<64><<<grid, kUpdateWarps * 32, 0, stream>>>(p);

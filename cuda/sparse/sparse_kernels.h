@@ -27,22 +27,29 @@ using bf16 = __nv_bfloat16;
 
 // ---- prefill: scoring, pooling + selection, compaction ------------------------------------
 
-// One sequence of one sparse layer at its selection (LayerAction::kSelect), or a
-// direct-prefilled `scored` layer whose initial scores are wanted (`scores_only`).
+// One sequence of one sparse layer in a prefill step, in one of two modes:
+//  - select (LayerAction::kSelect, prompt longer than C): the source pages hold positions
+//    [0, L) at slots [0, L); score with the window queries, select, compact into dst pages.
+//  - direct (a sparse layer whose prompt fits, any chunk): the chunk's queries at positions
+//    [chunk_start, L) have attended slots [0, pos] of the layer's own pages; the per-slot
+//    score averages advance exactly as if each prompt token were a decode step (the CPU
+//    backend's order), written straight into the score pool. No selection, no copy.
 struct PrefillSeq {
   std::int32_t policy = 0;      // runtime Policy value: 1 window, 2 snapkv, 3 scored
-  std::int32_t prompt_len = 0;  // L: the source holds positions [0, L) at slots [0, L)
+  std::int32_t prompt_len = 0;  // L: keys [0, L); select: the whole prompt, direct: chunk end
   std::int32_t capacity = 0;    // C_l
   std::int32_t sinks = 0;
   std::int32_t window = 0;       // alpha: observation window = positions [L - alpha, L)
   std::int32_t pool_kind = 0;    // runtime PoolKind value: 0 max, 1 avg
   std::int32_t pool_kernel = 1;  // odd
-  std::int32_t scores_only = 0;  // 1: write initial scores of [0, L) only (L <= C, no K/V copy)
+  std::int32_t direct = 0;       // 1: direct mode (see above)
+  std::int32_t chunk_start = 0;  // direct: first position of this chunk
   std::int32_t src_scratch = 0;  // 1: source pages index scratch_pool, 0: src_pool
-  std::int32_t q_row = 0;        // row in q/lse of position max(0, L - alpha)
+  std::int32_t q_row = 0;        // row in q/lse of the first query used: select: position
+                                 // max(0, L - alpha), direct: position chunk_start
   std::int32_t src_table = 0;    // offset into PrefillParams::src_pages (>= ceil(L/16) ids)
   std::int32_t dst_table = 0;    // offset into PrefillParams::dst_pages (>= ceil(kept/16) ids)
-  std::int32_t kept = 0;         // slots kept = min(C, L) (host-computed; = valid afterwards)
+  std::int32_t kept = 0;         // select: slots kept = C (= valid afterwards); direct: 0
   std::int64_t score_off = 0;    // offset into raw/pooled scratch: [kv_head][L] floats
   std::int64_t kept_off = 0;     // offset into kept_idx/kept_score scratch: [kv_head][C]
 };
@@ -53,12 +60,13 @@ struct PrefillParams {
   int max_len = 0;   // max prompt_len over seqs (grid size of the scoring kernel)
   int max_kept = 0;  // max kept over seqs (grid size of the compaction kernel)
   int q_heads = 0;
-  int kv_heads = 0;                // q_heads % kv_heads == 0
-  int head_dim = 0;                // 64 or 128
-  float scale = 0.0f;              // softmax scale of the prefill kernel (1/sqrt(head_dim))
-  const bf16* q = nullptr;         // [rows, q_heads, head_dim]: queries of this step (after RoPE)
-  const float* lse = nullptr;      // [rows, q_heads]: natural-log LSE from the prefill kernel
-  const bf16* src_pool = nullptr;  // pool holding temporary pages (usually dst_pool)
+  int kv_heads = 0;                    // q_heads % kv_heads == 0, q_heads / kv_heads <= 16
+  int head_dim = 0;                    // 64 or 128
+  float scale = 0.0f;                  // softmax scale of the prefill kernel (1/sqrt(head_dim))
+  const bf16* q = nullptr;             // [rows, q_stride]: head h at q + row * q_stride + h * hd
+  int q_stride = 0;                    // 0: q_heads * head_dim
+  const float* lse = nullptr;          // [rows, q_heads]: natural-log LSE from the prefill kernel
+  const bf16* src_pool = nullptr;      // pool holding temporary pages (usually dst_pool)
   const bf16* scratch_pool = nullptr;  // per-step scratch laid out as pages 0..n-1
   const std::int32_t* src_pages = nullptr;
   bf16* dst_pool = nullptr;  // the KV pool (destination pages)
@@ -72,18 +80,19 @@ struct PrefillParams {
   float* kept_score = nullptr;       // initial score of each kept slot
 };
 
-// S[g][i] = sum over window queries q >= i and heads h of group g of
-// exp(q_h . k_i * scale - lse[q,h]), for every i in [0, L) (keys after the window are
-// causally masked). Keys are the outer loop (one block per 64-key tile, kv head, sequence),
-// window queries the inner one; skipped for `window` policy.
+// Select mode: S[g][i] = sum over window queries q >= i and heads h of group g of
+// exp(q_h . k_i * scale - lse[q,h]) for every i in [0, L) into `raw` (snapkv::window_scores).
+// Direct mode: the score pool of [0, L) after the chunk's score averages.
+// Keys are the outer loop (one block per 64-key tile, kv head, sequence), queries the inner
+// one, so each block sums its own keys with no cross-block reduction.
 cudaError_t launch_sparse_score(const PrefillParams& p, cudaStream_t stream);
-// Pools S over [sinks, L - alpha), selects the top C - alpha - sinks (ties toward the lower
-// position) and writes kept_idx/kept_score: sinks, selected (ascending), window. Initial
-// scores: selected S'/alpha, sinks and window S/alpha. `window` policy: sinks + the last
-// C - sinks positions, scores 0.
+// Select mode only: pools S over [sinks, L - alpha), selects the top C - alpha - sinks (ties
+// toward the lower position) and writes kept_idx/kept_score: sinks, selected (ascending),
+// window; `window` policy: sinks + the last C - sinks positions. Initial scores: selected
+// S'/alpha, every other kept position S/alpha (snapkv::select_prompt).
 cudaError_t launch_sparse_select(const PrefillParams& p, cudaStream_t stream);
-// Gathers kept K/V of every head from the source pages into dst slots [0, kept) and writes
-// their scores (scores_only: scores only).
+// Select mode only: gathers kept K/V of every head from the source pages into dst slots
+// [0, kept) and writes their scores.
 cudaError_t launch_sparse_compact(const PrefillParams& p, cudaStream_t stream);
 // The three above in order.
 cudaError_t launch_sparse_prefill(const PrefillParams& p, cudaStream_t stream);
@@ -105,7 +114,7 @@ struct DecodeSeq {
 struct DecodeParams {
   const DecodeSeq* seqs = nullptr;
   int num_seqs = 0;
-  int max_capacity = 0;  // grid size of the score update
+  int max_slots = 0;  // max slots attended this step (C, or valid + 1): update grid size
   int q_heads = 0;
   int kv_heads = 0;
   int head_dim = 0;
@@ -114,17 +123,19 @@ struct DecodeParams {
   float* scores = nullptr;
   const std::int32_t* pages = nullptr;
   std::size_t page_elems = 0;
-  const bf16* q = nullptr;     // [rows, q_heads, head_dim] (update only)
-  const float* lse = nullptr;  // [rows, q_heads] natural log, from decode attention (update only)
+  const bf16* q = nullptr;     // [rows, q_stride], head h at q + q_row * q_stride + h * hd
+  int q_stride = 0;            // 0: q_heads * head_dim
+  const float* lse = nullptr;  // [num_seqs, q_heads] natural log, decode attention's lse in
+                               // its batch order (= the order of seqs)
 };
 
 // Before the new token's K/V is written: when the ring is full, the token in the ring's
 // oldest slot (C - r + ring_pos) replaces, per KV head, the lowest-scored slot of
 // [sinks, C - r) (lowest slot on ties) if its score is strictly higher; else it is dropped.
 cudaError_t launch_scored_resolve(const DecodeParams& p, cudaStream_t stream);
-// After decode attention: recomputes p_h(j) = exp(q_h . k_j * scale - lse_h) for the slots
-// attended this step and sets s_j <- (1 - 1/alpha) s_j + (1/alpha) sum_{h in g} p_h(j); the
-// new token's slot starts at sum_{h in g} p_h(new).
+// After decode attention, every sparse policy (the CPU backend's rule): recomputes p_h(j) = exp(q_h
+// . k_j * scale - lse_h) for the slots attended this step and sets s_j <- (1 - 1/alpha) s_j +
+// (1/alpha) sum_{h in g} p_h(j); the new token's slot starts at sum_{h in g} p_h(new).
 cudaError_t launch_scored_update(const DecodeParams& p, cudaStream_t stream);
 
 }  // namespace strata::cuda::sparse

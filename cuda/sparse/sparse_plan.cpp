@@ -20,27 +20,42 @@ PrefillPlan plan_sparse_prefill(const std::vector<PrefillInput>& inputs, int kv_
     STRATA_CHECK(r.capacity >= r.sinks + r.window + 1 && r.window > 0,
                  who + ": bad rule (capacity " + std::to_string(r.capacity) + ")");
     STRATA_CHECK(in.prompt_len > 0, who + ": empty prompt");
-    STRATA_CHECK(in.pool_kernel >= 1 && in.pool_kernel % 2 == 1, who + ": pool kernel");
+    STRATA_CHECK(r.pool_kernel >= 1 && r.pool_kernel % 2 == 1, who + ": pool kernel");
     const int L = in.prompt_len;
-    const int kept = std::min(r.capacity, L);
-    STRATA_CHECK(!in.scores_only || (L <= r.capacity && r.policy == Policy::kScored),
-                 who + ": scores_only needs a scored layer whose prompt fits");
-    const int nq = std::min(r.window, L);
-    STRATA_CHECK(in.last_row >= nq - 1, who + ": last_row " + std::to_string(in.last_row));
-
     PrefillSeq s;
     s.policy = static_cast<std::int32_t>(r.policy);
     s.prompt_len = L;
     s.capacity = r.capacity;
     s.sinks = r.sinks;
     s.window = r.window;
-    s.pool_kind = static_cast<std::int32_t>(in.pool);
-    s.pool_kernel = in.pool_kernel;
-    s.scores_only = in.scores_only ? 1 : 0;
-    s.q_row = in.last_row - (nq - 1);
-    s.kept = kept;
+    s.pool_kind = static_cast<std::int32_t>(r.pool);
+    s.pool_kernel = r.pool_kernel;
     s.score_off = score_off;
     s.kept_off = kept_off;
+    s.dst_table = static_cast<std::int32_t>(plan.dst_pages.size());
+    if (in.direct) {
+      STRATA_CHECK(L <= r.capacity, who + ": direct chunk ends at " + std::to_string(L) +
+                                        " > capacity " + std::to_string(r.capacity));
+      STRATA_CHECK(in.chunk_start >= 0 && in.chunk_start < L, who + ": chunk_start");
+      STRATA_CHECK(in.last_row >= L - 1 - in.chunk_start, who + ": last_row");
+      STRATA_CHECK(static_cast<int>(in.dst_pages.size()) >= pages_for_slots(L),
+                   who + ": page table covers " + std::to_string(in.dst_pages.size()) +
+                       " pages, chunk ends at slot " + std::to_string(L));
+      s.direct = 1;
+      s.chunk_start = in.chunk_start;
+      s.q_row = in.last_row - (L - 1 - in.chunk_start);
+      plan.dst_pages.insert(plan.dst_pages.end(), in.dst_pages.begin(), in.dst_pages.end());
+      plan.max_len = std::max(plan.max_len, L);
+      plan.seqs.push_back(s);
+      continue;  // no scratch: writes the score pool directly
+    }
+    STRATA_CHECK(L > r.capacity, who + ": select with prompt " + std::to_string(L) +
+                                     " <= capacity " + std::to_string(r.capacity));
+    const int nq = std::min(r.window, L);
+    STRATA_CHECK(in.last_row >= nq - 1, who + ": last_row " + std::to_string(in.last_row));
+    const int kept = r.capacity;
+    s.q_row = in.last_row - (nq - 1);
+    s.kept = kept;
 
     const int src_need = pages_for_slots(L);
     s.src_table = static_cast<std::int32_t>(plan.src_pages.size());
@@ -58,7 +73,6 @@ PrefillPlan plan_sparse_prefill(const std::vector<PrefillInput>& inputs, int kv_
     STRATA_CHECK(static_cast<int>(in.dst_pages.size()) >= dst_need,
                  who + ": destination table covers " + std::to_string(in.dst_pages.size()) +
                      " pages, " + std::to_string(kept) + " slots need " + std::to_string(dst_need));
-    s.dst_table = static_cast<std::int32_t>(plan.dst_pages.size());
     plan.dst_pages.insert(plan.dst_pages.end(), in.dst_pages.begin(), in.dst_pages.end());
 
     score_off += static_cast<std::int64_t>(kv_heads) * L;

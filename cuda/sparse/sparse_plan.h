@@ -13,18 +13,19 @@
 
 namespace strata::cuda::sparse {
 
-// One sequence of one sparse layer whose prompt ends in this step.
+// One sequence of one sparse layer in a prefill step (PrefillSeq's two modes).
 struct PrefillInput {
-  LayerRule rule;                  // sparse policy of this sequence's layer
-  PoolKind pool = PoolKind::kMax;  // from the sequence's profile
-  int pool_kernel = 7;
-  int prompt_len = 0;  // L
-  int last_row = 0;    // row of position L - 1 in this step's q/lse
-  // Source of the prompt's K/V (position p at slot p): the temp pages (LayerSlots::temp_pages)
-  // or, when empty, `scratch_pages` pages of the backend's scratch (identity table).
+  LayerRule rule;  // sparse policy (and pool kind/kernel) of this sequence's layer
+  // Select mode: L = prompt_len (the chunk holds positions [L - alpha, L) at least).
+  // Direct mode: L = end of this chunk (start + n), the chunk holds [chunk_start, L).
+  int prompt_len = 0;
+  bool direct = false;
+  int chunk_start = 0;  // direct only
+  int last_row = 0;     // row of position L - 1 in this step's q/lse
+  // Select mode: source of the prompt's K/V (position p at slot p): the temp pages
+  // (LayerSlots::temp_pages) or, when empty, pages of the backend's scratch (identity table).
   std::vector<std::int32_t> src_pages;
   std::vector<std::int32_t> dst_pages;  // LayerSlots::pages
-  bool scores_only = false;             // direct prefill of a `scored` layer (L <= C): scores only
 };
 
 struct PrefillPlan {
@@ -39,7 +40,8 @@ struct PrefillPlan {
 };
 
 // kv_heads: local KV heads. Throws InternalError on a full layer, a table that does not
-// cover the prompt (source) or the kept slots (destination), or scores_only with L > C.
+// cover the prompt (source) or the kept slots (destination), a select with L <= C or a
+// direct chunk with L > C (snapkv: C + generated tokens is checked by the caller).
 PrefillPlan plan_sparse_prefill(const std::vector<PrefillInput>& inputs, int kv_heads);
 
 // One sequence of one sparse layer in a decode step.

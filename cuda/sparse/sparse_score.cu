@@ -1,4 +1,5 @@
-// SnapKV scoring from the prefill kernel's LSE (DESIGN.md section 3).
+// SnapKV scoring from the prefill kernel's LSE (DESIGN.md section 3), and the score
+// averages of direct-prefilled sparse layers.
 //
 // One block per (64-key tile, KV head, sequence). The block loads its keys once, then walks
 // the alpha * group window-query rows in chunks of 32: a tensor-core product (WMMA bf16,
@@ -27,21 +28,27 @@ __global__ void __launch_bounds__(kThreads) score_kernel(const PrefillParams p) 
   const PrefillSeq& s = p.seqs[blockIdx.z];
   const int L = s.prompt_len;
   const int key0 = blockIdx.x * kKeys;
-  if (s.policy == kPolicyWindow || key0 >= L) return;
+  if (key0 >= L) return;
   const int g = blockIdx.y;
   const int group = p.q_heads / p.kv_heads;
-  const int nq = min(s.window, L);  // a prompt shorter than alpha observes with all of it
+  const bool direct = s.direct != 0;
+  // Queries: select mode the last min(alpha, L) positions, direct mode the chunk.
+  const int first_q = direct ? s.chunk_start : L - min(s.window, L);
+  const int nq = L - first_q;
   const int rows = nq * group;
-  const int first_q = L - nq;  // position of window query 0 (row q_row)
+  const float keep = 1.0f - 1.0f / static_cast<float>(s.window);  // direct: EMA decay
+  const std::size_t q_stride =
+      p.q_stride > 0 ? p.q_stride : static_cast<std::size_t>(p.q_heads) * HD;
 
   __shared__ __align__(32) bf16 ks[kKeys][HD + kPad];
   __shared__ __align__(32) bf16 qs[kRows][HD + kPad];
   __shared__ __align__(32) float logits[kKeys][kLogitLd];
   __shared__ float lse_s[kRows];
+  __shared__ float weight_s[kRows];  // direct: (1 - 1/alpha)^(queries after this one)
 
   const int tid = threadIdx.x;
-  const std::int32_t* table = p.src_pages + s.src_table;
-  const bf16* src = s.src_scratch ? p.scratch_pool : p.src_pool;
+  const std::int32_t* table = direct ? p.dst_pages + s.dst_table : p.src_pages + s.src_table;
+  const bf16* src = direct ? p.dst_pool : (s.src_scratch ? p.scratch_pool : p.src_pool);
   constexpr int kVec = HD / 8;  // uint4 per row
   for (int e = tid; e < kKeys * kVec; e += kThreads) {
     const int r = e / kVec, c = e % kVec;
@@ -59,11 +66,12 @@ __global__ void __launch_bounds__(kThreads) score_kernel(const PrefillParams p) 
   const int tile_n = warp % 2;  // 2 row tiles of 16
   const int my_key = tid / 4;   // 4 threads per key, 8 rows each
   const int my_sub = tid % 4;
-  // Window query q (0-based) sees key i iff i <= first_q + q.
   const int key_pos = key0 + my_key;
   float acc = 0.0f;
 
-  for (int r0 = 0; r0 < rows; r0 += kRows) {
+  // Queries before this key tile see none of its keys: start at the first that can.
+  const int row_begin = (max(0, key0 - first_q) * group) / kRows * kRows;
+  for (int r0 = row_begin; r0 < rows; r0 += kRows) {
     __syncthreads();  // previous chunk's qs/logits are consumed
     for (int e = tid; e < kRows * kVec; e += kThreads) {
       const int r = e / kVec, c = e % kVec;
@@ -71,19 +79,22 @@ __global__ void __launch_bounds__(kThreads) score_kernel(const PrefillParams p) 
       uint4 v = make_uint4(0, 0, 0, 0);
       if (row < rows) {
         const int qi = row / group, h = g * group + row % group;
-        const std::size_t off = (static_cast<std::size_t>(s.q_row + qi) * p.q_heads + h) * HD;
+        const std::size_t off =
+            static_cast<std::size_t>(s.q_row + qi) * q_stride + static_cast<std::size_t>(h) * HD;
         v = reinterpret_cast<const uint4*>(p.q + off)[c];
       }
       *reinterpret_cast<uint4*>(&qs[r][c * 8]) = v;
     }
     if (tid < kRows) {
       const int row = r0 + tid;
-      float l = 0.0f;
+      float l = 0.0f, w = 1.0f;
       if (row < rows) {
         const int qi = row / group, h = g * group + row % group;
         l = p.lse[static_cast<std::size_t>(s.q_row + qi) * p.q_heads + h];
+        if (direct) w = powf(keep, static_cast<float>(nq - 1 - qi));
       }
       lse_s[tid] = l;
+      weight_s[tid] = w;
     }
     __syncthreads();
 
@@ -104,15 +115,21 @@ __global__ void __launch_bounds__(kThreads) score_kernel(const PrefillParams p) 
     for (int j = 0; j < kRows / 4; ++j) {
       const int r = my_sub * (kRows / 4) + j;
       const int row = r0 + r;
-      const int qi = row / group;
-      if (row < rows && key_pos <= first_q + qi) {
-        acc += expf(logits[my_key][r] * p.scale - lse_s[r]);
+      const int pos = first_q + row / group;  // the query's position
+      if (row < rows && key_pos <= pos) {
+        float e = expf(logits[my_key][r] * p.scale - lse_s[r]);
+        if (direct) e *= weight_s[r] * (key_pos == pos ? 1.0f : 1.0f - keep);
+        acc += e;
       }
     }
   }
   acc += __shfl_xor_sync(0xffffffffu, acc, 1);
   acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-  if (my_sub == 0 && key_pos < L) {
+  if (my_sub != 0 || key_pos >= L) return;
+  if (direct) {
+    float& sc = p.dst_scores[score_elem(table, p.kv_heads, g, key_pos)];
+    sc = key_pos < s.chunk_start ? powf(keep, static_cast<float>(nq)) * sc + acc : acc;
+  } else {
     p.raw[s.score_off + static_cast<std::int64_t>(g) * L + key_pos] = acc;
   }
 }

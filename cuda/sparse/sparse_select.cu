@@ -60,17 +60,19 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const PrefillPar
   std::int32_t* kept = p.kept_idx + s.kept_off + static_cast<std::int64_t>(g) * C;
   float* kept_score = p.kept_score + s.kept_off + static_cast<std::int64_t>(g) * C;
 
-  if (s.policy == kPolicyWindow) {  // sinks + the most recent C - sinks positions, in order
-    for (int j = tid; j < s.kept; j += kSelectThreads) {
-      kept[j] = (L <= C || j < sinks) ? j : L - (C - sinks) + (j - sinks);
-      kept_score[j] = 0.0f;
-    }
-    return;
-  }
-
+  if (s.direct) return;
   const float* raw = p.raw + s.score_off + static_cast<std::int64_t>(g) * L;
   float* pooled = p.pooled + s.score_off + static_cast<std::int64_t>(g) * L;
   const float inv_alpha = 1.0f / static_cast<float>(alpha);
+
+  if (s.policy == kPolicyWindow) {  // sinks + the most recent C - sinks positions, in order
+    for (int j = tid; j < s.kept; j += kSelectThreads) {
+      const int pos = (L <= C || j < sinks) ? j : L - (C - sinks) + (j - sinks);
+      kept[j] = pos;
+      kept_score[j] = raw[pos] * inv_alpha;
+    }
+    return;
+  }
   const int lo = min(sinks, L);
   const int hi = max(lo, L - alpha);  // selectable range [lo, hi)
   const int half = s.pool_kernel / 2;
@@ -136,21 +138,18 @@ __global__ void __launch_bounds__(kCompactWarps * 32) compact_kernel(const Prefi
   const int g = blockIdx.y;
   const int j = blockIdx.x * kCompactWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (j >= s.kept) return;
+  if (s.direct || j >= s.kept) return;
   const std::int64_t at = s.kept_off + static_cast<std::int64_t>(g) * s.capacity + j;
   const int src = p.kept_idx[at];
   const std::int32_t* dst_table = p.dst_pages + s.dst_table;
-  if (!s.scores_only) {
-    const std::int32_t* src_table = p.src_pages + s.src_table;
-    const bf16* src_pool = s.src_scratch ? p.scratch_pool : p.src_pool;
-    const int hd = p.head_dim;
-    for (int part = 0; part < 2; ++part) {
-      const bool v = part == 1;
-      copy_row(p.dst_pool + kv_elem(dst_table, p.page_elems, p.kv_heads, hd, g, j, v),
-               src_pool + kv_elem(src_table, p.page_elems, p.kv_heads, hd, g, src, v), hd, lane,
-               32);
-    }
-  }
+  const std::int32_t* src_table = p.src_pages + s.src_table;
+  const bf16* src_pool = s.src_scratch ? p.scratch_pool : p.src_pool;
+  const int hd = p.head_dim;
+  // Lanes 0-15 copy K, 16-31 copy V.
+  const bool v = lane >= 16;
+  copy_row(p.dst_pool + kv_elem(dst_table, p.page_elems, p.kv_heads, hd, g, j, v),
+           src_pool + kv_elem(src_table, p.page_elems, p.kv_heads, hd, g, src, v), hd, lane % 16,
+           16);
   if (lane == 0) p.dst_scores[score_elem(dst_table, p.kv_heads, g, j)] = p.kept_score[at];
 }
 

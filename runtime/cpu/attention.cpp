@@ -1,0 +1,253 @@
+#include "runtime/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "runtime/cpu/kernels.h"
+#include "runtime/error.h"
+#include "runtime/snapkv.h"
+
+namespace strata::cpu {
+namespace {
+
+// Slots of one head, backed by a page table of the pool or by a contiguous scratch buffer.
+class Slots {
+ public:
+  Slots(KvPool& pool, int head, const std::vector<std::int32_t>& pages)
+      : pool_(&pool), head_(head), pages_(&pages) {}
+  Slots(float* k, float* v, int head_dim) : k_(k), v_(v), head_dim_(head_dim) {}
+
+  float* k(int slot) const {
+    return k_ ? k_ + static_cast<std::size_t>(slot) * head_dim_
+              : pool_->k(page(slot), head_, slot % kBlockSize);
+  }
+  float* v(int slot) const {
+    return v_ ? v_ + static_cast<std::size_t>(slot) * head_dim_
+              : pool_->v(page(slot), head_, slot % kBlockSize);
+  }
+  float* score(int slot) const { return pool_->score(page(slot), head_, slot % kBlockSize); }
+  int capacity() const {
+    return k_ ? std::numeric_limits<int>::max() : static_cast<int>(pages_->size()) * kBlockSize;
+  }
+
+ private:
+  int page(int slot) const { return (*pages_)[static_cast<std::size_t>(slot / kBlockSize)]; }
+  KvPool* pool_ = nullptr;
+  int head_ = 0;
+  const std::vector<std::int32_t>* pages_ = nullptr;
+  float* k_ = nullptr;
+  float* v_ = nullptr;
+  int head_dim_ = 0;
+};
+
+void write_kv(const Slots& s, int slot, const float* k, const float* v, int head_dim) {
+  STRATA_CHECK(slot >= 0 && slot < s.capacity(),
+               "slot " + std::to_string(slot) + " outside the page table");
+  std::memcpy(s.k(slot), k, sizeof(float) * head_dim);
+  std::memcpy(s.v(slot), v, sizeof(float) * head_dim);
+}
+
+// One query row of the group over slots [0, visible): out, lse and (when probs is given)
+// each head's probabilities probs[h * visible + j].
+void attend_row(const Slots& s, int visible, const AttnArgs& a, const float* q, float* out,
+                double* lse, std::vector<float>* probs) {
+  std::vector<float> logits(static_cast<std::size_t>(visible));
+  std::vector<float> acc(static_cast<std::size_t>(a.head_dim));
+  if (probs) probs->assign(static_cast<std::size_t>(a.group) * visible, 0.0f);
+  for (int h = 0; h < a.group; ++h) {
+    const float* qh = q + static_cast<std::size_t>(h) * a.head_dim;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < visible; ++j) {
+      logits[j] = dot(qh, s.k(j), a.head_dim) * a.scale;
+      m = std::max(m, logits[j]);
+    }
+    double sum = 0.0;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int j = 0; j < visible; ++j) {
+      const float e = std::exp(logits[j] - m);
+      logits[j] = e;
+      sum += e;
+      const float* vj = s.v(j);
+      for (int d = 0; d < a.head_dim; ++d) acc[d] += e * vj[d];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    float* oh = out + static_cast<std::size_t>(h) * a.head_dim;
+    for (int d = 0; d < a.head_dim; ++d) oh[d] = acc[d] * inv;
+    lse[h] = static_cast<double>(m) + std::log(sum);
+    if (probs)
+      for (int j = 0; j < visible; ++j)
+        (*probs)[static_cast<std::size_t>(h) * visible + j] = logits[j] * inv;
+  }
+}
+
+// Score averages after one query that saw slots [0, visible) and wrote slot `own`.
+void update_scores(const Slots& s, int visible, int own, const std::vector<float>& probs,
+                   const AttnArgs& a) {
+  const int alpha = a.slots->rule.window;
+  for (int j = 0; j < visible; ++j) {
+    float p = 0.0f;
+    for (int h = 0; h < a.group; ++h) p += probs[static_cast<std::size_t>(h) * visible + j];
+    float* sc = s.score(j);
+    *sc = j == own ? p : snapkv::ema(*sc, p, alpha);
+  }
+}
+
+// kSelect: score the prompt held in `src` with this chunk's window rows, keep C slots.
+void select(const Slots& src, const Slots& dst, const AttnArgs& a) {
+  const LayerRule& rule = a.slots->rule;
+  const int L = a.prompt_len, alpha = rule.window, hd = a.head_dim;
+  STRATA_CHECK(a.start + a.n == L && a.n >= alpha,
+               "kSelect needs the chunk ending the prompt with all " + std::to_string(alpha) +
+                   " window positions (start " + std::to_string(a.start) + ", n " +
+                   std::to_string(a.n) + ", prompt " + std::to_string(L) + ")");
+  std::vector<float> q(static_cast<std::size_t>(alpha) * a.group * hd);
+  std::vector<double> lse(static_cast<std::size_t>(alpha) * a.group);
+  for (int w = 0; w < alpha; ++w) {
+    const int row = a.n - alpha + w;
+    std::memcpy(&q[static_cast<std::size_t>(w) * a.group * hd], a.q + row * a.q_stride,
+                sizeof(float) * a.group * hd);
+    for (int h = 0; h < a.group; ++h)
+      lse[static_cast<std::size_t>(w) * a.group + h] = a.lse[row * a.lse_stride + h];
+  }
+  std::vector<float> k(static_cast<std::size_t>(L) * hd);
+  for (int i = 0; i < L; ++i)
+    std::memcpy(&k[static_cast<std::size_t>(i) * hd], src.k(i), sizeof(float) * hd);
+  std::vector<double> S(static_cast<std::size_t>(L));
+  if (a.fp64_scores) {
+    snapkv::window_scores(q.data(), k.data(), lse.data(), L, alpha, a.group, hd, a.scale, S.data());
+  } else {
+    std::vector<float> lse32(lse.begin(), lse.end()), S32(static_cast<std::size_t>(L));
+    snapkv::window_scores_f32(q.data(), k.data(), lse32.data(), L, alpha, a.group, hd, a.scale,
+                              S32.data());
+    std::copy(S32.begin(), S32.end(), S.begin());
+  }
+  const auto sel = snapkv::select_prompt(S, L, rule);
+  for (std::size_t j = 0; j < sel.positions.size(); ++j) {
+    const int slot = static_cast<int>(j);
+    write_kv(dst, slot, src.k(sel.positions[j]), src.v(sel.positions[j]), hd);
+    *dst.score(slot) = sel.scores[j];
+  }
+}
+
+// kShrink on the post-step state `st`.
+void shrink(const Slots& s, const LayerSlots& st, int shrink_to, int head_dim) {
+  std::vector<float> scores(static_cast<std::size_t>(st.valid));
+  for (int j = 0; j < st.valid; ++j) scores[j] = *s.score(j);
+  const auto order = snapkv::shrink_order(scores, st.valid, st.ring_pos, st.rule, shrink_to);
+  const std::size_t n = order.size(), hd = static_cast<std::size_t>(head_dim);
+  std::vector<float> k(n * hd), v(n * hd), sc(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    std::memcpy(&k[j * hd], s.k(order[j]), sizeof(float) * hd);
+    std::memcpy(&v[j * hd], s.v(order[j]), sizeof(float) * hd);
+    sc[j] = scores[static_cast<std::size_t>(order[j])];
+  }
+  for (std::size_t j = 0; j < n; ++j) {
+    write_kv(s, static_cast<int>(j), &k[j * hd], &v[j * hd], head_dim);
+    *s.score(static_cast<int>(j)) = sc[j];
+  }
+}
+
+}  // namespace
+
+LayerSlots state_after(const LayerSlots& before, std::int32_t n, bool prefill,
+                       std::int32_t prompt_len) {
+  LayerSlots st = before;
+  st.action = LayerAction::kNone;
+  st.shrink_to = 0;
+  st.temp_pages.clear();
+  if (!prefill) {
+    st.advance_decode();
+  } else if (before.direct_prefill(prompt_len)) {
+    st.valid += n;
+  } else if (before.action == LayerAction::kSelect) {
+    st.valid = before.rule.capacity;
+    st.ring_pos = 0;
+  }
+  if (before.action == LayerAction::kShrink) {
+    st.valid = std::min(st.valid, before.shrink_to);
+    st.ring_pos = 0;
+    st.rule.capacity = before.shrink_to;
+    if (st.rule.policy == Policy::kWindow) st.rule.ring = before.shrink_to - st.rule.sinks;
+  }
+  return st;
+}
+
+void attend(KvPool& pool, int head, const AttnArgs& a) {
+  const LayerSlots& ls = *a.slots;
+  const LayerRule& rule = ls.rule;
+  const int hd = a.head_dim;
+  STRATA_CHECK(a.n >= 1 && (a.prefill || a.n == 1), "a decode step holds exactly one token");
+  const Slots own(pool, head, ls.pages);
+  std::vector<float> probs;
+
+  if (a.prefill && ls.direct_prefill(a.prompt_len)) {
+    // Position p at slot p (full layers; sparse layers whose prompt fits).
+    STRATA_CHECK(ls.valid == a.start, "layer holds " + std::to_string(ls.valid) +
+                                          " slots, chunk starts at " + std::to_string(a.start));
+    for (int t = 0; t < a.n; ++t)
+      write_kv(own, a.start + t, a.k + t * a.kv_stride, a.v + t * a.kv_stride, hd);
+    for (int t = 0; t < a.n; ++t) {
+      const int pos = a.start + t;
+      attend_row(own, pos + 1, a, a.q + t * a.q_stride, a.out + t * a.out_stride,
+                 a.lse + t * a.lse_stride, rule.sparse() ? &probs : nullptr);
+      if (rule.sparse()) update_scores(own, pos + 1, pos, probs, a);
+    }
+  } else if (a.prefill) {
+    // Sparse layer, prompt longer than capacity: position p at temp slot p.
+    STRATA_CHECK(ls.valid == 0, "sparse layer holds slots before its selection");
+    const bool scratch = ls.temp_pages.empty();
+    STRATA_CHECK(!scratch || (a.start == 0 && a.n == a.prompt_len && a.scratch_k),
+                 "empty temp_pages need the whole prompt in one step");
+    const Slots temp =
+        scratch ? Slots(a.scratch_k, a.scratch_v, hd) : Slots(pool, head, ls.temp_pages);
+    for (int t = 0; t < a.n; ++t)
+      write_kv(temp, a.start + t, a.k + t * a.kv_stride, a.v + t * a.kv_stride, hd);
+    for (int t = 0; t < a.n; ++t)
+      attend_row(temp, a.start + t + 1, a, a.q + t * a.q_stride, a.out + t * a.out_stride,
+                 a.lse + t * a.lse_stride, nullptr);
+    if (ls.action == LayerAction::kSelect) select(temp, own, a);
+  } else if (!rule.sparse()) {
+    STRATA_CHECK(ls.valid == a.start, "full layer holds " + std::to_string(ls.valid) +
+                                          " slots, decode at position " + std::to_string(a.start));
+    write_kv(own, ls.valid, a.k, a.v, hd);
+    attend_row(own, ls.valid + 1, a, a.q, a.out, a.lse, nullptr);
+  } else {
+    // Sparse decode.
+    const int C = rule.capacity;
+    STRATA_CHECK(ls.valid <= C || rule.policy == Policy::kSnapKv,
+                 "valid " + std::to_string(ls.valid) + " > capacity " + std::to_string(C));
+    if (rule.policy == Policy::kScored && ls.ring_full()) {
+      std::vector<float> scores(static_cast<std::size_t>(C));
+      for (int j = 0; j < C; ++j) scores[j] = *own.score(j);
+      const int leaver = C - rule.ring + ls.ring_pos;
+      const int dst = snapkv::resolve_leaver(scores, rule, ls.ring_pos);
+      if (dst >= 0) {
+        write_kv(own, dst, own.k(leaver), own.v(leaver), hd);
+        *own.score(dst) = scores[leaver];
+      }
+    }
+    const int slot = ls.decode_slot();
+    const int visible = ls.ring_full() ? C : ls.valid + 1;
+    write_kv(own, slot, a.k, a.v, hd);
+    attend_row(own, visible, a, a.q, a.out, a.lse, &probs);
+    update_scores(own, visible, slot, probs, a);
+  }
+
+  if (ls.action == LayerAction::kShrink) {
+    STRATA_CHECK(rule.sparse(), "kShrink on a full layer");
+    LayerSlots post = ls;  // the post-step state under the old rule
+    post.action = LayerAction::kNone;
+    post = state_after(post, a.n, a.prefill, a.prompt_len);
+    STRATA_CHECK(
+        ls.shrink_to > rule.sinks + rule.window &&
+            static_cast<int>(ls.pages.size()) * kBlockSize >= std::min(post.valid, ls.shrink_to),
+        "kShrink to " + std::to_string(ls.shrink_to) + " slots is invalid");
+    shrink(own, post, ls.shrink_to, hd);
+  }
+}
+
+}  // namespace strata::cpu

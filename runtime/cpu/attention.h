@@ -1,0 +1,53 @@
+// Attention of one sequence in one layer for one KV head and its group of query heads,
+// including everything a sparse layer does in a step (docs/contracts.md, DESIGN.md §3,
+// docs/sparsity-cpu.md): K/V writes into the sequence's pages, temp pages or scratch;
+// causal/paged attention with per-row LSE; decode score averages; `scored` ring leavers;
+// kSelect (SnapKV scoring + compaction) and kShrink.
+//
+// Different KV heads of one call touch disjoint memory, so heads (and sequences) may run on
+// different threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/cpu/kv_pool.h"
+#include "runtime/step_plan.h"
+
+namespace strata::cpu {
+
+struct AttnArgs {
+  const LayerSlots* slots = nullptr;  // this layer's state before the step
+  std::int32_t start = 0;             // position of row 0
+  std::int32_t n = 0;                 // rows (tokens) of this step
+  std::int32_t prompt_len = 0;
+  bool prefill = true;
+  int head_dim = 0;
+  int group = 1;    // query heads per KV head
+  float scale = 0;  // 1/sqrt(head_dim)
+  // Row t of each buffer is at base + t * stride (floats/doubles); the pointers already
+  // point at this KV head's part of row 0.
+  const float* q = nullptr;  // [group][head_dim] per row, after RoPE
+  const float* k = nullptr;  // [head_dim] per row, after RoPE
+  const float* v = nullptr;  // [head_dim] per row
+  std::size_t q_stride = 0, kv_stride = 0;
+  float* out = nullptr;  // [group][head_dim] per row
+  std::size_t out_stride = 0;
+  double* lse = nullptr;  // [group] per row: natural-log LSE of the row's attention logits
+  std::size_t lse_stride = 0;
+  // Sparse layer, prompt > capacity, temp_pages empty: the whole prompt's K/V of this head,
+  // [prompt_len][head_dim] each (filled here, read at kSelect).
+  float* scratch_k = nullptr;
+  float* scratch_v = nullptr;
+  bool fp64_scores = true;  // kSelect scoring in fp64 (oracle) or fp32 (kernel arithmetic)
+};
+
+// Runs the step for KV head `head`. Throws InternalError on a plan that breaks the
+// contract (the backend validates plans first; these checks are the last line).
+void attend(KvPool& pool, int head, const AttnArgs& a);
+
+// The layer state after a step with these inputs (what the cache manager computes too).
+LayerSlots state_after(const LayerSlots& before, std::int32_t n, bool prefill,
+                       std::int32_t prompt_len);
+
+}  // namespace strata::cpu

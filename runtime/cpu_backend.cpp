@@ -1,0 +1,409 @@
+#include "runtime/cpu_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/cpu/attention.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/kv_pool.h"
+#include "runtime/cpu/thread_pool.h"
+#include "runtime/error.h"
+#include "runtime/sampler.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+std::vector<float> to_f32(const TensorView& t) {
+  return t.to_float();
+}
+
+// Rows of several tensors stacked into one [sum rows][cols] matrix (fused projections).
+std::vector<float> stack(std::initializer_list<const TensorView*> parts) {
+  std::vector<float> out;
+  for (const auto* p : parts) {
+    const auto f = p->to_float();
+    out.insert(out.end(), f.begin(), f.end());
+  }
+  return out;
+}
+
+struct LayerF32 {
+  std::vector<float> input_norm;  // [hidden]
+  std::vector<float> qkv;         // [q_dim + 2 kv_dim][hidden]: q rows, k rows, v rows
+  std::vector<float> o;           // [hidden][q_dim]
+  std::vector<float> post_norm;   // [hidden]
+  std::vector<float> gate_up;     // [2 intermediate][hidden]: gate rows, then up rows
+  std::vector<float> down;        // [hidden][intermediate]
+};
+
+std::string where(std::size_t seq, std::uint64_t id, std::size_t layer) {
+  return "seq #" + std::to_string(seq) + " (id " + std::to_string(id) + ") layer " +
+         std::to_string(layer) + ": ";
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(std::shared_ptr<const ModelWeights> w, const CpuBackendOptions& opts)
+      : cfg_(w->config()), opts_(opts) {
+    const auto& c = cfg_;
+    embed_ = to_f32(w->embed());
+    if (!c.tie_word_embeddings) lm_head_ = to_f32(w->lm_head());
+    final_norm_ = to_f32(w->final_norm());
+    layers_.resize(static_cast<std::size_t>(c.num_hidden_layers));
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      const auto& s = w->layer(l);
+      auto& d = layers_[static_cast<std::size_t>(l)];
+      d.input_norm = to_f32(*s.input_norm);
+      d.qkv = stack({s.q, s.k, s.v});
+      d.o = to_f32(*s.o);
+      d.post_norm = to_f32(*s.post_norm);
+      d.gate_up = stack({s.gate, s.up});
+      d.down = to_f32(*s.down);
+    }
+    inv_freq_ = c.rope_inv_freq();
+    KvLayout layout{c.num_key_value_heads, c.head_dim, 4};
+    const auto pages = opts.kv_bytes / layout.page_bytes();
+    if (pages < 1)
+      throw ConfigError("cache.cpu_kv_bytes",
+                        "holds no KV page (" + std::to_string(layout.page_bytes()) +
+                            " bytes each), got " + std::to_string(opts.kv_bytes));
+    if (pages > static_cast<std::uint64_t>(INT32_MAX))
+      throw ConfigError("cache.cpu_kv_bytes", "too many pages for int32 page ids");
+    kv_ = std::make_unique<cpu::KvPool>(layout, static_cast<int>(pages));
+    page_mark_.assign(static_cast<std::size_t>(pages), 0);
+    pool_ = std::make_unique<cpu::ThreadPool>(opts.threads);
+
+    std::size_t wbytes = embed_.size() + lm_head_.size() + final_norm_.size();
+    for (const auto& d : layers_)
+      wbytes += d.input_norm.size() + d.qkv.size() + d.o.size() + d.post_norm.size() +
+                d.gate_up.size() + d.down.size();
+    info_.name = "cpu";
+    info_.layout = layout;
+    info_.num_pages = static_cast<int>(pages);
+    info_.tp_size = 1;
+    info_.weight_bytes = wbytes * sizeof(float);
+  }
+
+  const BackendInfo& info() const override { return info_; }
+  const ModelConfig& model() const override { return cfg_; }
+  StepResult step(const StepPlan& plan) override;
+
+ private:
+  void validate(const StepPlan& plan);
+  void mark_written(const std::vector<std::int32_t>& pages, std::size_t first, std::size_t last,
+                    const std::string& ctx);
+  void forward(const StepPlan& plan, std::vector<float>& x);
+
+  ModelConfig cfg_;
+  CpuBackendOptions opts_;
+  BackendInfo info_;
+  std::vector<float> embed_, lm_head_, final_norm_;  // lm_head_ empty when tied
+  std::vector<LayerF32> layers_;
+  std::vector<double> inv_freq_;
+  std::unique_ptr<cpu::KvPool> kv_;
+  std::unique_ptr<cpu::ThreadPool> pool_;
+  std::vector<std::uint64_t> page_mark_;  // step generation that last wrote each page
+  std::uint64_t generation_ = 0;
+  std::vector<std::int32_t> row_pos_;  // [T] position of each row of the step
+  std::vector<std::size_t> seq_row_;   // [seqs + 1] first row of each sequence
+};
+
+void CpuBackend::mark_written(const std::vector<std::int32_t>& pages, std::size_t first,
+                              std::size_t last, const std::string& ctx) {
+  for (std::size_t i = first; i < last && i < pages.size(); ++i) {
+    auto& m = page_mark_[static_cast<std::size_t>(pages[i])];
+    if (m == generation_)
+      throw InternalError(ctx + "page " + std::to_string(pages[i]) +
+                          " is written twice in one step (shared between tables)");
+    m = generation_;
+  }
+}
+
+void CpuBackend::validate(const StepPlan& plan) {
+  ++generation_;
+  const int L = cfg_.num_hidden_layers;
+  auto check_ids = [&](const std::vector<std::int32_t>& pages, const std::string& ctx) {
+    for (auto p : pages)
+      if (p < 0 || p >= info_.num_pages)
+        throw InternalError(ctx + "page id " + std::to_string(p) + " outside the pool of " +
+                            std::to_string(info_.num_pages));
+  };
+  auto cover = [](const std::vector<std::int32_t>& pages, std::int64_t slots) {
+    return static_cast<std::int64_t>(pages.size()) * kBlockSize >= slots;
+  };
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    const auto& s = plan.seqs[i];
+    const std::string sctx =
+        "seq #" + std::to_string(i) + " (id " + std::to_string(s.seq_id) + "): ";
+    if (static_cast<int>(s.layers.size()) != L)
+      throw InternalError(sctx + std::to_string(s.layers.size()) + " layer states for " +
+                          std::to_string(L) + " layers");
+    const auto n = static_cast<std::int32_t>(s.tokens.size());
+    if (n < 1 || (!s.prefill && n != 1))
+      throw InternalError(sctx + std::to_string(n) + " tokens in a " +
+                          (s.prefill ? "prefill chunk" : "decode step"));
+    if (s.start < 0 || (s.prefill && s.start + n > s.prompt_len))
+      throw InternalError(sctx + "chunk [" + std::to_string(s.start) + ", " +
+                          std::to_string(s.start + n) + ") outside the prompt of " +
+                          std::to_string(s.prompt_len));
+    for (auto t : s.tokens)
+      if (t < 0 || t >= cfg_.vocab_size)
+        throw InternalError(sctx + "token " + std::to_string(t) + " outside the vocabulary");
+    if (s.sample && (!s.params || !s.output))
+      throw InternalError(sctx + "sample without params/output");
+    for (std::size_t l = 0; l < s.layers.size(); ++l) {
+      const auto& ls = s.layers[l];
+      const auto& r = ls.rule;
+      const std::string ctx = where(i, s.seq_id, l);
+      check_ids(ls.pages, ctx);
+      check_ids(ls.temp_pages, ctx);
+      auto fail = [&](const std::string& m) { throw InternalError(ctx + m); };
+      if (r.sparse()) {
+        const int want_ring = r.policy == Policy::kScored   ? r.window
+                              : r.policy == Policy::kWindow ? r.capacity - r.sinks
+                                                            : 0;
+        if (r.sinks < 0 || r.window < 1 || r.capacity < r.sinks + r.window + 1 ||
+            r.ring != want_ring || r.pool_kernel < 1 || r.pool_kernel % 2 == 0)
+          fail("inconsistent sparse rule (capacity " + std::to_string(r.capacity) + ", ring " +
+               std::to_string(r.ring) + ", sinks " + std::to_string(r.sinks) + ", window " +
+               std::to_string(r.window) + ")");
+        if (ls.ring_pos < 0 || (r.ring > 0 && ls.ring_pos >= r.ring) ||
+            (r.ring == 0 && ls.ring_pos))
+          fail("ring_pos " + std::to_string(ls.ring_pos) + " outside the ring");
+      } else if (ls.action != LayerAction::kNone || !ls.temp_pages.empty()) {
+        fail("a full layer takes no sparsity action and no temp pages");
+      }
+      if (ls.action == LayerAction::kSelect && !(s.prefill && !ls.direct_prefill(s.prompt_len)))
+        fail("kSelect outside the prefill of a prompt longer than the capacity");
+      if (ls.action == LayerAction::kShrink && ls.shrink_to <= r.sinks + r.window)
+        fail("kShrink to " + std::to_string(ls.shrink_to) + " slots");
+
+      const std::int64_t end = static_cast<std::int64_t>(s.start) + n;
+      if (s.prefill && ls.direct_prefill(s.prompt_len)) {
+        if (ls.valid != s.start)
+          fail("holds " + std::to_string(ls.valid) + " slots, chunk starts at " +
+               std::to_string(s.start));
+        if (!cover(ls.pages, end))
+          fail("page table does not cover slot " + std::to_string(end - 1));
+        if (r.sparse())
+          mark_written(ls.pages, 0, ls.pages.size(), ctx);
+        else
+          mark_written(ls.pages, static_cast<std::size_t>(s.start / kBlockSize),
+                       static_cast<std::size_t>((end - 1) / kBlockSize + 1), ctx);
+      } else if (s.prefill) {
+        if (ls.valid != 0) fail("holds slots before its selection");
+        if (ls.temp_pages.empty()) {
+          if (s.start != 0 || n != s.prompt_len || ls.action != LayerAction::kSelect)
+            fail("no temp pages, but the prompt is not whole in this step with kSelect");
+        } else {
+          if (!cover(ls.temp_pages, end))
+            fail("temp pages do not cover slot " + std::to_string(end - 1));
+          mark_written(ls.temp_pages, static_cast<std::size_t>(s.start / kBlockSize),
+                       static_cast<std::size_t>((end - 1) / kBlockSize + 1), ctx);
+        }
+        if (ls.action == LayerAction::kSelect) {
+          if (end != s.prompt_len || n < r.window)
+            fail("kSelect chunk must end the prompt and hold the last " + std::to_string(r.window) +
+                 " positions");
+          if (!cover(ls.pages, r.capacity)) fail("page table does not cover the capacity");
+          mark_written(ls.pages, 0, ls.pages.size(), ctx);
+        }
+      } else if (!r.sparse()) {
+        if (ls.valid != s.start)
+          fail("holds " + std::to_string(ls.valid) + " slots, decode at position " +
+               std::to_string(s.start));
+        if (!cover(ls.pages, ls.valid + 1))
+          fail("page table does not cover slot " + std::to_string(ls.valid));
+        mark_written(ls.pages, static_cast<std::size_t>(ls.valid / kBlockSize),
+                     static_cast<std::size_t>(ls.valid / kBlockSize + 1), ctx);
+      } else {
+        if (ls.valid > r.capacity && r.policy != Policy::kSnapKv)
+          fail("valid " + std::to_string(ls.valid) + " exceeds the capacity");
+        if (ls.valid < 0) fail("negative valid");
+        if (!cover(ls.pages, std::max(ls.valid, ls.decode_slot() + 1)))
+          fail("page table does not cover slot " + std::to_string(ls.decode_slot()));
+        mark_written(ls.pages, 0, ls.pages.size(), ctx);
+      }
+    }
+  }
+}
+
+void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
+  const auto& c = cfg_;
+  const int H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim;
+  const int nh = c.num_attention_heads, nkv = c.num_key_value_heads, I = c.intermediate_size;
+  const int qkvd = qd + 2 * kvd;
+  const auto T = static_cast<int>(row_pos_.size());
+  const auto tn = static_cast<std::size_t>(T);
+  std::vector<float> xn(tn * H), qkv(tn * qkvd), attn(tn * qd), tmp(tn * H), gu(tn * 2 * I),
+      act(tn * I);
+  std::vector<double> lse(tn * nh);
+
+  // Scratch for sparse layers whose whole long prompt is in this step without temp pages.
+  std::vector<std::vector<float>> scratch(plan.seqs.size());
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    const auto& s = plan.seqs[i];
+    for (const auto& ls : s.layers)
+      if (s.prefill && !ls.direct_prefill(s.prompt_len) && ls.temp_pages.empty()) {
+        scratch[i].resize(2ull * nkv * s.prompt_len * hd);
+        break;
+      }
+  }
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const auto nseq = static_cast<std::int64_t>(plan.seqs.size());
+
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const auto& w = layers_[static_cast<std::size_t>(l)];
+    pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
+      for (auto t = b; t < e; ++t)
+        cpu::rms_norm(&x[t * H], w.input_norm.data(), H, c.rms_norm_eps, &xn[t * H]);
+    });
+    cpu::matmul(*pool_, xn.data(), T, w.qkv.data(), H, qkvd, qkv.data());
+    pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
+      for (auto t = b; t < e; ++t) {
+        float* row = &qkv[t * qkvd];
+        cpu::rope(row, nh, hd, inv_freq_.data(), row_pos_[t]);
+        cpu::rope(row + qd, nkv, hd, inv_freq_.data(), row_pos_[t]);
+      }
+    });
+    pool_->parallel_for(nseq * nkv, 1, [&](std::int64_t b, std::int64_t e) {
+      for (auto task = b; task < e; ++task) {
+        const auto i = static_cast<std::size_t>(task / nkv);
+        const int g = static_cast<int>(task % nkv);
+        const auto& s = plan.seqs[i];
+        const std::size_t r0 = seq_row_[i];
+        cpu::AttnArgs a;
+        a.slots = &s.layers[static_cast<std::size_t>(l)];
+        a.start = s.start;
+        a.n = static_cast<std::int32_t>(s.tokens.size());
+        a.prompt_len = s.prompt_len;
+        a.prefill = s.prefill;
+        a.head_dim = hd;
+        a.group = nh / nkv;
+        a.scale = scale;
+        a.q = &qkv[r0 * qkvd + static_cast<std::size_t>(g) * a.group * hd];
+        a.k = &qkv[r0 * qkvd + qd + static_cast<std::size_t>(g) * hd];
+        a.v = &qkv[r0 * qkvd + qd + kvd + static_cast<std::size_t>(g) * hd];
+        a.q_stride = a.kv_stride = static_cast<std::size_t>(qkvd);
+        a.out = &attn[r0 * qd + static_cast<std::size_t>(g) * a.group * hd];
+        a.out_stride = static_cast<std::size_t>(qd);
+        a.lse = &lse[r0 * nh + static_cast<std::size_t>(g) * a.group];
+        a.lse_stride = static_cast<std::size_t>(nh);
+        if (!scratch[i].empty()) {
+          const std::size_t head_elems = static_cast<std::size_t>(s.prompt_len) * hd;
+          a.scratch_k = &scratch[i][static_cast<std::size_t>(g) * head_elems];
+          a.scratch_v = &scratch[i][(static_cast<std::size_t>(nkv) + g) * head_elems];
+        }
+        a.fp64_scores = opts_.fp64_scores;
+        cpu::attend(*kv_, g, a);
+      }
+    });
+    cpu::matmul(*pool_, attn.data(), T, w.o.data(), qd, H, tmp.data());
+    for (std::size_t j = 0; j < x.size(); ++j) x[j] += tmp[j];
+    pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
+      for (auto t = b; t < e; ++t)
+        cpu::rms_norm(&x[t * H], w.post_norm.data(), H, c.rms_norm_eps, &xn[t * H]);
+    });
+    cpu::matmul(*pool_, xn.data(), T, w.gate_up.data(), H, 2 * I, gu.data());
+    pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
+      for (auto t = b; t < e; ++t)
+        cpu::silu_mul(&gu[t * 2 * I], &gu[t * 2 * I + I], I, &act[t * I]);
+    });
+    cpu::matmul(*pool_, act.data(), T, w.down.data(), I, H, tmp.data());
+    for (std::size_t j = 0; j < x.size(); ++j) x[j] += tmp[j];
+  }
+}
+
+StepResult CpuBackend::step(const StepPlan& plan) {
+  const auto t_start = Clock::now();
+  validate(plan);
+  const auto& c = cfg_;
+  const int H = c.hidden_size, V = c.vocab_size;
+
+  row_pos_.clear();
+  seq_row_.assign(1, 0);
+  std::vector<float> x;
+  for (const auto& s : plan.seqs) {
+    for (std::size_t t = 0; t < s.tokens.size(); ++t) {
+      row_pos_.push_back(s.start + static_cast<std::int32_t>(t));
+      const float* e = &embed_[static_cast<std::size_t>(s.tokens[t]) * H];
+      x.insert(x.end(), e, e + H);
+    }
+    seq_row_.push_back(row_pos_.size());
+  }
+  const double host_before = ms_since(t_start);
+  const auto t_fwd = Clock::now();
+  forward(plan, x);
+
+  // Logits only for the rows somebody reads: the last row of a sampled sequence, every row
+  // of a return_logits sequence.
+  std::vector<std::size_t> rows;
+  std::vector<std::size_t> first_logit_row(plan.seqs.size());
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    const auto& s = plan.seqs[i];
+    first_logit_row[i] = rows.size();
+    if (s.return_logits) {
+      for (auto r = seq_row_[i]; r < seq_row_[i + 1]; ++r) rows.push_back(r);
+    } else if (s.sample) {
+      rows.push_back(seq_row_[i + 1] - 1);
+    }
+  }
+  const auto R = static_cast<int>(rows.size());
+  std::vector<float> xn(static_cast<std::size_t>(R) * H), logits(static_cast<std::size_t>(R) * V);
+  for (int j = 0; j < R; ++j)
+    cpu::rms_norm(&x[rows[j] * H], final_norm_.data(), H, c.rms_norm_eps,
+                  &xn[static_cast<std::size_t>(j) * H]);
+  const float* head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
+  cpu::matmul(*pool_, xn.data(), R, head, H, V, logits.data());
+  const double device_ms = ms_since(t_fwd);
+
+  const auto t_host = Clock::now();
+  StepResult res;
+  res.step_id = plan.step_id;
+  res.seqs.resize(plan.seqs.size());
+  std::vector<std::int32_t> no_eos;
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    const auto& s = plan.seqs[i];
+    auto& out = res.seqs[i];
+    out.seq_id = s.seq_id;
+    const std::size_t n = s.tokens.size();
+    if (s.return_logits)
+      out.logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(first_logit_row[i] * V),
+                        logits.begin() + static_cast<std::ptrdiff_t>((first_logit_row[i] + n) * V));
+    if (s.sample) {
+      const std::size_t last = first_logit_row[i] + (s.return_logits ? n - 1 : 0);
+      std::vector<float> row(logits.begin() + static_cast<std::ptrdiff_t>(last * V),
+                             logits.begin() + static_cast<std::ptrdiff_t>((last + 1) * V));
+      static const std::vector<std::int32_t> empty;
+      const auto so = sample_row(row, *s.params, s.prompt ? *s.prompt : empty, *s.output,
+                                 s.params->ignore_eos ? no_eos : c.eos_token_ids);
+      out.token = so.token;
+      out.logprob = so.logprob;
+      out.top = so.top;
+    }
+  }
+  res.stats.device_ms = device_ms;
+  res.stats.host_ms = host_before + ms_since(t_host);
+  res.stats.tokens = static_cast<std::int64_t>(row_pos_.size());
+  return res;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> weights,
+                                          const CpuBackendOptions& opts) {
+  if (!weights) throw InternalError("make_cpu_backend: no weights");
+  return std::make_unique<CpuBackend>(std::move(weights), opts);
+}
+
+}  // namespace strata

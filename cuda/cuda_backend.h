@@ -1,0 +1,57 @@
+// The CUDA backend (runtime/backend.h) for Llama models on one device: bf16 weights
+// (uploaded from a checkpoint via runtime/model_loader.h, or generated on the device for
+// `random:<preset>[,layers=N,hidden=N,heads=N,kv_heads=N,intermediate=N,head_dim=N,vocab=N]`
+// with the model seed, bit-identical to `strata make-model`), a paged bf16 KV pool sized at
+// start-up from the memory left after weights and workspace, cuBLAS GEMMs, the kernels of
+// cuda/kernels.h and cuda/attention.h, and CUDA graphs for decode-only steps per
+// batch-size bucket (eager outside the buckets).
+//
+// Layers: full-cache layers run here; a plan with sparse layers throws ConfigError
+// ("CUDA sparsity: not yet integrated") at the per-layer dispatch point (attend_layer).
+// Sampling: greedy rows without penalties/logit_bias/logprobs/min_tokens bans use a device
+// argmax; every other row is copied to the host and sampled by runtime/sampler.h (the
+// contract's oracle), so the results are identical to the CPU backend's.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/config.h"
+
+namespace strata::cuda {
+
+struct CudaBackendImpl;
+
+class CudaBackend : public Backend {
+ public:
+  // Throws ConfigError / ModelError / InternalError. `device`: CUDA ordinal.
+  CudaBackend(const Config& config, int device);
+  ~CudaBackend() override;
+
+  const BackendInfo& info() const override;
+  const ModelConfig& model() const override;
+  StepResult step(const StepPlan& plan) override;
+
+  // Test/benchmark hooks (not part of the Backend contract).
+  // fp32 copy of a weight by HF name (e.g. "model.layers.0.self_attn.q_proj.weight").
+  std::vector<float> weight_to_host(const std::string& hf_name) const;
+  void set_cuda_graphs(bool on);
+  int graphs_captured() const;
+  // Bytes measured at start-up: weights, activations + workspace, KV pool.
+  std::size_t activation_bytes() const;
+  std::size_t kv_pool_bytes() const;
+
+ private:
+  std::unique_ptr<CudaBackendImpl> impl_;
+};
+
+// One backend per tensor-parallel rank (only tp_size 1 so far: anything else throws
+// ConfigError("backend.tp_size")).
+std::vector<std::unique_ptr<Backend>> make_cuda_backends(const Config& config);
+
+// Parses "random:<preset>[,key=value...]" into a model shape (ConfigError on bad input).
+ModelConfig random_model_config(const std::string& spec);
+
+}  // namespace strata::cuda

@@ -1,0 +1,450 @@
+#include "api/openai_request.h"
+
+#include <boost/json.hpp>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "runtime/error.h"
+
+namespace strata::api {
+
+namespace json = boost::json;
+
+namespace {
+
+const char* kind_of(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::null:
+      return "null";
+    case json::kind::bool_:
+      return "a boolean";
+    case json::kind::int64:
+    case json::kind::uint64:
+      return "an integer";
+    case json::kind::double_:
+      return "a number";
+    case json::kind::string:
+      return "a string";
+    case json::kind::array:
+      return "an array";
+    case json::kind::object:
+      return "an object";
+  }
+  return "a value";
+}
+
+[[noreturn]] void wrong_type(const std::string& param, const char* want, const json::value& v) {
+  throw bad_request(param, "'" + param + "' must be " + want + ", got " + kind_of(v));
+}
+
+double number(const json::value& v, const std::string& param) {
+  if (v.is_int64()) return static_cast<double>(v.as_int64());
+  if (v.is_uint64()) return static_cast<double>(v.as_uint64());
+  if (v.is_double()) {
+    if (!std::isfinite(v.as_double())) throw bad_request(param, "'" + param + "' must be finite");
+    return v.as_double();
+  }
+  wrong_type(param, "a number", v);
+}
+
+std::string fmt(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+double number_in(const json::value& v, const std::string& param, double lo, double hi) {
+  const double x = number(v, param);
+  if (!(x >= lo && x <= hi)) {
+    throw bad_request(param, "'" + param + "' must be in [" + fmt(lo) + ", " + fmt(hi) + "], got " +
+                                 json::serialize(v));
+  }
+  return x;
+}
+
+// Integers; an integral double (2.0) is accepted as pydantic does.
+std::int64_t integer(const json::value& v, const std::string& param) {
+  if (v.is_int64()) return v.as_int64();
+  if (v.is_uint64()) {
+    if (v.as_uint64() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      throw bad_request(param, "'" + param + "' is too large: " + json::serialize(v));
+    return static_cast<std::int64_t>(v.as_uint64());
+  }
+  if (v.is_double()) {
+    const double d = v.as_double();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15)
+      return static_cast<std::int64_t>(d);
+  }
+  wrong_type(param, "an integer", v);
+}
+
+std::int64_t integer_in(const json::value& v, const std::string& param, std::int64_t lo,
+                        std::int64_t hi, const std::string& why = {}) {
+  const std::int64_t x = integer(v, param);
+  if (x < lo || x > hi) {
+    throw bad_request(param, "'" + param + "' must be in [" + std::to_string(lo) + ", " +
+                                 std::to_string(hi) + "]" + why + ", got " + std::to_string(x));
+  }
+  return x;
+}
+
+bool boolean(const json::value& v, const std::string& param) {
+  if (!v.is_bool()) wrong_type(param, "a boolean", v);
+  return v.as_bool();
+}
+
+std::string string(const json::value& v, const std::string& param) {
+  if (!v.is_string()) wrong_type(param, "a string", v);
+  return std::string(v.as_string());
+}
+
+std::int32_t token_id(const json::value& v, const std::string& param, int vocab_size) {
+  const std::int64_t t = integer(v, param);
+  if (t < 0 || t >= vocab_size) {
+    throw bad_request(param, "token id " + std::to_string(t) + " in '" + param +
+                                 "' is out of the vocabulary [0, " + std::to_string(vocab_size) +
+                                 ")");
+  }
+  return static_cast<std::int32_t>(t);
+}
+
+std::vector<std::int32_t> token_ids(const json::value& v, const std::string& param,
+                                    int vocab_size) {
+  if (!v.is_array()) wrong_type(param, "an array of token ids", v);
+  std::vector<std::int32_t> ids;
+  ids.reserve(v.as_array().size());
+  for (const auto& e : v.as_array()) ids.push_back(token_id(e, param, vocab_size));
+  return ids;
+}
+
+bool all_integers(const json::array& a) {
+  for (const auto& e : a)
+    if (!e.is_int64() && !e.is_uint64()) return false;
+  return true;
+}
+
+const json::value* find(const json::object& o, std::string_view key) {
+  auto it = o.find(key);
+  if (it == o.end() || it->value().is_null()) return nullptr;  // null == absent (OpenAI SDKs)
+  return &it->value();
+}
+
+void parse_prompt(const json::value& v, Request& r, const ParseContext& ctx) {
+  if (v.is_string()) {
+    r.prompt_text = std::string(v.as_string());
+    return;
+  }
+  if (v.is_array()) {
+    const auto& a = v.as_array();
+    if (a.empty()) throw bad_request("prompt", "'prompt' must not be empty");
+    if (all_integers(a)) {
+      r.prompt_ids = token_ids(v, "prompt", ctx.vocab_size);
+      return;
+    }
+    if (a.size() == 1) {  // a batch of one: ["text"] or [[ids]]
+      if (a[0].is_string()) {
+        r.prompt_text = std::string(a[0].as_string());
+        return;
+      }
+      if (a[0].is_array()) {
+        if (a[0].as_array().empty()) throw bad_request("prompt", "'prompt' must not be empty");
+        r.prompt_ids = token_ids(a[0], "prompt", ctx.vocab_size);
+        return;
+      }
+    }
+    if (a.size() > 1 && (a[0].is_string() || a[0].is_array())) {
+      throw bad_request("prompt",
+                        "batched prompts are not supported: send one prompt per request (use "
+                        "'n' for several completions of one prompt)");
+    }
+    throw bad_request("prompt", "'prompt' must be a string or an array of token ids");
+  }
+  wrong_type("prompt", "a string or an array of token ids", v);
+}
+
+std::vector<std::string> stop_strings(const json::value& v) {
+  std::vector<std::string> out;
+  if (v.is_string()) {
+    out.emplace_back(v.as_string());
+  } else if (v.is_array()) {
+    for (const auto& e : v.as_array()) out.push_back(string(e, "stop"));
+  } else {
+    wrong_type("stop", "a string or an array of strings", v);
+  }
+  if (out.size() > 16) throw bad_request("stop", "at most 16 stop sequences are supported");
+  for (const auto& s : out) {
+    if (s.empty()) throw bad_request("stop", "stop sequences must not be empty");
+    if (s.size() > 1024) throw bad_request("stop", "a stop sequence is longer than 1024 bytes");
+  }
+  return out;
+}
+
+}  // namespace
+
+json::value parse_json_body(std::string_view body) {
+  json::error_code ec;
+  json::parse_options opt;
+  opt.max_depth = 64;
+  json::value v = json::parse(body, ec, {}, opt);
+  if (ec) {
+    throw ApiError(400, "invalid_request_error",
+                   "invalid JSON in the request body: " + ec.message(), "", "invalid_json");
+  }
+  return v;
+}
+
+std::vector<ChatMessage> parse_messages(const json::value& v, const std::string& param) {
+  if (!v.is_array()) wrong_type(param, "an array of messages", v);
+  const auto& a = v.as_array();
+  if (a.empty()) throw bad_request(param, "'" + param + "' must not be empty");
+  std::vector<ChatMessage> out;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::string p = param + "[" + std::to_string(i) + "]";
+    if (!a[i].is_object()) wrong_type(p, "an object", a[i]);
+    const auto& m = a[i].as_object();
+    ChatMessage msg;
+    const auto* role = find(m, "role");
+    if (!role) throw bad_request(p + ".role", "'" + p + ".role' is required");
+    msg.role = string(*role, p + ".role");
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
+        msg.role != "tool" && msg.role != "developer") {
+      throw bad_request(p + ".role", "'" + p +
+                                         ".role' must be one of system, developer, user, "
+                                         "assistant, tool; got '" +
+                                         msg.role + "'");
+    }
+    if (msg.role == "developer") msg.role = "system";
+    if (const auto* c = find(m, "content")) {
+      if (c->is_string()) {
+        msg.content = std::string(c->as_string());
+      } else if (c->is_array()) {
+        for (const auto& part : c->as_array()) {
+          const std::string pp = p + ".content";
+          if (!part.is_object()) wrong_type(pp, "a string or an array of text parts", part);
+          const auto& po = part.as_object();
+          const auto* type = find(po, "type");
+          if (!type || !type->is_string() || type->as_string() != "text") {
+            throw bad_request(pp, "only content parts of type 'text' are supported");
+          }
+          const auto* text = find(po, "text");
+          if (!text) throw bad_request(pp, "a text content part needs 'text'");
+          msg.content += string(*text, pp + ".text");
+        }
+      } else {
+        wrong_type(p + ".content", "a string or an array of text parts", *c);
+      }
+    } else if (msg.role != "assistant") {
+      throw bad_request(p + ".content", "'" + p + ".content' is required");
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
+                                   const ParseContext& ctx, bool* has_seed) {
+  if (!body.is_object()) throw bad_request("", "the request body must be a JSON object");
+  const auto& o = body.as_object();
+  ParsedRequest out;
+  out.endpoint = endpoint;
+  Request& r = out.request;
+  SamplingParams& sp = r.params;
+  const bool chat = endpoint == Endpoint::kChat;
+
+  if (const auto* m = find(o, "model")) {
+    out.model = string(*m, "model");
+    if (!ctx.model_names.empty()) {
+      bool known = false;
+      for (const auto& n : ctx.model_names) known = known || n == out.model;
+      if (!known) {
+        throw ApiError(404, "not_found_error",
+                       "the model '" + out.model + "' does not exist (served: '" +
+                           ctx.model_names.front() + "')",
+                       "model", "model_not_found");
+      }
+    }
+  } else if (!ctx.model_names.empty()) {
+    out.model = ctx.model_names.front();
+  }
+
+  if (chat) {
+    const auto* m = find(o, "messages");
+    if (!m) throw bad_request("messages", "'messages' is required");
+    r.messages = parse_messages(*m, "messages");
+    if (find(o, "prompt"))
+      throw bad_request("prompt", "chat completions take 'messages', not 'prompt'");
+  } else {
+    const auto* p = find(o, "prompt");
+    if (!p) throw bad_request("prompt", "'prompt' is required");
+    parse_prompt(*p, r, ctx);
+    if (find(o, "messages"))
+      throw bad_request("messages", "completions take 'prompt', not 'messages'");
+  }
+
+  const int limit = ctx.max_model_len > 0 ? ctx.max_model_len : std::numeric_limits<int>::max();
+  const std::string why = ctx.max_model_len > 0 ? " (the model's context is " +
+                                                      std::to_string(ctx.max_model_len) + " tokens)"
+                                                : std::string();
+  const json::value* mt = find(o, "max_completion_tokens");
+  std::string mt_name = "max_completion_tokens";
+  if (!mt) {
+    mt = find(o, "max_tokens");
+    mt_name = "max_tokens";
+  }
+  if (mt) {
+    sp.max_tokens = static_cast<int>(integer_in(*mt, mt_name, 1, limit, why));
+  } else {
+    sp.max_tokens = chat ? std::min(ctx.default_chat_max_tokens, limit) : std::min(16, limit);
+  }
+  if (r.prompt_ids && ctx.max_model_len > 0 &&
+      static_cast<std::int64_t>(r.prompt_ids->size()) + sp.max_tokens > ctx.max_model_len) {
+    throw bad_request(
+        "prompt",
+        "This model's maximum context length is " + std::to_string(ctx.max_model_len) +
+            " tokens. However, you requested " +
+            std::to_string(r.prompt_ids->size() + static_cast<std::size_t>(sp.max_tokens)) +
+            " tokens (" + std::to_string(r.prompt_ids->size()) + " in the prompt, " +
+            std::to_string(sp.max_tokens) +
+            " in the completion). Please reduce the length of the prompt or completion.",
+        "context_length_exceeded");
+  }
+
+  if (const auto* v = find(o, "temperature"))
+    sp.temperature = static_cast<float>(number_in(*v, "temperature", 0.0, 100.0));
+  if (const auto* v = find(o, "top_p")) {
+    sp.top_p = static_cast<float>(number_in(*v, "top_p", 0.0, 1.0));
+    if (sp.top_p <= 0.0f) throw bad_request("top_p", "'top_p' must be in (0, 1], got 0");
+  }
+  if (const auto* v = find(o, "top_k")) {
+    sp.top_k = static_cast<int>(
+        integer_in(*v, "top_k", -1, ctx.vocab_size > 0 ? ctx.vocab_size : (1 << 30)));
+    if (sp.top_k < 0) sp.top_k = 0;
+  }
+  if (const auto* v = find(o, "min_p"))
+    sp.min_p = static_cast<float>(number_in(*v, "min_p", 0.0, 1.0));
+  if (const auto* v = find(o, "seed")) {
+    sp.seed = static_cast<std::uint64_t>(integer(*v, "seed"));
+    if (has_seed) *has_seed = true;
+  } else {
+    r.random_seed = true;  // intake draws one
+    if (has_seed) *has_seed = false;
+  }
+  if (const auto* v = find(o, "presence_penalty"))
+    sp.presence_penalty = static_cast<float>(number_in(*v, "presence_penalty", -2.0, 2.0));
+  if (const auto* v = find(o, "frequency_penalty"))
+    sp.frequency_penalty = static_cast<float>(number_in(*v, "frequency_penalty", -2.0, 2.0));
+  if (const auto* v = find(o, "repetition_penalty")) {
+    sp.repetition_penalty = static_cast<float>(number_in(*v, "repetition_penalty", 0.0, 10.0));
+    if (sp.repetition_penalty <= 0.0f)
+      throw bad_request("repetition_penalty", "'repetition_penalty' must be > 0");
+  }
+  if (const auto* v = find(o, "stop")) sp.stop = stop_strings(*v);
+  if (const auto* v = find(o, "stop_token_ids"))
+    sp.stop_token_ids = token_ids(*v, "stop_token_ids", ctx.vocab_size);
+  if (const auto* v = find(o, "ignore_eos")) sp.ignore_eos = boolean(*v, "ignore_eos");
+  if (const auto* v = find(o, "min_tokens")) {
+    sp.min_tokens =
+        static_cast<int>(integer_in(*v, "min_tokens", 0, sp.max_tokens, " (at most max_tokens)"));
+  }
+  if (const auto* v = find(o, "n")) r.n = static_cast<int>(integer_in(*v, "n", 1, ctx.max_n));
+  if (const auto* v = find(o, "best_of")) {
+    if (integer(*v, "best_of") != r.n)
+      throw bad_request("best_of", "'best_of' is supported only equal to 'n'");
+  }
+  if (const auto* v = find(o, "logit_bias")) {
+    if (!v->is_object()) wrong_type("logit_bias", "an object mapping token ids to biases", *v);
+    for (const auto& [k, b] : v->as_object()) {
+      const std::string key(k);
+      std::int64_t id = -1;
+      std::size_t pos = 0;
+      try {
+        id = std::stoll(key, &pos);
+      } catch (const std::exception&) {
+        pos = 0;
+      }
+      if (key.empty() || pos != key.size()) {
+        throw bad_request("logit_bias", "'logit_bias' keys must be token ids, got '" + key + "'");
+      }
+      if (id < 0 || id >= ctx.vocab_size) {
+        throw bad_request("logit_bias", "token id " + key +
+                                            " in 'logit_bias' is out of the vocabulary [0, " +
+                                            std::to_string(ctx.vocab_size) + ")");
+      }
+      const double bias = number_in(b, "logit_bias", -100.0, 100.0);
+      sp.logit_bias.emplace_back(static_cast<std::int32_t>(id), static_cast<float>(bias));
+    }
+  }
+  if (chat) {
+    if (const auto* v = find(o, "logprobs")) out.chat_logprobs = boolean(*v, "logprobs");
+    if (const auto* v = find(o, "top_logprobs")) {
+      out.top_logprobs = static_cast<int>(integer_in(*v, "top_logprobs", 0, ctx.max_logprobs));
+      if (!out.chat_logprobs && out.top_logprobs > 0)
+        throw bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    }
+    if (out.chat_logprobs) sp.logprobs = out.top_logprobs;
+  } else {
+    if (const auto* v = find(o, "logprobs")) {
+      if (v->is_bool()) wrong_type("logprobs", "an integer (number of alternatives)", *v);
+      out.top_logprobs = static_cast<int>(integer_in(*v, "logprobs", 0, ctx.max_logprobs));
+      sp.logprobs = out.top_logprobs;
+    }
+    if (const auto* v = find(o, "echo")) out.echo = boolean(*v, "echo");
+    if (const auto* v = find(o, "suffix")) {
+      if (!v->is_string() || !v->as_string().empty())
+        throw bad_request("suffix", "'suffix' is not supported");
+    }
+  }
+  if (const auto* v = find(o, "stream")) out.stream = boolean(*v, "stream");
+  if (const auto* v = find(o, "stream_options")) {
+    if (!v->is_object()) wrong_type("stream_options", "an object", *v);
+    if (!out.stream) throw bad_request("stream_options", "'stream_options' needs 'stream': true");
+    const auto& so = v->as_object();
+    if (const auto* u = find(so, "include_usage"))
+      out.include_usage = boolean(*u, "stream_options.include_usage");
+    if (const auto* u = find(so, "continuous_usage_stats"))
+      out.continuous_usage = boolean(*u, "stream_options.continuous_usage_stats");
+  }
+  if (const auto* v = find(o, "user")) (void)string(*v, "user");
+  if (const auto* v = find(o, "kv_sparsity")) {
+    try {
+      r.sparsity = parse_sparsity_json(*v, ctx.base_profile, "kv_sparsity");
+    } catch (const ConfigError& e) {
+      throw bad_request(e.key(), e.what());
+    }
+  }
+  if (const auto* v = find(o, "request_id")) r.id = string(*v, "request_id");
+  if (r.id.size() > 128) throw bad_request("request_id", "'request_id' is longer than 128 bytes");
+  return out;
+}
+
+TokenizeRequest parse_tokenize_request(const json::value& body) {
+  if (!body.is_object()) throw bad_request("", "the request body must be a JSON object");
+  const auto& o = body.as_object();
+  TokenizeRequest t;
+  const auto* p = find(o, "prompt");
+  const auto* m = find(o, "messages");
+  if (p && m) throw bad_request("prompt", "give either 'prompt' or 'messages', not both");
+  if (p) {
+    t.prompt = string(*p, "prompt");
+  } else if (m) {
+    t.messages = parse_messages(*m, "messages");
+  } else {
+    throw bad_request("prompt", "'prompt' (or 'messages') is required");
+  }
+  if (const auto* v = find(o, "add_special_tokens"))
+    t.add_special_tokens = boolean(*v, "add_special_tokens");
+  if (const auto* v = find(o, "add_generation_prompt"))
+    t.add_generation_prompt = boolean(*v, "add_generation_prompt");
+  return t;
+}
+
+std::vector<std::int32_t> parse_detokenize_request(const json::value& body, int vocab_size) {
+  if (!body.is_object()) throw bad_request("", "the request body must be a JSON object");
+  const auto* t = find(body.as_object(), "tokens");
+  if (!t) throw bad_request("tokens", "'tokens' is required");
+  return token_ids(*t, "tokens", vocab_size);
+}
+
+}  // namespace strata::api

@@ -1,0 +1,66 @@
+// OpenAI-compatible request parsing: JSON body -> strata::Request (+ the response options
+// the server needs). Pure functions (no engine, no I/O) so they are unit-tested and fuzzed
+// (tests/api/openai_request_test.cpp, tests/api/fuzz_request.cpp). Every rejection throws
+// ApiError (400) naming the parameter; nothing is half-applied.
+#pragma once
+
+#include <boost/json/value.hpp>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actors/engine.h"
+#include "api/api_error.h"
+
+namespace strata::api {
+
+enum class Endpoint : std::uint8_t { kCompletions, kChat };
+
+// What the parser needs to know about the served model.
+struct ParseContext {
+  std::vector<std::string> model_names;  // accepted `model` values (empty: any)
+  int vocab_size = 0;                    // token ids must be in [0, vocab_size)
+  int max_model_len = 0;                 // context limit (prompt + completion), tokens
+  SparsityProfile base_profile;          // kv_sparsity overrides merge over it
+  int max_n = 16;                        // cap on `n`
+  int max_logprobs = 20;                 // cap on logprobs / top_logprobs
+  int default_chat_max_tokens = 1024;    // chat without max_tokens (capped by the context)
+};
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  Request request;
+  std::string model;  // echoed back in responses
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM)
+  bool chat_logprobs = false;     // chat: `logprobs: true`
+  int top_logprobs = 0;           // alternatives per token (both endpoints)
+  bool echo = false;              // completions: prepend the prompt text to the output
+};
+
+// Parses a body into JSON; throws ApiError 400 ("invalid JSON: ...") on malformed input.
+boost::json::value parse_json_body(std::string_view body);
+
+// Validates and converts a /v1/completions or /v1/chat/completions body. The seed is left
+// 0 when absent: callers draw a random one (`has_seed` says which).
+ParsedRequest parse_openai_request(const boost::json::value& body, Endpoint endpoint,
+                                   const ParseContext& ctx, bool* has_seed = nullptr);
+
+// POST /tokenize: {"prompt": str | "messages": [...], "add_special_tokens": bool}.
+struct TokenizeRequest {
+  std::string prompt;
+  std::vector<ChatMessage> messages;  // non-empty: chat form
+  bool add_special_tokens = true;
+  bool add_generation_prompt = true;
+};
+TokenizeRequest parse_tokenize_request(const boost::json::value& body);
+
+// POST /detokenize: {"tokens": [int...]} (ids checked against the vocabulary).
+std::vector<std::int32_t> parse_detokenize_request(const boost::json::value& body, int vocab_size);
+
+// Chat messages: [{role, content: str | [{type:"text", text}]}]; `param` names the field.
+std::vector<ChatMessage> parse_messages(const boost::json::value& v, const std::string& param);
+
+}  // namespace strata::api

@@ -1,0 +1,301 @@
+#include "api/openai_response.h"
+
+#include <boost/json.hpp>
+
+namespace strata::api {
+
+namespace json = boost::json;
+
+namespace {
+
+json::array bytes_of(const std::string& s) {
+  json::array a;
+  for (unsigned char c : s) a.push_back(static_cast<std::int64_t>(c));
+  return a;
+}
+
+// Usage counts when the engine sent none (a failed stream): what the shaper saw.
+Usage counted_usage(int prompt_tokens, const std::vector<int>& tokens) {
+  Usage u;
+  u.prompt_tokens = prompt_tokens;
+  for (int t : tokens) u.completion_tokens += t;
+  return u;
+}
+
+}  // namespace
+
+ResponseMeta make_meta(const ParsedRequest& req, const std::string& id, std::int64_t created) {
+  ResponseMeta m;
+  m.id = id;
+  m.model = req.model;
+  m.created = created;
+  m.endpoint = req.endpoint;
+  m.n = req.request.n;
+  m.include_usage = req.include_usage;
+  m.continuous_usage = req.continuous_usage;
+  m.logprobs = req.request.params.logprobs >= 0;
+  if (req.echo && req.request.prompt_text) m.echo_text = *req.request.prompt_text;
+  return m;
+}
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kTimeout:
+      return "timeout";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+std::string sse_data(const std::string& payload) {
+  return "data: " + payload + "\n\n";
+}
+
+std::string sse_error(const ApiError& e) {
+  return sse_data(error_json(e)) + sse_data("[DONE]");
+}
+
+json::object usage_json(const Usage& u, bool extended) {
+  json::object o;
+  o["prompt_tokens"] = u.prompt_tokens;
+  o["completion_tokens"] = u.completion_tokens;
+  o["total_tokens"] = u.prompt_tokens + u.completion_tokens;
+  if (extended) {
+    json::object s;
+    s["queue_ms"] = u.queue_ms;
+    s["ttft_ms"] = u.ttft_ms;
+    s["e2e_ms"] = u.e2e_ms;
+    s["mean_itl_ms"] = u.mean_itl_ms;
+    s["compression_ratio"] = u.compression_ratio;
+    o["strata"] = std::move(s);
+  }
+  return o;
+}
+
+json::value logprobs_json(Endpoint endpoint, const std::vector<TokenLogprob>& lps,
+                          const TokenText& token_text, int* text_offset) {
+  if (endpoint == Endpoint::kChat) {
+    json::array content;
+    for (const auto& lp : lps) {
+      const std::string tok = token_text(lp.token);
+      json::object e;
+      e["token"] = tok;
+      e["logprob"] = lp.logprob;
+      e["bytes"] = bytes_of(tok);
+      json::array top;
+      for (const auto& t : lp.top) {
+        const std::string tt = token_text(t.token);
+        json::object a;
+        a["token"] = tt;
+        a["logprob"] = t.logprob;
+        a["bytes"] = bytes_of(tt);
+        top.push_back(std::move(a));
+      }
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
+    }
+    json::object o;
+    o["content"] = std::move(content);
+    return o;
+  }
+  json::array tokens, token_logprobs, top_logprobs, offsets;
+  for (const auto& lp : lps) {
+    const std::string tok = token_text(lp.token);
+    tokens.push_back(json::value(tok));
+    token_logprobs.push_back(lp.logprob);
+    json::object top;
+    for (const auto& t : lp.top) top[token_text(t.token)] = t.logprob;
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(*text_offset);
+    *text_offset += static_cast<int>(tok.size());
+  }
+  json::object o;
+  o["tokens"] = std::move(tokens);
+  o["token_logprobs"] = std::move(token_logprobs);
+  o["top_logprobs"] = std::move(top_logprobs);
+  o["text_offset"] = std::move(offsets);
+  return o;
+}
+
+// ---- streaming ----------------------------------------------------------------------------
+
+StreamShaper::StreamShaper(ResponseMeta meta, TokenText token_text)
+    : meta_(std::move(meta)),
+      token_text_(std::move(token_text)),
+      text_offset_(static_cast<std::size_t>(meta_.n), 0),
+      tokens_(static_cast<std::size_t>(meta_.n), 0) {}
+
+json::object StreamShaper::chunk() const {
+  json::object c;
+  c["id"] = meta_.id;
+  c["object"] = meta_.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion";
+  c["created"] = meta_.created;
+  c["model"] = meta_.model;
+  return c;
+}
+
+std::string StreamShaper::begin() {
+  std::string out;
+  for (int i = 0; i < meta_.n; ++i) {
+    json::object choice;
+    choice["index"] = i;
+    if (meta_.endpoint == Endpoint::kChat) {
+      json::object delta;
+      delta["role"] = "assistant";
+      delta["content"] = "";
+      choice["delta"] = std::move(delta);
+    } else if (!meta_.echo_text.empty()) {
+      choice["text"] = meta_.echo_text;
+      text_offset_[static_cast<std::size_t>(i)] = static_cast<int>(meta_.echo_text.size());
+    } else {
+      continue;
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = nullptr;
+    json::object c = chunk();
+    c["choices"] = json::array{std::move(choice)};
+    out += sse_data(json::serialize(c));
+  }
+  return out;
+}
+
+std::string StreamShaper::on_event(const StreamEvent& ev) {
+  std::string out;
+  if (ev.index < 0 || ev.index >= meta_.n) return out;  // note: engine bug; never index out
+  const auto i = static_cast<std::size_t>(ev.index);
+  tokens_[i] += static_cast<int>(ev.token_ids.size());
+  if (ev.usage) {
+    usage_ = *ev.usage;
+    have_usage_ = true;
+  }
+  if (ev.finish == FinishReason::kError) {
+    failed_ = true;
+    out += sse_data(error_json(
+        ApiError(500, "internal_error", ev.error.empty() ? "generation failed" : ev.error)));
+    return out;
+  }
+  const bool lp = meta_.logprobs && !ev.logprobs.empty();
+  if (!ev.text.empty() || lp) {
+    json::object choice;
+    choice["index"] = ev.index;
+    if (meta_.endpoint == Endpoint::kChat) {
+      json::object delta;
+      delta["content"] = ev.text;
+      choice["delta"] = std::move(delta);
+    } else {
+      choice["text"] = ev.text;
+    }
+    choice["logprobs"] =
+        lp ? logprobs_json(meta_.endpoint, ev.logprobs, token_text_, &text_offset_[i])
+           : json::value(nullptr);
+    choice["finish_reason"] = nullptr;
+    json::object c = chunk();
+    c["choices"] = json::array{std::move(choice)};
+    if (meta_.continuous_usage) {
+      c["usage"] = usage_json(counted_usage(prompt_tokens_hint_, tokens_), false);
+    }
+    out += sse_data(json::serialize(c));
+  }
+  if (ev.finish != FinishReason::kNone) {
+    ++finished_;
+    json::object choice;
+    choice["index"] = ev.index;
+    if (meta_.endpoint == Endpoint::kChat) {
+      choice["delta"] = json::object();
+    } else {
+      choice["text"] = "";
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish_reason_name(ev.finish);
+    json::object c = chunk();
+    c["choices"] = json::array{std::move(choice)};
+    out += sse_data(json::serialize(c));
+  }
+  return out;
+}
+
+std::string StreamShaper::end() {
+  std::string out;
+  if (meta_.include_usage) {
+    json::object c = chunk();
+    c["choices"] = json::array();
+    c["usage"] = usage_json(have_usage_ ? usage_ : counted_usage(prompt_tokens_hint_, tokens_));
+    out += sse_data(json::serialize(c));
+  }
+  out += sse_data("[DONE]");
+  return out;
+}
+
+// ---- non-streaming ------------------------------------------------------------------------
+
+ResponseCollector::ResponseCollector(ResponseMeta meta, TokenText token_text)
+    : meta_(std::move(meta)),
+      token_text_(std::move(token_text)),
+      choices_(static_cast<std::size_t>(meta_.n)) {}
+
+void ResponseCollector::add(const StreamEvent& ev) {
+  if (ev.finish == FinishReason::kError) {
+    throw ApiError(500, "internal_error", ev.error.empty() ? "generation failed" : ev.error);
+  }
+  if (ev.index < 0 || ev.index >= meta_.n) return;
+  auto& c = choices_[static_cast<std::size_t>(ev.index)];
+  c.text += ev.text;
+  c.tokens += static_cast<int>(ev.token_ids.size());
+  c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+  if (ev.finish != FinishReason::kNone) c.finish = ev.finish;
+  if (ev.usage) {
+    usage_ = *ev.usage;
+    have_usage_ = true;
+  }
+}
+
+std::string ResponseCollector::body() const {
+  json::object r;
+  r["id"] = meta_.id;
+  r["object"] = meta_.endpoint == Endpoint::kChat ? "chat.completion" : "text_completion";
+  r["created"] = meta_.created;
+  r["model"] = meta_.model;
+  json::array choices;
+  Usage u = usage_;
+  if (!have_usage_) {
+    u = Usage{};
+    u.prompt_tokens = prompt_tokens_hint_;
+    for (const auto& c : choices_) u.completion_tokens += c.tokens;
+  }
+  for (std::size_t i = 0; i < choices_.size(); ++i) {
+    const auto& c = choices_[i];
+    json::object o;
+    o["index"] = static_cast<std::int64_t>(i);
+    int offset = static_cast<int>(meta_.echo_text.size());
+    json::value lp = meta_.logprobs
+                         ? logprobs_json(meta_.endpoint, c.logprobs, token_text_, &offset)
+                         : json::value(nullptr);
+    if (meta_.endpoint == Endpoint::kChat) {
+      json::object msg;
+      msg["role"] = "assistant";
+      msg["content"] = c.text;
+      o["message"] = std::move(msg);
+    } else {
+      o["text"] = meta_.echo_text + c.text;
+    }
+    o["logprobs"] = std::move(lp);
+    o["finish_reason"] = c.finish == FinishReason::kNone
+                             ? json::value(nullptr)
+                             : json::value(finish_reason_name(c.finish));
+    choices.push_back(std::move(o));
+  }
+  r["choices"] = std::move(choices);
+  r["usage"] = usage_json(u);
+  return json::serialize(r);
+}
+
+}  // namespace strata::api

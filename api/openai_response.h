@@ -1,0 +1,100 @@
+// OpenAI-compatible response shaping, pure (no I/O): turns the engine's StreamEvents into
+// SSE chunks (`data: {json}\n\n` ... `data: [DONE]\n\n`) or one non-streaming JSON body,
+// in the shape OpenAI and vLLM use (docs/api.md has transcripts).
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "actors/engine.h"
+#include "api/api_error.h"
+#include "api/openai_request.h"
+
+namespace strata::api {
+
+// Text of one token for logprobs ("token" fields); must not throw.
+using TokenText = std::function<std::string(std::int32_t)>;
+
+struct ResponseMeta {
+  std::string id;  // "cmpl-…" / "chatcmpl-…"
+  std::string model;
+  std::int64_t created = 0;  // unix seconds
+  Endpoint endpoint = Endpoint::kCompletions;
+  int n = 1;
+  bool include_usage = false;
+  bool continuous_usage = false;
+  bool logprobs = false;  // report logprobs (completions: `logprobs` given; chat: true)
+  std::string echo_text;  // completions with echo: prepended to choice text
+};
+ResponseMeta make_meta(const ParsedRequest& req, const std::string& id, std::int64_t created);
+
+const char* finish_reason_name(FinishReason r);  // stop | length | abort | timeout | error
+
+// SSE "data: <payload>\n\n".
+std::string sse_data(const std::string& payload);
+// The error event of a stream that already began, then [DONE].
+std::string sse_error(const ApiError& e);
+
+// Usage object; `extended` adds Strata's timings and compression ratio under "strata".
+boost::json::object usage_json(const Usage& u, bool extended = true);
+
+class StreamShaper {
+ public:
+  StreamShaper(ResponseMeta meta, TokenText token_text);
+  // Chat: the role chunk of every choice; completions: the echo chunk if any.
+  std::string begin();
+  // Chunks for one event: a delta chunk when it carries text or logprobs, a finish chunk
+  // when it finishes a choice, and an error event when it failed (sets failed()).
+  std::string on_event(const StreamEvent& ev);
+  // After the stream: the usage chunk (include_usage) and [DONE].
+  std::string end();
+  void set_prompt_tokens(int n) { prompt_tokens_hint_ = n; }  // usage before the engine's
+  bool failed() const { return failed_; }
+  const Usage& usage() const { return usage_; }
+  int finished_choices() const { return finished_; }
+
+ private:
+  boost::json::object chunk() const;
+  ResponseMeta meta_;
+  TokenText token_text_;
+  std::vector<int> text_offset_;  // per choice (completions logprobs)
+  std::vector<int> tokens_;       // per choice
+  Usage usage_;
+  bool have_usage_ = false;
+  bool failed_ = false;
+  int finished_ = 0;
+  int prompt_tokens_hint_ = 0;
+};
+
+// Non-streaming: collects every event, then builds the whole response.
+class ResponseCollector {
+ public:
+  ResponseCollector(ResponseMeta meta, TokenText token_text);
+  void add(const StreamEvent& ev);  // throws ApiError 500 when the event reports an error
+  std::string body() const;         // the JSON response
+  void set_prompt_tokens(int n) { prompt_tokens_hint_ = n; }
+  const Usage& usage() const { return usage_; }
+
+ private:
+  struct Choice {
+    std::string text;
+    std::vector<TokenLogprob> logprobs;
+    FinishReason finish = FinishReason::kNone;
+    int tokens = 0;
+  };
+  ResponseMeta meta_;
+  TokenText token_text_;
+  std::vector<Choice> choices_;
+  Usage usage_;
+  bool have_usage_ = false;
+  int prompt_tokens_hint_ = 0;
+};
+
+// Logprobs JSON of some tokens, in the endpoint's shape; `offset` advances (completions).
+boost::json::value logprobs_json(Endpoint endpoint, const std::vector<TokenLogprob>& lps,
+                                 const TokenText& token_text, int* text_offset);
+
+}  // namespace strata::api

@@ -1,0 +1,129 @@
+// Helpers shared by the GPU tests (tests/gpu/*_test.cpp): bf16-rounded random inputs,
+// device upload/download, NaN poisoning, error metrics against fp64 references, and a
+// small thread pool for the fp64 references (the GPU machine has 16 cores).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "cuda/device_buffer.h"
+#include "runtime/safetensors.h"
+
+namespace strata::gputest {
+
+using cuda::DeviceArray;
+using bf16 = __nv_bfloat16;
+
+inline bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define REQUIRE_GPU()                 \
+  if (!::strata::gputest::have_gpu()) \
+  GTEST_FAIL() << "no CUDA device: GPU tests run on the GPU machine"
+
+// n values ~ N(0, std) rounded to bf16 (returned as the bf16 bits and as doubles).
+struct Bf16Data {
+  std::vector<std::uint16_t> bits;
+  std::vector<double> val;
+};
+inline Bf16Data random_bf16(std::size_t n, double std, std::mt19937_64& rng) {
+  std::normal_distribution<double> d(0.0, std);
+  Bf16Data r;
+  r.bits.resize(n);
+  r.val.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    r.bits[i] = float_to_bf16(static_cast<float>(d(rng)));
+    r.val[i] = bf16_to_float(r.bits[i]);
+  }
+  return r;
+}
+
+template <typename T>
+DeviceArray<T> to_device(const std::vector<T>& h) {
+  DeviceArray<T> d(h.size());
+  if (!h.empty())
+    CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+inline DeviceArray<bf16> to_device_bf16(const std::vector<std::uint16_t>& h) {
+  DeviceArray<bf16> d(h.size());
+  if (!h.empty()) CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+template <typename T>
+std::vector<T> to_host(const DeviceArray<T>& d) {
+  std::vector<T> h(d.size());
+  if (!h.empty()) CUDA_CHECK(cudaMemcpy(h.data(), d.get(), d.bytes(), cudaMemcpyDeviceToHost));
+  return h;
+}
+inline std::vector<double> to_host_bf16(const bf16* d, std::size_t n) {
+  std::vector<std::uint16_t> raw(n);
+  CUDA_CHECK(cudaMemcpy(raw.data(), d, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<double> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_float(raw[i]);
+  return out;
+}
+// Poison: 0xFF bytes are NaN in bf16 and fp32, so an unwritten output fails the NaN check.
+template <typename T>
+void poison(DeviceArray<T>& d) {
+  CUDA_CHECK(cudaMemset(d.get(), 0xFF, d.bytes()));
+}
+
+struct ErrStats {
+  double max_rel = 0;  // element-wise, over |ref| > floor
+  double rel_l2 = 0;   // ||got - ref|| / ||ref||
+  double max_abs = 0;
+  std::size_t nan = 0;
+};
+inline ErrStats compare(const std::vector<double>& got, const std::vector<double>& ref,
+                        double floor = 1e-3) {
+  ErrStats s;
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(got[i]) || std::isinf(got[i])) {
+      ++s.nan;
+      continue;
+    }
+    const double d = got[i] - ref[i];
+    num += d * d, den += ref[i] * ref[i];
+    s.max_abs = std::max(s.max_abs, std::abs(d));
+    if (std::abs(ref[i]) > floor) s.max_rel = std::max(s.max_rel, std::abs(d) / std::abs(ref[i]));
+  }
+  s.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return s;
+}
+
+// Runs f(i) for i in [0, n) on all hardware threads.
+inline void parallel_for(int n, const std::function<void(int)>& f) {
+  const int nt =
+      std::max(1, std::min<int>(n, static_cast<int>(std::thread::hardware_concurrency())));
+  std::vector<std::thread> th;
+  std::atomic<int> next{0};
+  for (int t = 0; t < nt; ++t)
+    th.emplace_back([&] {
+      for (int i = next++; i < n; i = next++) f(i);
+    });
+  for (auto& t : th) t.join();
+}
+
+// Prints a figure in a greppable form for tools/gpu/run.sh: "FIGURE name value".
+inline void figure(const std::string& name, double value) {
+  std::printf("FIGURE %s %.6g\n", name.c_str(), value);
+  std::fflush(stdout);
+}
+
+}  // namespace strata::gputest

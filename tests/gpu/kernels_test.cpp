@@ -1,0 +1,221 @@
+// Element-wise kernels against fp64 CPU references on bf16-rounded random inputs.
+// Bound: relative error <= 1e-2 where |ref| > 1e-3, no NaN (outputs poisoned first).
+#include "cuda/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "runtime/kv_layout.h"
+#include "runtime/make_model.h"
+#include "runtime/model_config.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace strata::gputest {
+namespace {
+
+using namespace strata::cuda;
+
+TEST(GpuKernels, RmsNormFusedResidual) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(11);
+  for (int T : {1, 17, 64}) {
+    for (int H : {256, 4096}) {
+      for (bool with_delta : {false, true}) {
+        std::normal_distribution<double> nd(0, 1);
+        std::vector<float> resid(static_cast<std::size_t>(T) * H);
+        for (auto& x : resid) x = static_cast<float>(nd(rng));
+        const Bf16Data delta = random_bf16(resid.size(), 0.5, rng);
+        const Bf16Data w = random_bf16(H, 0.2, rng);
+        auto d_resid = to_device(resid);
+        auto d_delta = to_device_bf16(delta.bits);
+        auto d_w = to_device_bf16(w.bits);
+        DeviceArray<bf16> d_out(resid.size());
+        poison(d_out);
+        launch_rmsnorm({d_resid.get(), with_delta ? d_delta.get() : nullptr, d_w.get(), d_out.get(),
+                        nullptr, T, H, 1e-5f},
+                       nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<double> ref(resid.size()), ref_resid(resid.size());
+        for (int t = 0; t < T; ++t) {
+          double ss = 0;
+          for (int i = 0; i < H; ++i) {
+            const std::size_t k = static_cast<std::size_t>(t) * H + i;
+            ref_resid[k] = resid[k] + (with_delta ? delta.val[k] : 0.0);
+            ss += ref_resid[k] * ref_resid[k];
+          }
+          const double inv = 1.0 / std::sqrt(ss / H + 1e-5);
+          for (int i = 0; i < H; ++i) {
+            const std::size_t k = static_cast<std::size_t>(t) * H + i;
+            ref[k] = ref_resid[k] * inv * w.val[static_cast<std::size_t>(i)];
+          }
+        }
+        const ErrStats e = compare(to_host_bf16(d_out.get(), ref.size()), ref);
+        const auto got_resid = to_host(d_resid);
+        const ErrStats er =
+            compare(std::vector<double>(got_resid.begin(), got_resid.end()), ref_resid);
+        EXPECT_EQ(e.nan, 0u);
+        EXPECT_LE(e.max_rel, 1e-2) << "T=" << T << " H=" << H;
+        EXPECT_LE(er.max_rel, 1e-5) << "residual T=" << T << " H=" << H;
+        figure("rmsnorm_max_rel_T" + std::to_string(T) + "_H" + std::to_string(H) +
+                   (with_delta ? "_res" : ""),
+               e.max_rel);
+      }
+    }
+  }
+}
+
+TEST(GpuKernels, EmbeddingAndSwiglu) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(12);
+  const int V = 1000, H = 384, T = 17, I = 1000;
+  const Bf16Data emb = random_bf16(static_cast<std::size_t>(V) * H, 1.0, rng);
+  std::vector<int> toks(T);
+  for (auto& t : toks) t = static_cast<int>(rng() % V);
+  auto d_emb = to_device_bf16(emb.bits);
+  auto d_tok = to_device(toks);
+  DeviceArray<float> d_res(static_cast<std::size_t>(T) * H);
+  poison(d_res);
+  launch_embedding({d_tok.get(), d_emb.get(), d_res.get(), T, H}, nullptr);
+  const Bf16Data gu = random_bf16(static_cast<std::size_t>(T) * 2 * I, 2.0, rng);
+  auto d_gu = to_device_bf16(gu.bits);
+  DeviceArray<bf16> d_act(static_cast<std::size_t>(T) * I);
+  poison(d_act);
+  launch_swiglu({d_gu.get(), d_act.get(), T, I}, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const auto res = to_host(d_res);
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < H; ++i)
+      ASSERT_EQ(res[static_cast<std::size_t>(t) * H + i],
+                emb.val[static_cast<std::size_t>(toks[static_cast<std::size_t>(t)]) * H + i]);
+  std::vector<double> ref(static_cast<std::size_t>(T) * I);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < I; ++j) {
+      const double g = gu.val[static_cast<std::size_t>(t) * 2 * I + j],
+                   u = gu.val[static_cast<std::size_t>(t) * 2 * I + I + j];
+      ref[static_cast<std::size_t>(t) * I + j] = g / (1 + std::exp(-g)) * u;
+    }
+  const ErrStats e = compare(to_host_bf16(d_act.get(), ref.size()), ref);
+  EXPECT_EQ(e.nan, 0u);
+  EXPECT_LE(e.max_rel, 1e-2);
+  figure("swiglu_max_rel", e.max_rel);
+}
+
+// RoPE (llama3 scaling) on q and k in place and the K/V write into scattered pages.
+TEST(GpuKernels, RopeAndKvWrite) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(13);
+  struct Case {
+    int heads, kv_heads, hd;
+  };
+  for (const Case c : {Case{4, 2, 64}, Case{32, 8, 128}, Case{8, 1, 128}}) {
+    ModelConfig mc = preset_config("llama3-8b");
+    mc.head_dim = c.hd;
+    const std::vector<double> inv = mc.rope_inv_freq();
+    const int T = 37, row = (c.heads + 2 * c.kv_heads) * c.hd;
+    const KvLayout layout{c.kv_heads, c.hd, 2};
+    const int num_seqs = 3, table_stride = 300, num_pages = num_seqs * table_stride;
+    std::vector<int> pos(T), seq_of(T), table(static_cast<std::size_t>(num_seqs) * table_stride);
+    std::vector<int> perm(num_pages);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (std::size_t i = 0; i < table.size(); ++i) table[i] = perm[i];
+    for (int t = 0; t < T; ++t) {
+      seq_of[static_cast<std::size_t>(t)] = t % num_seqs;
+      // positions: 0, 1, 17, 4095, random up to 4800 (distinct per sequence)
+      pos[static_cast<std::size_t>(t)] =
+          t < 3 ? std::vector<int>{0, 1, 17}[static_cast<std::size_t>(t)]
+                : (t == 3 ? 4095 : 18 + t * 123);
+    }
+    seq_of[static_cast<std::size_t>(T - 1)] = -1;  // padding row: untouched
+    const Bf16Data x = random_bf16(static_cast<std::size_t>(T) * row, 1.0, rng);
+    auto d_x = to_device_bf16(x.bits);
+    auto d_pos = to_device(pos);
+    auto d_seq = to_device(seq_of);
+    auto d_table = to_device(table);
+    auto d_inv = to_device(inv);
+    DeviceArray<bf16> pool(static_cast<std::size_t>(num_pages) * layout.page_elems());
+    poison(pool);
+    launch_rope_kv_write(
+        {d_x.get(), d_pos.get(), d_seq.get(), d_table.get(), table_stride, d_inv.get(), pool.get(),
+         static_cast<long long>(layout.page_elems()), T, c.heads, c.kv_heads, c.hd},
+        nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = to_host_bf16(d_x.get(), x.val.size());
+    const auto got_pool = to_host_bf16(pool.get(), pool.size());
+    std::vector<double> ref = x.val, ref_k, got_k, ref_v, got_v;
+    const int half = c.hd / 2;
+    for (int t = 0; t < T; ++t) {
+      if (seq_of[static_cast<std::size_t>(t)] < 0) continue;
+      double* r = ref.data() + static_cast<std::size_t>(t) * row;
+      for (int h = 0; h < c.heads + c.kv_heads; ++h)
+        for (int i = 0; i < half; ++i) {
+          const double a = r[h * c.hd + i], b = r[h * c.hd + i + half];
+          const double ang = pos[static_cast<std::size_t>(t)] * inv[static_cast<std::size_t>(i)];
+          r[h * c.hd + i] = a * std::cos(ang) - b * std::sin(ang);
+          r[h * c.hd + i + half] = b * std::cos(ang) + a * std::sin(ang);
+        }
+      const int p = pos[static_cast<std::size_t>(t)];
+      const int page =
+          table[static_cast<std::size_t>(seq_of[static_cast<std::size_t>(t)]) * table_stride +
+                p / 16];
+      for (int g = 0; g < c.kv_heads; ++g)
+        for (int d = 0; d < c.hd; ++d) {
+          ref_k.push_back(r[(c.heads + g) * c.hd + d]);
+          ref_v.push_back(r[(c.heads + c.kv_heads + g) * c.hd + d]);
+          got_k.push_back(got_pool[page * layout.page_elems() + layout.k_offset(g, p % 16) + d]);
+          got_v.push_back(got_pool[page * layout.page_elems() + layout.v_offset(g, p % 16) + d]);
+        }
+    }
+    const ErrStats e = compare(got, ref), ek = compare(got_k, ref_k), ev = compare(got_v, ref_v);
+    EXPECT_EQ(e.nan + ek.nan + ev.nan, 0u);
+    EXPECT_LE(e.max_rel, 1e-2) << "hd " << c.hd;
+    EXPECT_LE(ek.max_rel, 1e-2);
+    EXPECT_EQ(ev.max_abs, 0.0);
+    figure("rope_max_rel_hd" + std::to_string(c.hd) + "_g" + std::to_string(c.heads / c.kv_heads),
+           e.max_rel);
+  }
+}
+
+TEST(GpuKernels, RandomFillMatchesMakeModel) {
+  REQUIRE_GPU();
+  const std::string name = "model.layers.3.mlp.up_proj.weight";
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
+  const long long n = 100003;
+  DeviceArray<bf16> d(static_cast<std::size_t>(n));
+  poison(d);
+  launch_random_fill({d.get(), n, 42, h, 0.05f, 0.5f}, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const auto got = to_host_bf16(d.get(), static_cast<std::size_t>(n));
+  for (long long i = 0; i < n; ++i)
+    ASSERT_EQ(got[static_cast<std::size_t>(i)],
+              bf16_to_float(float_to_bf16(
+                  0.5f + random_weight(42, name, static_cast<std::uint64_t>(i), 0.05f))))
+        << i;
+}
+
+TEST(GpuKernels, ArgmaxLowestIdOnTies) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(14);
+  const int rows = 5, V = 128256;
+  std::vector<float> logits(static_cast<std::size_t>(rows) * V);
+  std::normal_distribution<float> nd(0, 3);
+  for (auto& x : logits) x = nd(rng);
+  std::vector<int> expect(rows);
+  for (int r = 0; r < rows; ++r) {
+    const int a = static_cast<int>(rng() % V), b = static_cast<int>(rng() % V);
+    logits[static_cast<std::size_t>(r) * V + a] = 100.0f;
+    logits[static_cast<std::size_t>(r) * V + b] = 100.0f;
+    expect[static_cast<std::size_t>(r)] = std::min(a, b);
+  }
+  auto d_l = to_device(logits);
+  DeviceArray<int> d_out(rows);
+  poison(d_out);
+  launch_argmax({d_l.get(), d_out.get(), rows, V}, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(to_host(d_out), expect);
+}
+
+}  // namespace
+}  // namespace strata::gputest

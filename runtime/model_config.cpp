@@ -103,8 +103,8 @@ ModelConfig parse_model_config(const std::string& text, const std::string& src) 
                                          it->value().as_array()[0].is_string()) {
     c.architecture = std::string(it->value().as_array()[0].as_string());
     if (c.architecture != "LlamaForCausalLM")
-      fail(src, "architectures", "unsupported architecture '" + c.architecture +
-                                     "' (supported: LlamaForCausalLM)");
+      fail(src, "architectures",
+           "unsupported architecture '" + c.architecture + "' (supported: LlamaForCausalLM)");
   }
   c.hidden_size = get_int(o, "hidden_size", src, true, 0);
   c.intermediate_size = get_int(o, "intermediate_size", src, true, 0);
@@ -123,16 +123,34 @@ ModelConfig parse_model_config(const std::string& text, const std::string& src) 
   if (c.intermediate_size <= 0) fail(src, "intermediate_size", "must be > 0");
   if (c.vocab_size <= 0) fail(src, "vocab_size", "must be > 0");
   c.rms_norm_eps = get_double(o, "rms_norm_eps", src, 1e-5);
-  c.rope_theta = get_double(o, "rope_theta", src, 10000.0);
+  // RoPE: legacy keys (`rope_theta`, `rope_scaling`) or transformers 5's `rope_parameters`
+  // (rope_type, rope_theta and the scaling fields in one object). As in transformers, a
+  // non-null `rope_scaling` wins; `rope_theta` comes from the top level when present.
+  const json::object* rope_params = nullptr;
+  if (auto it = o.find("rope_parameters"); it != o.end() && !it->value().is_null()) {
+    if (!it->value().is_object()) fail(src, "rope_parameters", "must be an object or null");
+    rope_params = &it->value().as_object();
+  }
+  c.rope_theta =
+      get_double(o, "rope_theta", src,
+                 rope_params ? get_double(*rope_params, "rope_theta", src, 10000.0) : 10000.0);
+  const json::object* scaling = nullptr;
+  std::string scaling_key = "rope_scaling";
   if (auto it = o.find("rope_scaling"); it != o.end() && !it->value().is_null()) {
     if (!it->value().is_object()) fail(src, "rope_scaling", "must be an object or null");
-    const auto& rs = it->value().as_object();
-    std::string type;
+    scaling = &it->value().as_object();
+  } else if (rope_params) {
+    scaling = rope_params;
+    scaling_key = "rope_parameters";
+  }
+  if (scaling) {
+    const auto& rs = *scaling;
+    std::string type = "default";
     for (const char* k : {"rope_type", "type"})
       if (auto t = rs.find(k); t != rs.end() && t->value().is_string())
         type = std::string(t->value().as_string());
     if (type != "llama3" && type != "linear" && type != "default")
-      fail(src, "rope_scaling.rope_type",
+      fail(src, scaling_key + ".rope_type",
            "unsupported '" + type + "' (supported: llama3, linear, default)");
     c.rope_scaling.type = type == "default" ? "" : type;
     c.rope_scaling.factor = get_double(rs, "factor", src, 1.0);
@@ -142,7 +160,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& src) 
         get_int(rs, "original_max_position_embeddings", src, false, 8192);
     if (c.rope_scaling.type == "llama3" &&
         c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
-      fail(src, "rope_scaling.high_freq_factor", "must exceed low_freq_factor");
+      fail(src, scaling_key + ".high_freq_factor", "must exceed low_freq_factor");
   }
   if (auto it = o.find("tie_word_embeddings"); it != o.end() && it->value().is_bool())
     c.tie_word_embeddings = it->value().as_bool();
@@ -165,21 +183,31 @@ std::string model_config_to_json(const ModelConfig& c) {
   o["head_dim"] = c.head_dim;
   o["rms_norm_eps"] = c.rms_norm_eps;
   o["rope_theta"] = c.rope_theta;
+  // Both spellings: legacy `rope_scaling` (transformers 4.x, vLLM) and `rope_parameters`
+  // (transformers 5.x, which also reads the legacy keys).
+  json::object rp;
+  rp["rope_type"] = c.rope_scaling.type.empty() ? "default" : c.rope_scaling.type;
+  rp["rope_theta"] = c.rope_theta;
   if (c.rope_scaling.type.empty()) {
     o["rope_scaling"] = nullptr;
   } else {
     json::object rs;
     rs["rope_type"] = c.rope_scaling.type;
     rs["factor"] = c.rope_scaling.factor;
-    rs["low_freq_factor"] = c.rope_scaling.low_freq_factor;
-    rs["high_freq_factor"] = c.rope_scaling.high_freq_factor;
-    rs["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+    if (c.rope_scaling.type == "llama3") {
+      rs["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+      rs["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+      rs["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+    }
+    for (const auto& [k, v] : rs) rp[k] = v;
     o["rope_scaling"] = rs;
   }
+  o["rope_parameters"] = rp;
   o["vocab_size"] = c.vocab_size;
   o["tie_word_embeddings"] = c.tie_word_embeddings;
   o["max_position_embeddings"] = c.max_position_embeddings;
   auto ids = [](const std::vector<std::int32_t>& v) -> json::value {
+    if (v.empty()) return nullptr;  // transformers 5 types bos_token_id as int | None
     if (v.size() == 1) return v[0];
     json::array a;
     for (auto x : v) a.push_back(x);

@@ -2,33 +2,51 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace strata::cpu {
 
+namespace {
+// 4 fp32 lanes (GCC/Clang vector extension: SSE on x86-64, NEON on arm64). Two of them form
+// the 8 partial sums every dot product here uses, folded in one fixed order.
+using v4 = float __attribute__((vector_size(16)));
+inline v4 load(const float* p) {
+  v4 r;
+  std::memcpy(&r, p, sizeof(r));
+  return r;
+}
+// ((l0 + h0) + (l1 + h1)) + ((l2 + h2) + (l3 + h3)) + tail
+inline float fold(v4 lo, v4 hi, float tail) {
+  const v4 s = lo + hi;
+  return ((s[0] + s[1]) + (s[2] + s[3])) + tail;
+}
+}  // namespace
+
 float dot(const float* a, const float* b, int n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  v4 lo = {0, 0, 0, 0}, hi = {0, 0, 0, 0};
   int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  for (; i + 8 <= n; i += 8) {
+    lo += load(a + i) * load(b + i);
+    hi += load(a + i + 4) * load(b + i + 4);
+  }
   float tail = 0.0f;
   for (; i < n; ++i) tail += a[i] * b[i];
-  return (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) + tail;
+  return fold(lo, hi, tail);
 }
 
 namespace {
-// Four output columns at once: each x row is loaded once for four weight rows.
+// Four output columns at once: each x chunk is loaded once for four weight rows. Same
+// per-column arithmetic as dot().
 void dot4(const float* x, const float* w0, const float* w1, const float* w2, const float* w3, int n,
           float* y) {
-  float a0[8] = {}, a1[8] = {}, a2[8] = {}, a3[8] = {};
+  v4 l0 = {}, h0 = {}, l1 = {}, h1 = {}, l2 = {}, h2 = {}, l3 = {}, h3 = {};
   int i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) {
-      const float xv = x[i + j];
-      a0[j] += xv * w0[i + j];
-      a1[j] += xv * w1[i + j];
-      a2[j] += xv * w2[i + j];
-      a3[j] += xv * w3[i + j];
-    }
+    const v4 xl = load(x + i), xh = load(x + i + 4);
+    l0 += xl * load(w0 + i), h0 += xh * load(w0 + i + 4);
+    l1 += xl * load(w1 + i), h1 += xh * load(w1 + i + 4);
+    l2 += xl * load(w2 + i), h2 += xh * load(w2 + i + 4);
+    l3 += xl * load(w3 + i), h3 += xh * load(w3 + i + 4);
   }
   float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
   for (; i < n; ++i) {
@@ -37,13 +55,10 @@ void dot4(const float* x, const float* w0, const float* w1, const float* w2, con
     t2 += x[i] * w2[i];
     t3 += x[i] * w3[i];
   }
-  auto fold = [](const float* a, float t) {
-    return (((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))) + t;
-  };
-  y[0] = fold(a0, t0);
-  y[1] = fold(a1, t1);
-  y[2] = fold(a2, t2);
-  y[3] = fold(a3, t3);
+  y[0] = fold(l0, h0, t0);
+  y[1] = fold(l1, h1, t1);
+  y[2] = fold(l2, h2, t2);
+  y[3] = fold(l3, h3, t3);
 }
 }  // namespace
 

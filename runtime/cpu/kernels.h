@@ -10,7 +10,7 @@
 
 namespace strata::cpu {
 
-// Σ a[i]·b[i] with 8 interleaved fp32 partial sums (vectorisable, fixed order).
+// Σ a[i]·b[i] with 8 interleaved fp32 partial sums (two 4-lane vectors, fixed fold order).
 float dot(const float* a, const float* b, int n);
 
 // y[t][o] = Σ_k x[t][k] · w[o][k]  (x: [rows][in], w: [out][in] row-major as in HF

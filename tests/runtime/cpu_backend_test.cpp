@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <numbers>
 
 #include "runtime/error.h"
@@ -442,6 +445,59 @@ TEST(CpuBackend, PreconditionsThrow) {
   }
   // A good plan still runs afterwards.
   EXPECT_NO_THROW(be->step(test::plan_of({good})));
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// Benchmark mode, not a test (never timed in CI): run with
+//   runtime_cpu_backend_test --gtest_also_run_disabled_tests --gtest_filter='*Bench*'
+// Prints decode tokens/s of the tiny model for batch 1 and 8 at 1 and 2 threads.
+TEST(CpuBackendBench, DISABLED_TinyDecodeTokensPerSecond) {
+  auto w = test::tiny();
+  const auto& c = w->config();
+  const int V = c.vocab_size, gen = 256;
+  for (int threads : {1, 2}) {
+    for (int batch : {1, 8}) {
+      auto be = make_cpu_backend(w, small_pool(threads));
+      PageAlloc pages(be->info().num_pages);
+      std::vector<Seq> seqs;
+      std::vector<SeqStep> pre;
+      for (int b = 0; b < batch; ++b) {
+        seqs.emplace_back(b + 1, test::tokens(32, V, 100 + b), full_rules(c));
+        pre.push_back(seqs.back().prefill(32, pages, false));
+        pre.back().return_logits = true;
+      }
+      auto r = be->step(test::plan_of(pre));
+      std::vector<std::int32_t> tok(static_cast<std::size_t>(batch));
+      for (int b = 0; b < batch; ++b) {
+        seqs[b].after(pre[b]);
+        tok[b] = test::argmax(r.seqs[b].logits.data() + 31 * V, V);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::clock_t c0 = std::clock();
+      for (int i = 0; i < gen; ++i) {
+        std::vector<SeqStep> steps;
+        for (int b = 0; b < batch; ++b) steps.push_back(seqs[b].decode(tok[b], pages));
+        r = be->step(test::plan_of(steps));
+        for (int b = 0; b < batch; ++b) {
+          seqs[b].after(steps[b]);
+          tok[b] = test::argmax(r.seqs[b].logits.data(), V);
+        }
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      // CPU seconds of the whole process: on a shared machine wall time overstates cost.
+      const double cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+      std::printf(
+          "tiny decode: threads %d batch %d: %d steps (context 32..%d): wall %.3f s = %.0f "
+          "tokens/s; %.3f CPU s = %.0f tokens per CPU second\n",
+          threads, batch, gen, 32 + gen, s, gen * batch / s, cpu, gen * batch / cpu);
+      EXPECT_GT(s, 0.0);
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,416 @@
+#include "actors/batcher_actor.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "runtime/error.h"
+
+namespace strata::actors {
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+}  // namespace
+
+BatcherActor::BatcherActor(asio::io_context& io, BatcherDeps deps)
+    : Actor(io), deps_(std::move(deps)) {}
+
+const std::vector<std::int32_t>& BatcherActor::source(const Seq& s) const {
+  return s.recompute.empty() ? s.req->in->prompt : s.recompute;
+}
+
+asio::awaitable<void> BatcherActor::handle(BatcherMsg msg) {
+  bool schedule = true;
+  std::visit(Overloaded{
+                 [&](SubmitMsg& m) { on_submit(std::move(m.req)); },
+                 [&](AbortMsg& m) { on_abort(m.id, m.reason); },
+                 [&](StepDoneMsg& m) {
+                   on_step_done(std::move(m.completion));
+                   schedule = !plan_;
+                 },
+                 [&](LimitsMsg& m) { deps_.limits = m.limits; },
+                 [&](ShutdownMsg& m) {
+                   stopping_ = true;
+                   shutdown_done_ = m.done;
+                   grace_timer_ = std::make_unique<asio::steady_timer>(strand_, m.deadline);
+                   grace_timer_->async_wait([this](boost::system::error_code ec) {
+                     if (!ec) tell(GraceExpiredMsg{});
+                   });
+                 },
+                 [&](GraceExpiredMsg&) {
+                   std::vector<std::string> ids;
+                   for (const auto& [id, r] : requests_) ids.push_back(id);
+                   for (const auto& id : ids) on_abort(id, FinishReason::kAbort);
+                 },
+             },
+             msg);
+  if (schedule && !plan_) co_await kick();
+  maybe_finish_shutdown();
+}
+
+void BatcherActor::on_submit(std::shared_ptr<PreparedRequest> in) {
+  auto r = std::make_unique<Req>();
+  r->in = std::move(in);
+  if (requests_.count(r->in->id)) {
+    StreamEvent ev;
+    ev.finish = FinishReason::kError;
+    ev.error = "duplicate request id '" + r->in->id + "'";
+    r->in->sink.send(std::move(ev));
+    r->in->sink.close();
+    deps_.waiting_slots->fetch_sub(1);
+    return;
+  }
+  for (int i = 0; i < r->in->n; ++i) {
+    auto s = std::make_unique<Seq>(r->in->params.stop);
+    s->id = next_seq_++;
+    s->req = r.get();
+    s->index = i;
+    s->params = r->in->params;
+    // Choice 0 keeps the request's seed; the others derive theirs deterministically.
+    if (i > 0) s->params.seed = splitmix64(r->in->params.seed ^ (0x5851F42D4C957F2Dull * i));
+    s->detok = std::make_unique<IncrementalDetokenizer>(*deps_.tokenizer);
+    seqs_[s->id] = s.get();
+    waiting_.push_back(s->id);
+    r->seqs.push_back(std::move(s));
+  }
+  r->open = r->in->n;
+  stats_.prompt_tokens_total += r->in->prompt.size();
+  requests_[r->in->id] = std::move(r);
+}
+
+void BatcherActor::leave_waiting(Req& r) {
+  if (!r.waiting) return;
+  for (const auto& s : r.seqs) {
+    if (s->where == Seq::Where::kWaiting) return;  // still a choice waiting
+  }
+  r.waiting = false;
+  deps_.waiting_slots->fetch_sub(1);
+}
+
+void BatcherActor::on_abort(const std::string& id, FinishReason reason, const std::string& error) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  if (reason == FinishReason::kAbort) ++stats_.requests_aborted;
+  // The last finish_seq may end the request (and destroy it): collect first.
+  std::vector<Seq*> open;
+  for (auto& s : it->second->seqs) {
+    if (s->finish == FinishReason::kNone) open.push_back(s.get());
+  }
+  for (Seq* s : open) {
+    StreamEvent ev;
+    ev.error = error;
+    finish_seq(*s, reason, std::move(ev));
+  }
+}
+
+// Marks a sequence finished: it leaves the queues now; its pages are released at the next
+// scheduling call (after the step it is part of has completed), and the final event goes
+// out with the released usage.
+void BatcherActor::finish_seq(Seq& s, FinishReason reason, StreamEvent ev) {
+  s.finish = reason;
+  ev.index = s.index;
+  ev.finish = reason;
+  s.final_event = std::move(ev);
+  const auto where = s.where;
+  s.where = Seq::Where::kDone;
+  if (where == Seq::Where::kWaiting) {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s.id));
+    leave_waiting(*s.req);
+    emit_final(s, nullptr);  // never held pages
+    return;
+  }
+  if (where == Seq::Where::kPreempted) {
+    preempted_.erase(std::find(preempted_.begin(), preempted_.end(), s.id));
+    emit_final(s, nullptr);  // its pages were freed at preemption
+    return;
+  }
+  running_.erase(std::find(running_.begin(), running_.end(), s.id));
+  s.release_pending = true;
+  if (!s.in_step) release_.push_back(s.id);  // else: when the step completes
+}
+
+void BatcherActor::emit_final(Seq& s, const SeqUsage* usage) {
+  if (usage) s.compression = usage->compression;
+  Req& r = *s.req;
+  StreamEvent ev = std::move(*s.final_event);
+  s.final_event.reset();
+  s.release_pending = false;
+  if (--r.open == 0) {
+    const auto now = Clock::now();
+    Usage u;
+    u.prompt_tokens = static_cast<int>(r.in->prompt.size());
+    double itl_sum = 0;
+    int itl_n = 0;
+    double comp = 0;
+    for (const auto& q : r.seqs) {
+      u.completion_tokens += static_cast<int>(q->output.size());
+      if (q->output.size() > 1) {
+        itl_sum += ms_between(q->first_token, q->last_token);
+        itl_n += static_cast<int>(q->output.size()) - 1;
+      }
+      comp += q->compression;
+    }
+    u.queue_ms = r.first_scheduled ? ms_between(r.in->arrival, *r.first_scheduled) : 0.0;
+    u.ttft_ms = r.first_token ? ms_between(r.in->arrival, *r.first_token) : 0.0;
+    u.e2e_ms = ms_between(r.in->arrival, now);
+    u.mean_itl_ms = itl_n > 0 ? itl_sum / itl_n : 0.0;
+    u.compression_ratio = comp / static_cast<double>(r.seqs.size());
+    ev.usage = u;
+    r.in->sink.send(std::move(ev));
+    r.in->sink.close();
+    if (s.finish != FinishReason::kAbort) ++stats_.requests_finished;
+    for (const auto& q : r.seqs) seqs_.erase(q->id);
+    requests_.erase(r.in->id);  // destroys r and s
+    return;
+  }
+  r.in->sink.send(std::move(ev));
+}
+
+void BatcherActor::check_deadlines() {
+  const auto now = Clock::now();
+  std::vector<std::string> late;
+  for (const auto& [id, r] : requests_) {
+    if (r->in->deadline && *r->in->deadline <= now) late.push_back(id);
+  }
+  for (const auto& id : late) {
+    on_abort(id, FinishReason::kTimeout, "deadline exceeded");
+  }
+}
+
+void BatcherActor::on_step_done(RankCompletion c) {
+  if (c.error && !step_error_) step_error_ = c.error;
+  if (c.rank == 0) rank0_ = std::move(c);
+  if (--completions_left_ > 0) return;
+
+  auto plan = std::move(plan_);
+  plan_.reset();
+  const auto now = Clock::now();
+  std::string error;
+  if (step_error_) {
+    try {
+      std::rethrow_exception(step_error_);
+    } catch (const std::exception& e) {
+      error = std::string("backend step failed: ") + e.what();
+    }
+    step_error_ = nullptr;
+  } else if (!rank0_ || rank0_->result.seqs.size() != plan->seqs.size()) {
+    error = "backend returned a malformed step result";
+  }
+  for (std::size_t i = 0; i < plan->seqs.size(); ++i) {
+    const auto id = plan->seqs[i].seq_id;
+    Seq& s = *seqs_.at(id);
+    s.in_step = false;
+    commit_.push_back(id);
+    if (s.release_pending) {  // finished (aborted, timed out) while the step ran
+      release_.push_back(id);
+      continue;
+    }
+    if (!error.empty()) {
+      StreamEvent ev;
+      ev.error = error;
+      finish_seq(s, FinishReason::kError, std::move(ev));
+      continue;
+    }
+    const SeqResult& res = rank0_->result.seqs[i];
+    if (res.token < 0) continue;  // a prefill chunk that did not end the prompt
+    Req& r = *s.req;
+    s.output.push_back(res.token);
+    ++stats_.generation_tokens_total;
+    if (s.output.size() == 1) s.first_token = now;
+    s.last_token = now;
+    if (!r.first_token) r.first_token = now;
+
+    const auto& p = s.params;
+    const bool eos = (!p.ignore_eos &&
+                      std::find(deps_.model.eos_token_ids.begin(), deps_.model.eos_token_ids.end(),
+                                res.token) != deps_.model.eos_token_ids.end()) ||
+                     std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), res.token) !=
+                         p.stop_token_ids.end();
+    StreamEvent ev;
+    ev.index = s.index;
+    ev.token_ids.push_back(res.token);
+    if (p.logprobs >= 0) {
+      TokenLogprob lp;
+      lp.token = res.token;
+      lp.logprob = res.logprob;
+      lp.top = res.top;
+      ev.logprobs.push_back(std::move(lp));
+    }
+    if (!eos) ev.text = s.stop.push(s.detok->push(res.token));
+    FinishReason fin = FinishReason::kNone;
+    if (eos || s.stop.stopped()) {
+      fin = FinishReason::kStop;
+    } else if (static_cast<int>(s.output.size()) >= p.max_tokens) {
+      fin = FinishReason::kLength;
+    }
+    if (fin == FinishReason::kNone) {
+      if (!ev.text.empty() || !ev.token_ids.empty()) r.in->sink.send(std::move(ev));
+      continue;
+    }
+    if (!s.stop.stopped()) ev.text += s.stop.push(s.detok->finish()) + s.stop.flush();
+    finish_seq(s, fin, std::move(ev));
+  }
+  if (error.empty()) device_ms_total_ += rank0_->result.stats.device_ms;
+  wall_ms_total_ += ms_between(step_started_, Clock::now());
+  rank0_.reset();
+  ++stats_.steps;
+  batch_seqs_total_ += plan->seqs.size();
+}
+
+asio::awaitable<void> BatcherActor::kick() {
+  check_deadlines();
+  ScheduleInput in;
+  in.commit = std::exchange(commit_, {});
+  in.release = std::exchange(release_, {});
+  in.running = running_;
+  in.limits = deps_.limits;
+  // More candidates than free seats cannot be admitted in one step; rejected ones (never
+  // fit) are skipped, so pass some extra.
+  const std::size_t seats = static_cast<std::size_t>(
+      std::max(0, deps_.limits.max_num_seqs - static_cast<int>(running_.size())));
+  const std::size_t max_cand = seats * 2 + 4;
+  for (auto q : {&preempted_, &waiting_}) {
+    for (const auto id : *q) {
+      if (in.candidates.size() >= max_cand || seats == 0) break;
+      const Seq& s = *seqs_.at(id);
+      Candidate c;
+      c.seq_id = id;
+      c.spec.prompt_len = static_cast<int>(source(s).size());
+      c.spec.max_tokens = s.params.max_tokens - static_cast<int>(s.output.size());
+      c.spec.chunked = deps_.limits.chunked_prefill;
+      c.spec.sparsity = s.req->in->sparsity;
+      in.candidates.push_back(std::move(c));
+    }
+  }
+  if (in.commit.empty() && in.release.empty() && in.running.empty() && in.candidates.empty()) {
+    co_return;
+  }
+  const auto t0 = Clock::now();
+  const auto released_ids = in.release;
+  ScheduleOutput out = co_await deps_.cache->ask(
+      [in = std::move(in)](KvCacheManager& m) { return schedule_step(m, in); });
+
+  for (const auto& [id, usage] : out.released) {
+    auto it = seqs_.find(id);
+    if (it != seqs_.end() && it->second->final_event) emit_final(*it->second, &usage);
+  }
+  // Released sequences the cache did not hold (defensive) still get their final event.
+  for (const auto id : released_ids) {
+    auto it = seqs_.find(id);
+    if (it != seqs_.end() && it->second->final_event) emit_final(*it->second, nullptr);
+  }
+  for (const auto id : out.preempted) {
+    Seq& s = *seqs_.at(id);
+    running_.erase(std::find(running_.begin(), running_.end(), id));
+    s.where = Seq::Where::kPreempted;
+    s.recompute = s.req->in->prompt;
+    s.recompute.insert(s.recompute.end(), s.output.begin(), s.output.end());
+    ++stats_.preemptions;
+  }
+  // Victims were popped newest first: pushing each to the front leaves the oldest first.
+  for (const auto id : out.preempted) preempted_.push_front(id);
+  for (const auto id : out.admitted) {
+    Seq& s = *seqs_.at(id);
+    if (s.where == Seq::Where::kWaiting) {
+      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+    } else {
+      preempted_.erase(std::find(preempted_.begin(), preempted_.end(), id));
+    }
+    s.where = Seq::Where::kRunning;
+    running_.push_back(id);
+    if (!s.req->first_scheduled) s.req->first_scheduled = Clock::now();
+    leave_waiting(*s.req);
+  }
+  for (const auto& [id, why] : out.rejected) {
+    Seq& s = *seqs_.at(id);
+    StreamEvent ev;
+    ev.error = why;
+    finish_seq(s, FinishReason::kError, std::move(ev));
+  }
+
+  publish(out.stats);
+  if (out.steps.empty()) co_return;
+
+  auto plan = std::make_shared<StepPlan>();
+  plan->step_id = next_step_++;
+  plan->released_pages = std::move(out.released_pages);
+  plan->seqs.reserve(out.steps.size());
+  for (auto& p : out.steps) {
+    Seq& s = *seqs_.at(p.seq_id);
+    const auto& src = source(s);
+    SeqStep st;
+    st.seq_id = p.seq_id;
+    st.prefill = p.prefill;
+    st.start = p.start;
+    st.layers = std::move(p.layers);
+    if (p.prefill) {
+      st.tokens.assign(src.begin() + p.start, src.begin() + p.start + p.n_tokens);
+      st.prompt_len = static_cast<int>(src.size());
+      st.sample = p.start + p.n_tokens == st.prompt_len;
+    } else {
+      st.tokens = {s.output.back()};
+      st.prompt_len = static_cast<int>(src.size());
+      st.sample = true;
+    }
+    st.params = &s.params;
+    st.prompt = &s.req->in->prompt;
+    st.output = &s.output;
+    s.in_step = true;
+    plan->seqs.push_back(std::move(st));
+  }
+  plan_ = plan;
+  step_started_ = t0;
+  completions_left_ = static_cast<int>(deps_.ranks.size());
+  for (auto* rank : deps_.ranks) {
+    rank->run(plan, [this](RankCompletion c) { tell(StepDoneMsg{std::move(c)}); });
+  }
+}
+
+void BatcherActor::publish(const CacheStats& cs) {
+  if (!deps_.publish_stats) return;
+  auto st = std::make_shared<EngineStats>(stats_);
+  st->running = static_cast<int>(running_.size());
+  st->waiting = static_cast<int>(waiting_.size());
+  st->preempted = static_cast<int>(preempted_.size());
+  st->pages_total = cs.pages_total;
+  st->pages_used = cs.pages_used;
+  st->pages_per_layer = cs.pages_per_layer;
+  st->kv_usage = cs.pages_total > 0 ? static_cast<double>(cs.pages_used) / cs.pages_total : 0.0;
+  st->compression_ratio = cs.compression;
+  st->mean_batch = stats_.steps > 0 ? static_cast<double>(batch_seqs_total_) / stats_.steps : 0.0;
+  st->host_overhead =
+      wall_ms_total_ > 0 ? std::max(0.0, 1.0 - device_ms_total_ / wall_ms_total_) : 0.0;
+  st->profile_version = cs.profile_version;
+  deps_.publish_stats(std::move(st));
+}
+
+void BatcherActor::maybe_finish_shutdown() {
+  if (!stopping_ || !shutdown_done_ || plan_ || !requests_.empty() || !release_.empty()) return;
+  if (grace_timer_) grace_timer_->cancel();
+  shutdown_done_->set_value();
+  shutdown_done_.reset();
+}
+
+asio::awaitable<void> BatcherActor::on_stop() {
+  // Whatever is left (a cancel without a graceful shutdown): end the streams.
+  for (auto& [id, r] : requests_) {
+    StreamEvent ev;
+    ev.finish = FinishReason::kAbort;
+    r->in->sink.send(std::move(ev));
+    r->in->sink.close();
+  }
+  requests_.clear();
+  seqs_.clear();
+  co_return;
+}
+
+}  // namespace strata::actors

@@ -1,0 +1,169 @@
+// BatcherActor: the iteration-level scheduler. It owns the waiting / running / preempted
+// queues and every in-flight request's state (outputs, detokenizer, stop matcher, stream
+// sink), and runs the step loop:
+//
+//   schedule (one ask to the CacheActor: commit the last step, release finished/aborted
+//   sequences, decide decodes / prefill chunks / admissions / preemptions)
+//   -> one StepPlan to every RankExecutor -> StepDone (rank 0's results) -> tokens appended,
+//   detokenized, stop conditions checked, deltas streamed -> schedule again.
+//
+// Aborts, submissions and deadline expiry that arrive while a step runs are applied when it
+// completes: an aborted sequence's pages are released in the very next scheduling call, i.e.
+// within one step.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "actors/actor.h"
+#include "actors/cache_actor.h"
+#include "actors/engine.h"
+#include "actors/rank_executor.h"
+#include "actors/scheduler.h"
+#include "actors/stop_matcher.h"
+#include "actors/token_stream.h"
+#include "runtime/detokenizer.h"
+#include "runtime/tokenizer.h"
+
+namespace strata::actors {
+
+using Clock = std::chrono::steady_clock;
+
+// A validated, tokenized request (IntakeActor's output).
+struct PreparedRequest {
+  std::string id;
+  std::vector<std::int32_t> prompt;
+  SamplingParams params;  // seed set
+  int n = 1;
+  std::optional<SparsityProfile> sparsity;
+  std::optional<Clock::time_point> deadline;
+  Clock::time_point arrival;
+  EventSink sink;
+};
+
+struct SubmitMsg {
+  std::shared_ptr<PreparedRequest> req;
+};
+struct AbortMsg {
+  std::string id;
+  FinishReason reason = FinishReason::kAbort;
+};
+struct StepDoneMsg {
+  RankCompletion completion;
+};
+struct LimitsMsg {
+  SchedulerLimits limits;
+};
+struct ShutdownMsg {
+  Clock::time_point deadline;
+  std::shared_ptr<std::promise<void>> done;  // set when every request has ended
+};
+struct GraceExpiredMsg {};
+using BatcherMsg =
+    std::variant<SubmitMsg, AbortMsg, StepDoneMsg, LimitsMsg, ShutdownMsg, GraceExpiredMsg>;
+
+// Counters shared with the engine facade's stats() (published as immutable snapshots).
+struct BatcherDeps {
+  CacheActor* cache = nullptr;
+  std::vector<RankExecutor*> ranks;  // rank 0 first
+  const Tokenizer* tokenizer = nullptr;
+  ModelConfig model;
+  SchedulerLimits limits;
+  // Requests accepted by intake and not yet admitted (intake's backpressure counter; the
+  // batcher gives a slot back when a request leaves the waiting queue).
+  std::atomic<int>* waiting_slots = nullptr;
+  std::function<void(std::shared_ptr<const EngineStats>)> publish_stats;
+};
+
+class BatcherActor final : public Actor<BatcherMsg> {
+ public:
+  BatcherActor(asio::io_context& io, BatcherDeps deps);
+
+ protected:
+  asio::awaitable<void> handle(BatcherMsg msg) override;
+  asio::awaitable<void> on_stop() override;
+  const char* actor_name() const override { return "batcher"; }
+
+ private:
+  struct Req;
+  struct Seq {
+    std::uint64_t id = 0;
+    Req* req = nullptr;
+    int index = 0;
+    SamplingParams params;
+    std::vector<std::int32_t> output;
+    std::vector<std::int32_t> recompute;  // prompt + output at the last preemption
+    enum class Where : std::uint8_t {
+      kWaiting,
+      kRunning,
+      kPreempted,
+      kDone
+    } where = Where::kWaiting;
+    bool in_step = false;          // part of the step in flight: its state is read by the ranks
+    bool release_pending = false;  // finished; pages released at the next scheduling call
+    FinishReason finish = FinishReason::kNone;
+    std::string error;
+    std::optional<StreamEvent> final_event;  // emitted once the release returned usage
+    std::unique_ptr<IncrementalDetokenizer> detok;
+    StopMatcher stop;
+    Clock::time_point first_token, last_token;
+    double compression = 1.0;
+    explicit Seq(std::vector<std::string> stops) : stop(std::move(stops)) {}
+  };
+  struct Req {
+    std::shared_ptr<PreparedRequest> in;
+    std::vector<std::unique_ptr<Seq>> seqs;
+    int open = 0;         // choices not finished yet (final event not sent)
+    bool waiting = true;  // holds an intake waiting slot
+    std::optional<Clock::time_point> first_scheduled, first_token;
+  };
+
+  void on_submit(std::shared_ptr<PreparedRequest> r);
+  void on_abort(const std::string& id, FinishReason reason, const std::string& error = "");
+  void on_step_done(RankCompletion c);
+  // Runs the scheduler and dispatches the next step when there is one.
+  asio::awaitable<void> kick();
+  void finish_seq(Seq& s, FinishReason reason, StreamEvent ev);
+  void emit_final(Seq& s, const SeqUsage* usage);
+  void leave_waiting(Req& r);
+  void check_deadlines();
+  void maybe_finish_shutdown();
+  void publish(const CacheStats& cs);
+  const std::vector<std::int32_t>& source(const Seq& s) const;
+
+  BatcherDeps deps_;
+  std::unordered_map<std::string, std::unique_ptr<Req>> requests_;
+  std::unordered_map<std::uint64_t, Seq*> seqs_;
+  std::deque<std::uint64_t> waiting_, preempted_;
+  std::vector<std::uint64_t> running_;  // admission order
+  std::vector<std::uint64_t> commit_, release_;
+  std::uint64_t next_seq_ = 1, next_step_ = 1;
+
+  // The step in flight.
+  std::shared_ptr<StepPlan> plan_;
+  int completions_left_ = 0;
+  std::optional<RankCompletion> rank0_;
+  std::exception_ptr step_error_;
+  Clock::time_point step_started_;
+
+  // Shutdown.
+  bool stopping_ = false;
+  std::shared_ptr<std::promise<void>> shutdown_done_;
+  std::unique_ptr<asio::steady_timer> grace_timer_;
+
+  // Statistics.
+  EngineStats stats_;
+  std::uint64_t batch_seqs_total_ = 0;
+  double device_ms_total_ = 0.0, wall_ms_total_ = 0.0;
+};
+
+}  // namespace strata::actors

@@ -1,0 +1,210 @@
+// The Engine facade: loads the model, starts the actors and wires their mailboxes.
+#include "actors/engine.h"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <cstdio>
+#include <future>
+#include <thread>
+
+#include "actors/admin_actor.h"
+#include "actors/batcher_actor.h"
+#include "actors/cache_actor.h"
+#include "actors/intake_actor.h"
+#include "actors/rank_executor.h"
+#include "actors/token_stream.h"
+#include "cache/kv_cache_manager.h"
+#include "runtime/chat_template.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/error.h"
+#include "runtime/model_loader.h"
+#include "runtime/tokenizer.h"
+
+namespace strata {
+
+const char* to_string(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kTimeout:
+      return "timeout";
+  }
+  return "unknown";
+}
+
+namespace {
+
+using namespace strata::actors;
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(const Config& config, BackendFactory factory) : config_(config) {
+    config_.validate();
+    if (config_.model.path.empty()) throw ConfigError("model.path", "required: a model directory");
+    std::shared_ptr<const ModelWeights> weights = ModelWeights::load(config_.model.path);
+    model_ = weights->config();
+    tokenizer_ = Tokenizer::load(weights->tokenizer_json(), weights->tokenizer_config_json());
+    const auto chat =
+        detect_chat_format(weights->tokenizer_config_json(), config_.model.chat_template);
+
+    std::vector<std::unique_ptr<Backend>> backends;
+    if (factory) {
+      backends = factory(config_);
+    } else {
+      CpuBackendOptions o;
+      o.threads = config_.backend.threads;
+      o.kv_bytes = config_.cache.cpu_kv_bytes;
+      if (config_.cache.kv_bytes > 0 && config_.cache.kv_bytes < o.kv_bytes) {
+        o.kv_bytes = config_.cache.kv_bytes;
+      }
+      backends.push_back(make_cpu_backend(weights, o));
+    }
+    if (backends.empty()) throw ConfigError("backend", "the backend factory made no backend");
+    int num_pages = backends[0]->info().num_pages;
+    for (const auto& b : backends) num_pages = std::min(num_pages, b->info().num_pages);
+    const KvLayout layout = backends[0]->info().layout;
+    weights.reset();  // the backends keep what they need
+
+    std::int64_t max_len = config_.model.max_model_len > 0 ? config_.model.max_model_len
+                                                           : model_.max_position_embeddings;
+    SparsityProfile initial = config_.sparsity;
+    auto manager =
+        std::make_unique<KvCacheManager>(model_.num_hidden_layers, layout, num_pages, initial);
+    initial.version = manager->profile_version();
+
+    const int io_threads = 2;
+    work_.emplace(boost::asio::make_work_guard(io_));
+    cache_ = std::make_unique<CacheActor>(io_, std::move(manager));
+    for (std::size_t r = 0; r < backends.size(); ++r) {
+      ranks_.push_back(std::make_unique<RankExecutor>(static_cast<int>(r), std::move(backends[r])));
+    }
+
+    IntakeSettings is;
+    is.tokenizer = tokenizer_.get();
+    is.model = model_;
+    is.chat_format = chat;
+    is.max_model_len = max_len;
+    is.request_timeout_s = config_.scheduler.request_timeout_s;
+    intake_ = std::make_unique<IntakeActor>(std::move(is));
+
+    BatcherDeps bd;
+    bd.cache = cache_.get();
+    for (auto& r : ranks_) bd.ranks.push_back(r.get());
+    bd.tokenizer = tokenizer_.get();
+    bd.model = model_;
+    bd.limits = {config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens,
+                 config_.scheduler.chunked_prefill};
+    bd.waiting_slots = &waiting_slots_;
+    bd.publish_stats = [this](std::shared_ptr<const EngineStats> s) {
+      admin_->tell(PublishStatsMsg{std::move(s)});
+    };
+    batcher_ = std::make_shared<BatcherActor>(io_, std::move(bd));
+    admin_ = std::make_unique<AdminActor>(io_, cache_.get(), batcher_.get(), initial,
+                                          /*quiet=*/false);
+    batcher_->start();
+    admin_->start();
+    for (int i = 0; i < io_threads; ++i) threads_.emplace_back([this] { io_.run(); });
+  }
+
+  ~EngineImpl() override { shutdown(std::chrono::milliseconds(0)); }
+
+  std::shared_ptr<TokenStream> submit(Request request) override {
+    if (!accepting_.load()) {
+      refused_.fetch_add(1);
+      throw Overloaded("the engine is shutting down");
+    }
+    auto prepared = intake_->prepare(std::move(request));
+    int cur = waiting_slots_.load();
+    do {
+      if (cur >= config_.scheduler.max_waiting) {
+        refused_.fetch_add(1);
+        throw Overloaded("overloaded: the waiting queue is full (" +
+                         std::to_string(config_.scheduler.max_waiting) + " requests)");
+      }
+    } while (!waiting_slots_.compare_exchange_weak(cur, cur + 1));
+    auto ch = make_event_channel(io_);
+    prepared->sink = EventSink(ch);
+    const std::string id = prepared->id;
+    const int prompt_tokens = static_cast<int>(prepared->prompt.size());
+    std::weak_ptr<BatcherActor> weak = batcher_;
+    auto stream = std::make_shared<RequestStream>(id, prompt_tokens, ch, [weak, id] {
+      if (auto b = weak.lock()) b->tell(AbortMsg{id});
+    });
+    if (!batcher_->tell(SubmitMsg{std::move(prepared)})) {
+      waiting_slots_.fetch_sub(1);
+      refused_.fetch_add(1);
+      throw Overloaded("the engine is shutting down");
+    }
+    return stream;
+  }
+
+  void abort(const std::string& request_id) override { batcher_->tell(AbortMsg{request_id}); }
+
+  EngineStats stats() const override {
+    EngineStats s = *admin_->snapshot();
+    s.requests_refused = refused_.load();
+    return s;
+  }
+
+  std::uint64_t update_sparsity(const SparsityProfile& profile) override {
+    profile.resolve(model_.num_hidden_layers);  // throws ConfigError, nothing changes
+    auto done = std::make_shared<std::promise<std::uint64_t>>();
+    auto fut = done->get_future();
+    if (!admin_->tell(UpdateSparsityMsg{profile, config_.cache.shrink_running, done})) {
+      throw ConfigError("sparsity", "the engine is shut down");
+    }
+    return fut.get();
+  }
+
+  const Tokenizer& tokenizer() const override { return *tokenizer_; }
+  const ModelConfig& model() const override { return model_; }
+  const Config& config() const override { return config_; }
+
+  void shutdown(std::chrono::milliseconds grace) override {
+    if (shut_down_.exchange(true)) return;
+    accepting_ = false;
+    auto done = std::make_shared<std::promise<void>>();
+    auto fut = done->get_future();
+    if (batcher_->tell(ShutdownMsg{Clock::now() + grace, done})) fut.wait();
+    batcher_->cancel();
+    admin_->cancel();
+    batcher_->wait();
+    admin_->wait();
+    for (auto& r : ranks_) r->stop();
+    work_.reset();
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  Config config_;
+  ModelConfig model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  boost::asio::io_context io_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::unique_ptr<CacheActor> cache_;
+  std::vector<std::unique_ptr<RankExecutor>> ranks_;
+  std::unique_ptr<IntakeActor> intake_;
+  std::shared_ptr<BatcherActor> batcher_;
+  std::unique_ptr<AdminActor> admin_;
+  std::vector<std::thread> threads_;
+  std::atomic<int> waiting_slots_{0};
+  std::atomic<std::uint64_t> refused_{0};
+  std::atomic<bool> accepting_{true};
+  std::atomic<bool> shut_down_{false};
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::create(const Config& config, BackendFactory factory) {
+  return std::make_unique<EngineImpl>(config, std::move(factory));
+}
+
+}  // namespace strata

@@ -1,0 +1,90 @@
+#include "actors/intake_actor.h"
+
+#include <random>
+
+#include "runtime/error.h"
+#include "runtime/sampler.h"
+
+namespace strata::actors {
+
+std::shared_ptr<PreparedRequest> IntakeActor::prepare(Request r) const {
+  auto out = std::make_shared<PreparedRequest>();
+  out->arrival = Clock::now();
+  const int forms = (r.prompt_text ? 1 : 0) + (r.prompt_ids ? 1 : 0) + (r.messages ? 1 : 0);
+  if (forms != 1) {
+    throw InvalidRequest("prompt",
+                         "exactly one of prompt text, prompt token ids or chat messages "
+                         "is required (got " +
+                             std::to_string(forms) + ")");
+  }
+  const Tokenizer& tok = *s_.tokenizer;
+  if (r.prompt_ids) {
+    out->prompt = std::move(*r.prompt_ids);
+  } else if (r.prompt_text) {
+    if (tok.adds_bos()) {
+      if (auto bos = tok.bos_id()) out->prompt.push_back(*bos);
+    }
+    const auto ids = tok.encode(*r.prompt_text);
+    out->prompt.insert(out->prompt.end(), ids.begin(), ids.end());
+  } else {
+    if (r.messages->empty()) throw InvalidRequest("messages", "at least one message is required");
+    std::string bos;
+    if (auto id = tok.bos_id()) bos = tok.token_bytes(*id);
+    const auto text = apply_chat_template(s_.chat_format, *r.messages, true, bos);
+    out->prompt = tok.encode(text, /*allow_special=*/true);
+  }
+  if (out->prompt.empty()) throw InvalidRequest("prompt", "the prompt is empty");
+  const int vocab = s_.model.vocab_size;
+  for (const auto id : out->prompt) {
+    if (id < 0 || id >= vocab) {
+      throw InvalidRequest("prompt", "token id " + std::to_string(id) +
+                                         " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                         ")");
+    }
+  }
+  if (r.n < 1 || r.n > s_.max_n) {
+    throw InvalidRequest(
+        "n", "n must be in [1, " + std::to_string(s_.max_n) + "], got " + std::to_string(r.n));
+  }
+  auto& p = r.params;
+  if (p.max_tokens < 1) {
+    throw InvalidRequest("max_tokens",
+                         "max_tokens must be at least 1, got " + std::to_string(p.max_tokens));
+  }
+  validate_sampling_params(p, vocab);
+  for (const auto& s : p.stop) {
+    if (s.empty()) throw InvalidRequest("stop", "stop strings must not be empty");
+  }
+  const std::int64_t prompt_len = static_cast<std::int64_t>(out->prompt.size());
+  if (prompt_len + p.max_tokens > s_.max_model_len) {
+    throw InvalidRequest("max_tokens",
+                         "this model's context is " + std::to_string(s_.max_model_len) +
+                             " tokens; the prompt has " + std::to_string(prompt_len) +
+                             " tokens and max_tokens is " + std::to_string(p.max_tokens) + " (" +
+                             std::to_string(prompt_len + p.max_tokens) + " in total)");
+  }
+  if (r.sparsity) {
+    try {
+      r.sparsity->resolve(s_.model.num_hidden_layers);
+    } catch (const ConfigError& e) {
+      throw InvalidRequest("kv_sparsity", e.what());
+    }
+  }
+  if (r.random_seed) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    p.seed = rng();
+  }
+  out->id = r.id.empty() ? "cmpl-" + std::to_string(next_id_.fetch_add(1)) : std::move(r.id);
+  out->params = std::move(p);
+  out->n = r.n;
+  out->sparsity = std::move(r.sparsity);
+  if (r.deadline) {
+    out->deadline = r.deadline;
+  } else if (s_.request_timeout_s > 0) {
+    out->deadline = out->arrival + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(s_.request_timeout_s));
+  }
+  return out;
+}
+
+}  // namespace strata::actors

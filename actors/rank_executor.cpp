@@ -1,0 +1,41 @@
+#include "actors/rank_executor.h"
+
+#include <boost/asio/post.hpp>
+#include <chrono>
+
+namespace strata::actors {
+
+RankExecutor::RankExecutor(int rank, std::unique_ptr<Backend> backend)
+    : rank_(rank),
+      backend_(std::move(backend)),
+      work_(boost::asio::make_work_guard(io_)),
+      thread_([this] { io_.run(); }) {}
+
+RankExecutor::~RankExecutor() {
+  stop();
+}
+
+void RankExecutor::run(std::shared_ptr<const StepPlan> plan,
+                       std::function<void(RankCompletion)> done) {
+  boost::asio::post(io_, [this, plan = std::move(plan), done = std::move(done)] {
+    RankCompletion c;
+    c.rank = rank_;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      c.result = backend_->step(*plan);
+    } catch (...) {
+      c.error = std::current_exception();
+    }
+    c.wall_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    done(std::move(c));
+  });
+}
+
+void RankExecutor::stop() {
+  if (!thread_.joinable()) return;
+  work_.reset();
+  thread_.join();
+}
+
+}  // namespace strata::actors

@@ -1,0 +1,52 @@
+// RankExecutor: one per tensor-parallel rank. It owns the rank's Backend and a thread of its
+// own running a private io_context, so a blocking `Backend::step` never stalls the actors'
+// threads. The batcher hands it a plan; the completion (result or error) is delivered through
+// the callback, which the batcher makes post back onto its own strand.
+//
+// Threading: run()/stop() are called from the batcher's strand (run) and the engine (stop);
+// the backend is touched only by the executor's thread (backend.h's one-thread contract),
+// except info()/model(), which are immutable after construction.
+#pragma once
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "runtime/backend.h"
+
+namespace strata::actors {
+
+struct RankCompletion {
+  int rank = 0;
+  StepResult result;
+  std::exception_ptr error;  // set when step() threw; `result` is then empty
+  double wall_ms = 0.0;      // time step() took on the executor thread
+};
+
+class RankExecutor {
+ public:
+  RankExecutor(int rank, std::unique_ptr<Backend> backend);
+  ~RankExecutor();  // stop()
+  RankExecutor(const RankExecutor&) = delete;
+  RankExecutor& operator=(const RankExecutor&) = delete;
+
+  int rank() const { return rank_; }
+  const Backend& backend() const { return *backend_; }
+  // Runs `plan` on the executor thread; `done` is called there with the completion.
+  // The plan (and what its SeqSteps point to) must stay alive and unchanged until then.
+  void run(std::shared_ptr<const StepPlan> plan, std::function<void(RankCompletion)> done);
+  // Finishes the queued steps and joins the thread. Idempotent.
+  void stop();
+
+ private:
+  int rank_;
+  std::unique_ptr<Backend> backend_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::thread thread_;
+};
+
+}  // namespace strata::actors

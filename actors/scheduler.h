@@ -1,0 +1,66 @@
+// The iteration-level scheduling policy (one call per step), a pure function of the
+// batcher's queues and the cache manager. It runs on the cache actor's strand (the manager's
+// owner); the batcher hands it its queues by value and gets the step back.
+//
+// Policy (vLLM v1's, with exact page reservations from cache/kv_cache_manager.h):
+//   1. commit the sequences that ran in the previous step, release finished/aborted ones;
+//   2. running sequences, oldest admission first: decodes take one token of the budget, a
+//      sequence still in prefill takes its next legal chunk (chunked prefill) or its whole
+//      prompt (unchunked). When a decode needs a page and none is free, the newest running
+//      sequence is preempted (recompute; it may be the one asking) until it fits;
+//   3. then candidates (preempted first, then waiting, FCFS), while running < max_num_seqs,
+//      tokens remain in max_num_batched_tokens and nothing was preempted in this step. A
+//      candidate that does not fit now stops admission (no overtaking); one that can never
+//      fit in the whole pool is rejected.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cache/kv_cache_manager.h"
+#include "runtime/step_plan.h"
+
+namespace strata::actors {
+
+struct SchedulerLimits {
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 4096;
+  bool chunked_prefill = true;
+};
+
+struct Candidate {
+  std::uint64_t seq_id = 0;
+  SeqSpec spec;
+};
+
+struct ScheduleInput {
+  std::vector<std::uint64_t> commit;   // ran in the previous step
+  std::vector<std::uint64_t> release;  // finished / aborted: usage reported, then freed
+  std::vector<std::uint64_t> running;  // admitted, oldest admission first
+  std::vector<Candidate> candidates;   // preempted first, then waiting (FCFS)
+  SchedulerLimits limits;
+};
+
+struct PreparedSeq {
+  std::uint64_t seq_id = 0;
+  bool prefill = true;
+  int start = 0;     // position of the first input token
+  int n_tokens = 0;  // input tokens (1 for a decode)
+  std::vector<LayerSlots> layers;
+};
+
+struct ScheduleOutput {
+  std::vector<std::pair<std::uint64_t, SeqUsage>> released;     // usage just before the free
+  std::vector<PreparedSeq> steps;                               // the next step, plan order
+  std::vector<std::uint64_t> admitted;                          // candidates admitted, in order
+  std::vector<std::uint64_t> preempted;                         // running sequences preempted
+  std::vector<std::pair<std::uint64_t, std::string>> rejected;  // candidates that never fit
+  std::vector<std::int32_t> released_pages;
+  CacheStats stats;
+};
+
+ScheduleOutput schedule_step(KvCacheManager& cache, const ScheduleInput& in);
+
+}  // namespace strata::actors

@@ -1,0 +1,60 @@
+// A request's token stream: the batcher produces StreamEvents into a channel, the client
+// consumes them through `TokenStream` (actors/engine.h). The channel is unbounded in
+// practice (a request produces at most n * (max_tokens + 1) events), so the batcher never
+// waits on a slow client.
+//
+// Threading: `EventSink` is used from the batcher's strand only; `RequestStream` by one
+// client at a time from any thread or coroutine. Dropping an unfinished stream aborts the
+// request (a client that goes away frees its pages within one step).
+#pragma once
+
+#include <atomic>
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "actors/engine.h"
+
+namespace strata::actors {
+
+using EventChannel =
+    boost::asio::experimental::concurrent_channel<void(boost::system::error_code, StreamEvent)>;
+
+std::shared_ptr<EventChannel> make_event_channel(boost::asio::io_context& io);
+
+// Producer side.
+class EventSink {
+ public:
+  EventSink() = default;
+  explicit EventSink(std::shared_ptr<EventChannel> ch) : ch_(std::move(ch)) {}
+  void send(StreamEvent ev);  // never blocks
+  void close();               // after the last event; the consumer then sees nullopt
+  bool valid() const { return ch_ != nullptr; }
+
+ private:
+  std::shared_ptr<EventChannel> ch_;
+};
+
+class RequestStream final : public TokenStream {
+ public:
+  // `on_abandon` runs (once) when the stream is destroyed before its channel was closed.
+  RequestStream(std::string id, int prompt_tokens, std::shared_ptr<EventChannel> ch,
+                std::function<void()> on_abandon);
+  ~RequestStream() override;
+  boost::asio::awaitable<std::optional<StreamEvent>> next() override;
+  std::optional<StreamEvent> next_blocking() override;
+
+ private:
+  // Takes a buffered event without waiting: {true, event} or {true, nullopt} when the
+  // channel is closed and drained; {false, _} when the consumer has to wait.
+  std::pair<bool, std::optional<StreamEvent>> poll();
+
+  std::shared_ptr<EventChannel> ch_;
+  std::function<void()> on_abandon_;
+  std::atomic<bool> ended_{false};
+};
+
+}  // namespace strata::actors

@@ -271,8 +271,13 @@ bool KvCacheManager::prepare_chunk(std::uint64_t seq_id, int n_tokens,
   if (!grow(s, want, want_temp)) return false;
   export_layers(s, layers);
   if (final)
-    for (std::size_t l = 0; l < s.layers.size(); ++l)
-      if (selects(s, s.layers[l])) (*layers)[l].action = LayerAction::kSelect;
+    for (std::size_t l = 0; l < s.layers.size(); ++l) {
+      if (!selects(s, s.layers[l])) continue;
+      (*layers)[l].action = LayerAction::kSelect;
+      // Whole prompt in this step: the backend's scratch holds it. Temp pages left by a
+      // dropped earlier preparation are not shown (they are freed at commit).
+      if (whole) (*layers)[l].temp_pages.clear();
+    }
   s.pending = Pending{true, false, n_tokens};
   for (auto& layer : s.layers) layer.shrinking.reset();
   return true;
@@ -373,8 +378,14 @@ void KvCacheManager::commit_step(std::uint64_t seq_id) {
 }
 
 std::vector<std::int32_t> KvCacheManager::take_released() {
+  // A page freed and handed out again since the last call belongs to its new owner now.
+  std::sort(released_.begin(), released_.end());
+  released_.erase(std::unique(released_.begin(), released_.end()), released_.end());
   std::vector<std::int32_t> out;
-  out.swap(released_);
+  out.reserve(released_.size());
+  for (auto id : released_)
+    if (pool_.is_free(id)) out.push_back(id);
+  released_.clear();
   return out;
 }
 

@@ -155,7 +155,9 @@ class KvCacheManager {
   bool prepare_decode(std::uint64_t seq_id, std::vector<LayerSlots>* layers);
   // The prepared step ran: advance the tables. InternalError when nothing was prepared.
   void commit_step(std::uint64_t seq_id);
-  // Pages freed since the last call (for StepPlan::released_pages).
+  // Pages freed since the last call and still free (for StepPlan::released_pages), sorted.
+  // Call it after the step's prepare_*() calls: a page freed by a preemption and handed to
+  // another sequence in the same plan is not listed (its new owner overwrites it).
   std::vector<std::int32_t> take_released();
 
   // ---- accounting -------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "runtime/kv_layout.h"
 #include "runtime/sparsity_profile.h"
 
 namespace strata {

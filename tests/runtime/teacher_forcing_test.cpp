@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
 #include <set>
 
+#include "runtime/cpu_backend.h"
 #include "runtime/error.h"
+#include "runtime/make_model.h"
+#include "runtime/model_loader.h"
 
 namespace strata {
 namespace {
@@ -183,6 +188,61 @@ TEST(TeacherForcing, RejectsBadIds) {
   EXPECT_THROW(teacher_forced_logits(b, {1, -1}, SparsityProfile{}), InvalidRequest);
   EXPECT_THROW(teacher_forced_logits(b, {1, 2}, SparsityProfile{}, 3), InvalidRequest);
   EXPECT_TRUE(b.plans.empty());
+}
+
+// Relative L2 distance of row t of a and b ([n][vocab]).
+double row_rel_l2(const std::vector<float>& a, const std::vector<float>& b, std::size_t t,
+                  std::size_t vocab) {
+  double num = 0, den = 0;
+  for (std::size_t v = t * vocab; v < (t + 1) * vocab; ++v) {
+    num += (static_cast<double>(a[v]) - b[v]) * (static_cast<double>(a[v]) - b[v]);
+    den += static_cast<double>(b[v]) * b[v];
+  }
+  return std::sqrt(num / den);
+}
+
+// On the real CPU backend: a decode tail reproduces the one-prefill logits, sparsity cannot
+// change prefill logits, and it does change the logits of decode positions.
+TEST(TeacherForcing, CpuBackendPrefillDecodeAndSparsity) {
+  const std::string dir = ::testing::TempDir() + "/strata_teacher_forcing_model";
+  std::filesystem::remove_all(dir);
+  MakeModelOptions mo;
+  mo.out_dir = dir;
+  mo.layers = 3;
+  mo.dtype = DType::kF32;
+  make_model(mo);
+  std::shared_ptr<const ModelWeights> w = ModelWeights::load(dir);
+  CpuBackendOptions bo;
+  bo.threads = 2;
+  bo.kv_bytes = 64ull << 20;
+  auto be = make_cpu_backend(w, bo);
+  const auto vocab = static_cast<std::size_t>(w->config().vocab_size);
+  std::vector<std::int32_t> ids;
+  for (int i = 0; i < 96; ++i) ids.push_back(static_cast<std::int32_t>(splitmix64(i) % vocab));
+
+  const auto full = teacher_forced_logits(*be, ids, SparsityProfile{});
+  ASSERT_EQ(full.size(), ids.size() * vocab);
+  const auto tail = teacher_forced_logits(*be, ids, SparsityProfile{}, 64);
+  for (std::size_t t = 0; t < ids.size(); ++t)
+    EXPECT_LT(row_rel_l2(tail, full, t, vocab), 1e-5) << "position " << t;
+
+  SparsityProfile sp;
+  sp.enabled = true;
+  sp.full_layers = 1;
+  sp.capacity = 32;
+  sp.window = 8;
+  sp.sinks = 4;
+  const auto sparse_prefill = teacher_forced_logits(*be, ids, sp);
+  for (std::size_t t = 0; t < ids.size(); ++t)
+    EXPECT_LT(row_rel_l2(sparse_prefill, full, t, vocab), 1e-6) << "position " << t;
+
+  const auto sparse_tail = teacher_forced_logits(*be, ids, sp, 64);
+  for (std::size_t t = 0; t < 64; ++t)
+    EXPECT_LT(row_rel_l2(sparse_tail, full, t, vocab), 1e-6) << "position " << t;
+  double worst = 0;
+  for (std::size_t t = 64; t < ids.size(); ++t)
+    worst = std::max(worst, row_rel_l2(sparse_tail, full, t, vocab));
+  EXPECT_GT(worst, 1e-4);  // 32 of 64+ tokens kept in two of three layers
 }
 
 }  // namespace

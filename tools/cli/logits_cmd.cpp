@@ -123,7 +123,7 @@ int run(int argc, char** argv) {
   const int threads = static_cast<int>(a.get_int("threads", 0));
 
   std::shared_ptr<const ModelWeights> weights = ModelWeights::load(dir);
-  const ModelConfig& mc = weights->config();
+  const ModelConfig mc = weights->config();  // a copy: the weights are dropped below
   const int pages = teacher_forcing_pages(mc, static_cast<int>(ids.size()), profile, prefill);
   const KvLayout layout{mc.num_key_value_heads, mc.head_dim, 4};
   CpuBackendOptions opts;

@@ -23,6 +23,18 @@ TEST(KvPlanner, Llama3DefaultCompressionAt4000Plus500) {
   EXPECT_NEAR(compression_ratio(rules, 4000, 4500), 5.08, 0.005);
 }
 
+// docs/sparsity.md: the pyramid schedule keeps 13,500 + 13,803 + 29 * 36 = 28,347.
+TEST(KvPlanner, PyramidCompressionAt4000Plus500) {
+  SparsityProfile p;
+  p.enabled = true;
+  p.schedule = Schedule::kPyramid;
+  const auto rules = p.resolve(32);
+  long kept = 0;
+  for (const auto& r : rules) kept += kept_slots(r, 4000, 4500);
+  EXPECT_EQ(kept, 28347);
+  EXPECT_NEAR(compression_ratio(rules, 4000, 4500), 144000.0 / 28347.0, 1e-12);
+}
+
 // 4000 prompt tokens + 501 generated = 4500 KV positions written (the last token is not fed back).
 TEST(KvPlanner, Llama3DefaultPagesChunked) {
   const auto plan = pages_needed(4000, 501, llama3_default(), /*chunked=*/true);

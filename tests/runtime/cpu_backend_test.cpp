@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <numbers>
 
 #include "runtime/error.h"
@@ -48,7 +49,10 @@ std::vector<double> ref_inv_freq(const ModelConfig& c) {
 }
 
 // Logits [n][vocab] of every position of `toks`.
-std::vector<double> reference_logits(const ModelWeights& w, const std::vector<std::int32_t>& toks) {
+// `visible(layer, t, j)`: may row t attend to position j <= t (default: always).
+using Mask = std::function<bool(int, int, int)>;
+std::vector<double> reference_logits(const ModelWeights& w, const std::vector<std::int32_t>& toks,
+                                     const Mask& visible = nullptr) {
   const auto& c = w.config();
   const int H = c.hidden_size, hd = c.head_dim, nh = c.num_attention_heads,
             nkv = c.num_key_value_heads, I = c.intermediate_size, n = static_cast<int>(toks.size());
@@ -103,12 +107,16 @@ std::vector<double> reference_logits(const ModelWeights& w, const std::vector<st
         std::vector<double> s(t + 1);
         double m = -1e300;
         for (int j = 0; j <= t; ++j) {
+          if (visible && !visible(l, t, j)) {
+            s[j] = -1e300;
+            continue;
+          }
           for (int d = 0; d < hd; ++d) s[j] += q[t][h * hd + d] * k[j][g * hd + d];
           s[j] /= std::sqrt(static_cast<double>(hd));
           m = std::max(m, s[j]);
         }
         double sum = 0;
-        for (auto& e : s) sum += (e = std::exp(e - m));
+        for (auto& e : s) sum += (e = e == -1e300 ? 0.0 : std::exp(e - m));
         for (int j = 0; j <= t; ++j)
           for (int d = 0; d < hd; ++d) att[h * hd + d] += s[j] / sum * v[j][g * hd + d];
       }
@@ -389,6 +397,34 @@ TEST(CpuBackend, LongPromptPrefillEqualsFullAndTempEqualsScratch) {
     const auto full_dec = greedy_run(*be, full_rules(c), prompt, 1, {100});
     EXPECT_NE(scratch[100], full_dec[100]) << to_string(p);
   }
+}
+
+TEST(CpuBackend, WindowRingMatchesStreamingLlmReference) {
+  // Prompt fits (24 <= C = 28), then decode wraps the ring of C - sinks = 24 slots: every
+  // row of a sparse layer must attend to the sinks plus its most recent 24 tokens.
+  auto w = test::tiny();
+  auto be = make_cpu_backend(w, small_pool());
+  const auto& c = w->config();
+  const int C = 28, sinks = 4;
+  const auto rules = rules_for(c, Policy::kWindow, C, 8, sinks);
+  const auto prompt = test::tokens(24, c.vocab_size, 77);
+  const auto rows = greedy_run(*be, rules, prompt, 40, {24});
+  std::vector<std::int32_t> seq = prompt;
+  for (std::size_t r = 23; r + 1 < rows.size(); ++r)
+    seq.push_back(test::argmax(rows[r].data(), c.vocab_size));
+  ASSERT_EQ(seq.size(), rows.size());
+  const auto want = reference_logits(*w, seq, [&](int layer, int t, int j) {
+    return !rules[static_cast<std::size_t>(layer)].sparse() || j < sinks || j > t - (C - sinks);
+  });
+  std::vector<float> got;
+  for (const auto& r : rows) got.insert(got.end(), r.begin(), r.end());
+  expect_close_rows(got, want, c.vocab_size, 1e-4);
+  // The mask matters: the full-attention reference differs on the late rows.
+  const auto full = reference_logits(*w, seq);
+  double diff = 0;
+  for (std::size_t j = full.size() - c.vocab_size; j < full.size(); ++j)
+    diff = std::max(diff, std::abs(full[j] - want[j]));
+  EXPECT_GT(diff, 1e-3);
 }
 
 TEST(CpuBackend, PreconditionsThrow) {

@@ -393,6 +393,12 @@ TEST(CpuBackend, LongPromptPrefillEqualsFullAndTempEqualsScratch) {
         greedy_run(*be, rules, prompt, 30, {30, 70});  // last chunk holds the window
     for (std::size_t i = 0; i < full.size(); ++i) ASSERT_EQ(scratch[i], full[i]) << to_string(p);
     ASSERT_EQ(scratch, chunked) << to_string(p);
+    // fp32 scoring (kernel arithmetic) runs the same path; the prompt rows are unaffected.
+    CpuBackendOptions o32 = small_pool();
+    o32.fp64_scores = false;
+    auto be32 = make_cpu_backend(w, o32);
+    const auto f32 = greedy_run(*be32, rules, prompt, 5, {30, 70});
+    for (std::size_t i = 0; i < full.size(); ++i) ASSERT_EQ(f32[i], full[i]) << to_string(p);
     // After selection the sparse layers attend over fewer tokens: decode differs from full.
     const auto full_dec = greedy_run(*be, full_rules(c), prompt, 1, {100});
     EXPECT_NE(scratch[100], full_dec[100]) << to_string(p);
@@ -425,6 +431,58 @@ TEST(CpuBackend, WindowRingMatchesStreamingLlmReference) {
   for (std::size_t j = full.size() - c.vocab_size; j < full.size(); ++j)
     diff = std::max(diff, std::abs(full[j] - want[j]));
   EXPECT_GT(diff, 1e-3);
+}
+
+// Decode `gen` tokens after a 100-token prompt (C = 48, scored); at decode step `at` the
+// sparse layers get kShrink to `shrink_to` (0: never). Returns the decode logits.
+std::vector<std::vector<float>> shrink_run(Backend& be, int gen, int at, int shrink_to) {
+  const auto& c = be.model();
+  PageAlloc pages(be.info().num_pages);
+  Seq s(1, test::tokens(100, c.vocab_size, 8), rules_for(c, Policy::kScored, 48, 16, 4));
+  const auto pre = prefill_logits(be, pages, s, {100});
+  std::int32_t tok = test::argmax(pre.data() + pre.size() - c.vocab_size, c.vocab_size);
+  std::vector<std::vector<float>> rows;
+  for (int i = 0; i < gen; ++i) {
+    auto st = s.decode(tok, pages);
+    if (i == at && shrink_to)
+      for (auto& ls : st.layers)
+        if (ls.rule.sparse()) ls.action = LayerAction::kShrink, ls.shrink_to = shrink_to;
+    const auto r = be.step(test::plan_of({st}));
+    s.after(st);
+    if (i == at && shrink_to)
+      for (auto& ls : s.layers)
+        if (ls.rule.sparse()) {  // the cache manager's view of a shrink (docs/sparsity-cpu.md)
+          ls.valid = std::min(ls.valid, shrink_to);
+          ls.ring_pos = 0;
+          ls.rule.capacity = shrink_to;
+        }
+    rows.push_back(r.seqs[0].logits);
+    tok = test::argmax(r.seqs[0].logits.data(), c.vocab_size);
+  }
+  return rows;
+}
+
+TEST(CpuBackend, LiveShrink) {
+  auto w = test::tiny();
+  auto be = make_cpu_backend(w, small_pool());
+  const int V = w->config().vocab_size;
+  const auto base = shrink_run(*be, 30, 0, 0);
+  // Shrinking to the capacity evicts nothing, only re-lays the ring oldest-first with
+  // ring_pos 0: later steps keep the same tokens (attention sums in another slot order).
+  const auto relaid = shrink_run(*be, 30, 7, 48);
+  ASSERT_EQ(relaid.size(), base.size());
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    double mx = 0, err = 0;
+    for (int j = 0; j < V; ++j) {
+      mx = std::max(mx, std::abs(static_cast<double>(base[i][j])));
+      err = std::max(err, std::abs(static_cast<double>(relaid[i][j]) - base[i][j]));
+    }
+    EXPECT_LE(err, 1e-4 * mx) << "decode " << i;
+  }
+  // A real shrink keeps running on the smaller capacity and changes later logits.
+  const auto shrunk = shrink_run(*be, 30, 7, 24);
+  for (int i = 0; i <= 7; ++i) EXPECT_EQ(shrunk[i], base[i]);
+  EXPECT_NE(shrunk[12], base[12]);
 }
 
 TEST(CpuBackend, PreconditionsThrow) {

@@ -1,0 +1,319 @@
+// gpu_bench: microbenchmarks of the CUDA backend on the H200, as ratios to the measured
+// ceilings (4.27 TB/s device copy, 769 TFLOP/s bf16 GEMM). Prints "FIGURE name value"
+// lines (collected by tools/gpu/run.sh into figures.json) and a readable line per figure.
+// Timing: CUDA events after warm-up, median of the runs. Not a test: it asserts nothing.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cuda/attention.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gemm.h"
+#include "cuda/kernels.h"
+#include "runtime/config.h"
+#include "runtime/kv_layout.h"
+
+using namespace strata;
+using namespace strata::cuda;
+
+namespace {
+
+constexpr double kCopyBw = 4.27e12, kBf16Flops = 769e12;
+
+void figure(const std::string& name, double v) {
+  std::printf("FIGURE %s %.6g\n", name.c_str(), v);
+  std::fflush(stdout);
+}
+
+double median_ms(const std::function<void()>& f, int warm, int runs) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < warm; ++i) f();
+  std::vector<float> t;
+  for (int i = 0; i < runs; ++i) {
+    CUDA_CHECK(cudaEventRecord(a));
+    f();
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return t[t.size() / 2];
+}
+
+void fill_random(bf16* p, std::size_t n, unsigned long long seed) {
+  launch_random_fill({p, static_cast<long long>(n), seed, 0x1234567ull, 1.0f, 0.0f}, nullptr);
+}
+
+void bench_decode_attention(int B, int len) {
+  const int heads = 32, kvh = 8, hd = 128;
+  const KvLayout lay{kvh, hd, 2};
+  const int ppseq = pages_for_slots(len);
+  DeviceArray<bf16> pool(static_cast<std::size_t>(B) * ppseq * lay.page_elems());
+  fill_random(pool.get(), pool.size(), 1);
+  std::vector<int> table(static_cast<std::size_t>(B) * ppseq),
+      lens(static_cast<std::size_t>(B), len), rows(static_cast<std::size_t>(B));
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
+  for (int b = 0; b < B; ++b) rows[static_cast<std::size_t>(b)] = b;
+  DeviceArray<int> d_table(table.size()), d_len(lens.size()), d_rows(rows.size());
+  CUDA_CHECK(cudaMemcpy(d_table.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_len.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_rows.get(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+  DeviceArray<bf16> q(static_cast<std::size_t>(B) * heads * hd), out(q.size());
+  fill_random(q.get(), q.size(), 2);
+  for (int splits : {1, 2, 4}) {
+    DeviceArray<float> po(static_cast<std::size_t>(B) * heads * splits * hd),
+        pml(static_cast<std::size_t>(B) * heads * splits * 2);
+    DecodeAttentionParams p{q.get(),
+                            heads * hd,
+                            d_rows.get(),
+                            pool.get(),
+                            static_cast<long long>(lay.page_elems()),
+                            d_table.get(),
+                            ppseq,
+                            d_len.get(),
+                            B,
+                            splits,
+                            po.get(),
+                            pml.get(),
+                            out.get(),
+                            heads * hd,
+                            nullptr,
+                            nullptr,
+                            0,
+                            heads,
+                            kvh,
+                            hd,
+                            1.0f / std::sqrt(128.0f)};
+    const double ms = median_ms([&] { launch_decode_attention(p, nullptr); }, 3, 20);
+    const double bytes = static_cast<double>(B) * len * kvh * hd * 2 * 2;
+    const double bw = bytes / (ms * 1e-3);
+    std::printf(
+        "decode attention B=%d len=%d 32/8 hd128 splits=%d: %.3f ms, %.3g GB KV, %.2f TB/s = "
+        "%.1f%% of 4.27\n",
+        B, len, splits, ms, bytes / 1e9, bw / 1e12, 100 * bw / kCopyBw);
+    figure(
+        "bench_decode_attn_b" + std::to_string(B) + "_s" + std::to_string(splits) + "_frac_copy_bw",
+        bw / kCopyBw);
+  }
+}
+
+void bench_prefill_attention(int B, int len) {
+  const int heads = 32, kvh = 8, hd = 128;
+  const KvLayout lay{kvh, hd, 2};
+  const int ppseq = pages_for_slots(len);
+  DeviceArray<bf16> pool(static_cast<std::size_t>(B) * ppseq * lay.page_elems());
+  fill_random(pool.get(), pool.size(), 3);
+  std::vector<int> table(static_cast<std::size_t>(B) * ppseq), rs(static_cast<std::size_t>(B)),
+      nq(static_cast<std::size_t>(B), len), p0(static_cast<std::size_t>(B), 0), ts, tq;
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
+  for (int b = 0; b < B; ++b) {
+    rs[static_cast<std::size_t>(b)] = b * len;
+    for (int q0 = 0; q0 < len; q0 += 64) ts.push_back(b), tq.push_back(q0);
+  }
+  auto up = [](const std::vector<int>& v) {
+    DeviceArray<int> d(v.size());
+    CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+    return d;
+  };
+  auto d_table = up(table), d_rs = up(rs), d_nq = up(nq), d_p0 = up(p0), d_ts = up(ts),
+       d_tq = up(tq);
+  const std::size_t T = static_cast<std::size_t>(B) * len;
+  DeviceArray<bf16> q(T * heads * hd), out(q.size());
+  DeviceArray<float> lse(T * heads);
+  fill_random(q.get(), q.size(), 4);
+  PrefillAttentionParams p{q.get(),
+                           heads * hd,
+                           pool.get(),
+                           static_cast<long long>(lay.page_elems()),
+                           d_table.get(),
+                           ppseq,
+                           d_rs.get(),
+                           d_nq.get(),
+                           d_p0.get(),
+                           d_ts.get(),
+                           d_tq.get(),
+                           static_cast<int>(ts.size()),
+                           out.get(),
+                           heads * hd,
+                           lse.get(),
+                           heads,
+                           kvh,
+                           hd,
+                           1.0f / std::sqrt(128.0f)};
+  const double ms = median_ms([&] { launch_prefill_attention(p, nullptr); }, 2, 10);
+  const double flops =
+      2.0 * B * static_cast<double>(len) * len * hd * heads;  // causal: half of 4*T^2*hd
+  const double tf = flops / (ms * 1e-3);
+  std::printf(
+      "prefill attention causal B=%d len=%d 32/8 hd128: %.3f ms, %.3g TFLOP, %.1f TFLOP/s = %.1f%% "
+      "of 769\n",
+      B, len, ms, flops / 1e12, tf / 1e12, 100 * tf / kBf16Flops);
+  figure("bench_prefill_attn_b" + std::to_string(B) + "_tflops", tf / 1e12);
+}
+
+void bench_gemm(int T) {
+  const int H = 4096, I = 14336;
+  struct Shape {
+    int N, K;
+  };
+  const Shape shapes[] = {{6144, H}, {H, H}, {2 * I, H}, {H, I}};
+  cudaStream_t s = nullptr;
+  Gemm g(s);
+  double bytes = 0;
+  std::vector<DeviceArray<bf16>> ws;
+  DeviceArray<bf16> x(static_cast<std::size_t>(T) * I), y(static_cast<std::size_t>(T) * 2 * I);
+  fill_random(x.get(), x.size(), 5);
+  for (const auto& sh : shapes) {
+    ws.emplace_back(static_cast<std::size_t>(sh.N) * sh.K);
+    fill_random(ws.back().get(), ws.back().size(), 6);
+    bytes += 2.0 * sh.N * sh.K;
+  }
+  const double ms = median_ms(
+      [&] {
+        for (std::size_t i = 0; i < 4; ++i)
+          g.linear(x.get(), ws[i].get(), y.get(), T, shapes[i].N, shapes[i].K);
+      },
+      3, 20);
+  const double bw = bytes / (ms * 1e-3);
+  std::printf(
+      "layer GEMMs (cuBLAS) T=%d: %.3f ms for %.3g GB of weights, %.2f TB/s = %.1f%% of 4.27\n", T,
+      ms, bytes / 1e9, bw / 1e12, 100 * bw / kCopyBw);
+  figure("bench_layer_gemms_t" + std::to_string(T) + "_frac_copy_bw", bw / kCopyBw);
+}
+
+// Whole 8B-shaped model: decode step (batch 64, ctx 4096, full cache) and a 4000-token prefill.
+void bench_model() {
+  Config c;
+  c.model.path = "random:llama3-8b";
+  c.model.seed = 1;
+  c.model.max_model_len = 8192;
+  c.scheduler.max_num_seqs = 64;
+  c.scheduler.max_num_batched_tokens = 4096;
+  c.cache.kv_fraction = 0.9;
+  CudaBackend be(c, 0);
+  const ModelConfig& mc = be.model();
+  const int L = mc.num_hidden_layers, B = 64, ctx = 4096;
+  std::printf(
+      "8B model: weights %.2f GB, activations+workspace %.2f GB, KV pool %.2f GB (%d pages)\n",
+      be.info().weight_bytes / 1e9, be.activation_bytes() / 1e9, be.kv_pool_bytes() / 1e9,
+      be.info().num_pages);
+  figure("bench_8b_weight_gb", be.info().weight_bytes / 1e9);
+  figure("bench_8b_kv_pool_gb", be.kv_pool_bytes() / 1e9);
+  const int pps = pages_for_slots(ctx + 1);
+  if (static_cast<long long>(B) * pps * L > be.info().num_pages) {
+    std::printf("KV pool too small for the decode benchmark\n");
+    return;
+  }
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<std::int32_t> empty;
+  StepPlan plan;
+  int next = 0;
+  for (int b = 0; b < B; ++b) {
+    SeqStep s;
+    s.seq_id = static_cast<std::uint64_t>(b);
+    s.tokens = {b + 1};
+    s.start = ctx - 1;  // attends over ctx slots (the pool's contents stand in for a prompt)
+    s.prompt_len = ctx - 1;
+    s.prefill = false;
+    s.sample = true;
+    s.params = &greedy;
+    s.prompt = &empty;
+    s.output = &empty;
+    for (int l = 0; l < L; ++l) {
+      LayerSlots ls;
+      ls.valid = ctx - 1;
+      for (int i = 0; i < pps; ++i) ls.pages.push_back(next++);
+      s.layers.push_back(ls);
+    }
+    plan.seqs.push_back(s);
+  }
+  std::vector<double> t;
+  for (int i = 0; i < 13; ++i) {
+    const StepResult r = be.step(plan);
+    if (i >= 3) t.push_back(r.stats.device_ms);
+  }
+  std::sort(t.begin(), t.end());
+  const double ms = t[t.size() / 2];
+  const double kv = static_cast<double>(B) * ctx * L * mc.num_key_value_heads * mc.head_dim * 2 * 2;
+  const double wbytes =
+      static_cast<double>(be.info().weight_bytes) -
+      static_cast<double>(mc.vocab_size) * mc.hidden_size * 2;  // embed: 64 rows only
+  const double floor_ms = (kv + wbytes) / kCopyBw * 1e3;
+  std::printf(
+      "decode step 8B B=64 ctx=4096 (graphs): %.3f ms; HBM floor %.3f ms (%.3g GB weights + %.3g "
+      "GB KV) -> %.2fx floor\n",
+      ms, floor_ms, wbytes / 1e9, kv / 1e9, ms / floor_ms);
+  figure("bench_decode_step_8b_b64_ctx4096_ms", ms);
+  figure("bench_decode_step_8b_b64_ctx4096_x_floor", ms / floor_ms);
+
+  // Prefill of one 4000-token prompt.
+  StepPlan pp;
+  SeqStep s;
+  s.seq_id = 1000;
+  for (int i = 0; i < 4000; ++i) s.tokens.push_back((i * 7919) % mc.vocab_size);
+  s.start = 0, s.prompt_len = 4000, s.prefill = true, s.sample = true, s.params = &greedy,
+  s.prompt = &empty, s.output = &empty;
+  next = 0;
+  for (int l = 0; l < L; ++l) {
+    LayerSlots ls;
+    for (int i = 0; i < pages_for_slots(4000); ++i) ls.pages.push_back(next++);
+    s.layers.push_back(ls);
+  }
+  pp.seqs.push_back(s);
+  t.clear();
+  for (int i = 0; i < 5; ++i) {
+    const StepResult r = be.step(pp);
+    if (i >= 1) t.push_back(r.stats.device_ms);
+  }
+  std::sort(t.begin(), t.end());
+  const double pms = t[t.size() / 2];
+  const double n = 4000;
+  const double lin_params = static_cast<double>(L) *
+                            (static_cast<double>(mc.hidden_size) * (mc.q_dim() + 2 * mc.kv_dim()) +
+                             static_cast<double>(mc.q_dim()) * mc.hidden_size +
+                             3.0 * mc.hidden_size * mc.intermediate_size);
+  const double flops = 2 * n * lin_params +
+                       2.0 * mc.vocab_size * mc.hidden_size /* last row only */ +
+                       L * 2.0 * n * n * mc.head_dim * mc.num_attention_heads;
+  const double tf = flops / (pms * 1e-3);
+  std::printf("prefill 4000 tokens 8B: %.2f ms, %.3g TFLOP, %.1f TFLOP/s = %.1f%% of 769\n", pms,
+              flops / 1e12, tf / 1e12, 100 * tf / kBf16Flops);
+  figure("bench_prefill_4000_8b_tflops", tf / 1e12);
+  figure("bench_prefill_4000_8b_frac_peak", tf / kBf16Flops);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "all";
+  try {
+    if (what == "all" || what == "kernels") {
+      bench_decode_attention(64, 4096);
+      bench_prefill_attention(1, 4096);
+      bench_prefill_attention(8, 4096);
+      bench_gemm(64);
+      bench_gemm(128);
+    }
+    if (what == "all" || what == "model") bench_model();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs every GPU check of the bundle in one go on the GPU machine:
+#   tools/gpu/run.sh RESULTS_DIR        (from a bundle: .gpu-bundle/run.sh RESULTS_DIR)
+# gpu_* GoogleTest binaries (kernels, attention, whole model), then the microbenchmarks
+# (gpu_bench). Writes into RESULTS_DIR: run.log (everything), figures.json (every
+# "FIGURE name value" line + pass/fail per binary + commit), nvidia-smi.txt, summary.txt.
+# Prints a short table last. Binaries are read from bin/ next to this script (the bundle
+# layout made by tools/gpu/bundle.sh).
+set -uo pipefail
+out=${1:?usage: run.sh RESULTS_DIR}
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd)
+bin=$here/bin
+log=$out/run.log
+: >"$log"
+commit=$(cat "$here/COMMIT" 2>/dev/null || git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)
+{ date -u; echo "commit $commit"; nvidia-smi; } >"$out/nvidia-smi.txt" 2>&1
+status_lines=()
+for t in "$bin"/gpu_*_test; do
+  name=$(basename "$t")
+  echo "=== $name" | tee -a "$log"
+  start=$(date +%s)
+  if "$t" --gtest_color=no >>"$log" 2>&1; then rc=0; else rc=$?; fi
+  echo "=== $name rc=$rc ($(( $(date +%s) - start )) s)" | tee -a "$log"
+  echo "STATUS $name $rc" >>"$log"
+done
+if [ -x "$bin/gpu_bench" ]; then
+  echo "=== gpu_bench" | tee -a "$log"
+  "$bin/gpu_bench" all >>"$log" 2>&1
+  echo "STATUS gpu_bench $?" >>"$log"
+fi
+python3 - "$log" "$out/figures.json" "$commit" >"$out/summary.txt" <<'PY'
+import json, sys, datetime
+log, dst, commit = sys.argv[1:4]
+figs, status, failed = {}, {}, []
+for line in open(log, errors="replace"):
+    p = line.split()
+    if len(p) == 3 and p[0] == "FIGURE":
+        figs[p[1]] = float(p[2])
+    elif len(p) == 3 and p[0] == "STATUS":
+        status[p[1]] = int(p[2])
+    elif line.startswith("[  FAILED  ]") and "listed below" not in line:
+        failed.append(line.strip())
+json.dump({"date": datetime.datetime.utcnow().isoformat() + "Z", "commit": commit, "status": status,
+           "failed_tests": failed, "figures": figs}, open(dst, "w"), indent=1, sort_keys=True)
+print("binary                 rc")
+for k, v in status.items():
+    print(f"{k:22s} {v}")
+for f in failed:
+    print(f)
+print()
+for k in sorted(figs):
+    if k.startswith("bench_") or k.startswith("model_") or k.startswith("graph_"):
+        print(f"{k:55s} {figs[k]:.4g}")
+PY
+cat "$out/summary.txt"

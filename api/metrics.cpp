@@ -1,0 +1,205 @@
+#include "api/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace strata::api {
+
+namespace {
+
+std::string num(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (std::isnan(v)) return "NaN";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+std::string escape_label(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+class Writer {
+ public:
+  explicit Writer(std::string model) : model_("model_name=\"" + escape_label(model) + "\"") {}
+  void head(const std::string& name, const char* type, const char* help) {
+    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  void sample(const std::string& name, double v, const std::string& labels = {}) {
+    out_ += name + "{" + model_ + (labels.empty() ? "" : "," + labels) + "} " + num(v) + "\n";
+  }
+  void gauge(const std::string& name, const char* help, double v) {
+    head(name, "gauge", help);
+    sample(name, v);
+  }
+  void counter(const std::string& name, const char* help, double v) {
+    head(name, "counter", help);
+    sample(name, v);
+  }
+  void histogram(const std::string& name, const char* help, const Histogram& h) {
+    head(name, "histogram", help);
+    std::uint64_t cum = 0;
+    for (std::size_t i = 0; i < h.bounds().size(); ++i) {
+      cum += h.counts()[i];
+      sample(name + "_bucket", static_cast<double>(cum), "le=\"" + num(h.bounds()[i]) + "\"");
+    }
+    sample(name + "_bucket", static_cast<double>(h.count()), "le=\"+Inf\"");
+    sample(name + "_sum", h.sum());
+    sample(name + "_count", static_cast<double>(h.count()));
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string model_;
+  std::string out_;
+};
+
+std::vector<double> latency_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,  0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0};
+}
+std::vector<double> token_buckets() {
+  return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double v) {
+  if (std::isnan(v)) return;
+  std::size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+ApiMetrics::ApiMetrics()
+    : ttft_s(latency_buckets()),
+      tpot_s(latency_buckets()),
+      e2e_s(latency_buckets()),
+      queue_s(latency_buckets()),
+      prompt_tokens(token_buckets()),
+      generation_tokens(token_buckets()) {}
+
+void ApiMetrics::observe_request(const Usage& u, FinishReason reason) {
+  ttft_s.observe(u.ttft_ms / 1000.0);
+  if (u.completion_tokens > 1) tpot_s.observe(u.mean_itl_ms / 1000.0);
+  e2e_s.observe(u.e2e_ms / 1000.0);
+  queue_s.observe(u.queue_ms / 1000.0);
+  prompt_tokens.observe(u.prompt_tokens);
+  generation_tokens.observe(u.completion_tokens);
+  const char* r = to_string(reason);
+  ++finished[r ? r : "unknown"];
+  recent_ttft_ms.push_back(u.ttft_ms);
+  while (recent_ttft_ms.size() > 32) recent_ttft_ms.pop_front();
+}
+
+void ApiMetrics::observe_http(int status) {
+  ++http_responses[status];
+}
+
+double ApiMetrics::recent_ttft_mean_ms() const {
+  if (recent_ttft_ms.empty()) return 0;
+  double s = 0;
+  for (double v : recent_ttft_ms) s += v;
+  return s / static_cast<double>(recent_ttft_ms.size());
+}
+
+std::map<std::string, long long> pages_by_group(const std::vector<int>& pages_per_layer,
+                                                const std::vector<LayerRule>& rules) {
+  std::map<std::string, long long> g{{"full", 0}, {"sparse", 0}};
+  for (std::size_t l = 0; l < pages_per_layer.size(); ++l) {
+    const bool sparse = l < rules.size() && rules[l].sparse();
+    g[sparse ? "sparse" : "full"] += pages_per_layer[l];
+  }
+  return g;
+}
+
+std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
+  Writer w(in.model_name);
+  w.gauge("strata_ready", "1 once the model is loaded and the engine serves requests.",
+          in.ready ? 1 : 0);
+  if (in.stats) {
+    const EngineStats& s = *in.stats;
+    w.gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+            s.running);
+    w.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting);
+    w.gauge("strata_num_requests_preempted", "Number of preempted requests waiting to resume.",
+            s.preempted);
+    w.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage);
+    w.counter("vllm:num_preemptions_total", "Cumulative number of preemptions.",
+              static_cast<double>(s.preemptions));
+    w.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+              static_cast<double>(s.prompt_tokens_total));
+    w.counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
+              static_cast<double>(s.generation_tokens_total));
+    w.counter("strata_engine_steps_total", "Engine iterations (batched steps) run.",
+              static_cast<double>(s.steps));
+    w.counter("strata_requests_refused_total", "Requests refused because the queue was full.",
+              static_cast<double>(s.requests_refused));
+    w.counter("strata_requests_aborted_total", "Requests aborted (client gone, cancel, deadline).",
+              static_cast<double>(s.requests_aborted));
+    w.gauge("strata_kv_pages_capacity", "KV pages in the pool.", s.pages_total);
+    w.gauge("strata_kv_pages_used", "KV pages held by sequences.", s.pages_used);
+    w.gauge("strata_kv_compression_ratio",
+            "Full-cache KV bytes over bytes held, over running sequences.", s.compression_ratio);
+    w.gauge("strata_sparsity_profile_version", "Version of the published sparsity profile.",
+            static_cast<double>(s.profile_version));
+    w.gauge("strata_sparsity_enabled", "1 when layer-wise KV sparsity is on.",
+            s.profile.enabled ? 1 : 0);
+    w.gauge("strata_batch_size_mean", "Mean sequences per engine step since start.", s.mean_batch);
+    w.gauge("strata_host_overhead_ratio", "Share of step wall time not covered by backend work.",
+            s.host_overhead);
+    if (in.rules) {
+      w.head("strata_kv_group_pages", "gauge", "KV pages held per layer group (full / sparse).");
+      for (const auto& [g, n] : pages_by_group(s.pages_per_layer, *in.rules))
+        w.sample("strata_kv_group_pages", static_cast<double>(n), "group=\"" + g + "\"");
+    }
+    w.head("strata_kv_layer_pages", "gauge", "KV pages held per layer.");
+    for (std::size_t l = 0; l < s.pages_per_layer.size(); ++l) {
+      const bool sparse = in.rules && l < in.rules->size() && (*in.rules)[l].sparse();
+      w.sample(
+          "strata_kv_layer_pages", s.pages_per_layer[l],
+          "layer=\"" + std::to_string(l) + "\",group=\"" + (sparse ? "sparse" : "full") + "\"");
+    }
+  }
+  w.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+              m.ttft_s);
+  w.histogram("vllm:time_per_output_token_seconds",
+              "Histogram of time per output token in seconds.", m.tpot_s);
+  w.histogram("vllm:e2e_request_latency_seconds",
+              "Histogram of end to end request latency in seconds.", m.e2e_s);
+  w.histogram("vllm:request_queue_time_seconds",
+              "Histogram of time spent in the waiting queue in seconds.", m.queue_s);
+  w.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", m.prompt_tokens);
+  w.histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
+              m.generation_tokens);
+  w.head("vllm:request_success_total", "counter", "Count of successfully processed requests.");
+  for (const char* r : {"stop", "length", "abort"}) {
+    auto it = m.finished.find(r);
+    w.sample("vllm:request_success_total",
+             it == m.finished.end() ? 0.0 : static_cast<double>(it->second),
+             std::string("finished_reason=\"") + r + "\"");
+  }
+  w.head("strata_http_responses_total", "counter", "HTTP responses by status code.");
+  for (const auto& [status, n] : m.http_responses)
+    w.sample("strata_http_responses_total", static_cast<double>(n),
+             "code=\"" + std::to_string(status) + "\"");
+  return w.take();
+}
+
+}  // namespace strata::api

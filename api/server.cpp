@@ -1,0 +1,672 @@
+#include "api/server.h"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
+#include <boost/json.hpp>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+
+#include "api/openai_response.h"
+#include "api/server_impl.h"
+#include "runtime/chat_template.h"
+#include "runtime/error.h"
+#include "runtime/tokenizer.h"
+
+namespace strata::api {
+
+namespace json = boost::json;
+using namespace boost::asio::experimental::awaitable_operators;
+using net::as_tuple;
+using net::use_awaitable;
+
+double seconds(double s) {
+  return s > 0 && s < 1e6 ? s : 1e6;
+}
+Clock::duration to_duration(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds(s)));
+}
+
+std::string query_param(std::string_view query, std::string_view key) {
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view kv = query.substr(0, amp);
+    const auto eq = kv.find('=');
+    if (kv.substr(0, eq) == key)
+      return eq == std::string_view::npos ? "" : std::string(kv.substr(eq + 1));
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return {};
+}
+
+// ---- Impl -----------------------------------------------------------------------------------
+
+Server::Impl::Impl(ServerOptions o) : opt(std::move(o)), rng(std::random_device{}()) {
+  admin_token = opt.server.admin_token;
+  if (admin_token.empty()) {
+    static const char* hex = "0123456789abcdef";
+    for (int i = 0; i < 32; ++i) admin_token += hex[rng() % 16];
+  }
+}
+
+std::string Server::Impl::new_id(const char* prefix) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s-%016llx%04llx", prefix, static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(++next_id & 0xffff));
+  return buf;
+}
+
+ParseContext Server::Impl::parse_context() const {
+  ParseContext c;
+  c.model_names = {opt.model_name};
+  c.vocab_size = std::max(engine->model().vocab_size, engine->tokenizer().vocab_size());
+  const auto& cfg = engine->config();
+  c.max_model_len = cfg.model.max_model_len > 0 ? static_cast<int>(cfg.model.max_model_len)
+                                                : engine->model().max_position_embeddings;
+  c.base_profile = engine->stats().profile;
+  c.max_n = opt.max_n;
+  return c;
+}
+
+std::string Server::Impl::token_text(std::int32_t id) const {
+  if (!engine) return {};
+  try {
+    return engine->tokenizer().decode(std::span<const std::int32_t>(&id, 1));
+  } catch (...) {
+    return {};
+  }
+}
+
+bool Server::Impl::origin_allowed(std::string_view origin) const {
+  for (const auto& o : opt.server.cors_origins)
+    if (o == "*" || o == origin) return true;
+  return false;
+}
+
+void Server::Impl::decorate(const Req& req, http::fields& f) const {
+  f.set(http::field::server, "strata");
+  auto it = req.find(http::field::origin);
+  if (it != req.end() && origin_allowed(it->value())) {
+    f.set(http::field::access_control_allow_origin, it->value());
+    f.set(http::field::vary, "Origin");
+  }
+}
+
+Res Server::Impl::response(const Req& req, http::status st, std::string body,
+                           const char* content_type) {
+  Res res{st, req.version()};
+  decorate(req, res.base());
+  res.set(http::field::content_type, content_type);
+  res.keep_alive(req.keep_alive() && !stopping);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  metrics.observe_http(static_cast<int>(st));
+  return res;
+}
+
+Res Server::Impl::error_response(const Req& req, const ApiError& e) {
+  Res res = response(req, static_cast<http::status>(e.status), error_json(e));
+  if (e.status == 401) res.set(http::field::www_authenticate, "Bearer");
+  return res;
+}
+
+namespace {
+bool bearer_matches(const Req& req, const std::string& secret) {
+  auto it = req.find(http::field::authorization);
+  if (it == req.end()) return false;
+  const std::string_view v = it->value();
+  if (v.size() < 7 || (v.substr(0, 7) != "Bearer " && v.substr(0, 7) != "bearer ")) return false;
+  const std::string_view got = v.substr(7);
+  if (got.size() != secret.size()) return false;
+  unsigned diff = 0;  // constant time in the secret's length
+  for (std::size_t i = 0; i < got.size(); ++i)
+    diff |= static_cast<unsigned char>(got[i] ^ secret[i]);
+  return diff == 0;
+}
+}  // namespace
+
+bool Server::Impl::api_key_ok(const Req& req) const {
+  if (opt.server.api_keys.empty()) return true;
+  for (const auto& k : opt.server.api_keys)
+    if (bearer_matches(req, k)) return true;
+  return false;
+}
+
+bool Server::Impl::admin_ok(const Req& req, std::string_view query) const {
+  if (bearer_matches(req, admin_token)) return true;
+  const std::string t = query_param(query, "token");
+  return !t.empty() && t == admin_token;
+}
+
+net::awaitable<void> Server::Impl::accept_loop() {
+  for (;;) {
+    auto [ec, sock] = co_await acceptor.async_accept(as_tuple(use_awaitable));
+    if (ec) {
+      if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
+      continue;  // EMFILE and friends: keep serving the others
+    }
+    if (static_cast<int>(conns.size()) + websockets >= opt.server.max_connections) {
+      // Over the cap: answer 503 without reading the request, then close.
+      auto body = std::make_shared<std::string>(
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: "
+          "close\r\nContent-Length: ");
+      const std::string err =
+          error_json(ApiError(503, "overloaded_error",
+                              "too many open connections (server.max_connections = " +
+                                  std::to_string(opt.server.max_connections) + ")",
+                              "", "too_many_connections"));
+      *body += std::to_string(err.size()) + "\r\n\r\n" + err;
+      auto s = std::make_shared<tcp::socket>(std::move(sock));
+      net::async_write(*s, net::buffer(*body), [s, body](boost::system::error_code, std::size_t) {
+        boost::system::error_code ignored;
+        s->shutdown(tcp::socket::shutdown_both, ignored);
+        s->close(ignored);
+      });
+      metrics.observe_http(503);
+      continue;
+    }
+    auto c = std::make_shared<Conn>(*this, std::move(sock));
+    net::co_spawn(io, c->watchdog(), [c](std::exception_ptr) {});
+    net::co_spawn(io, c->run(), [c](std::exception_ptr) {});
+  }
+}
+
+void Server::Impl::begin_stop() {
+  if (stopping) return;
+  stopping = true;
+  boost::system::error_code ec;
+  acceptor.close(ec);
+  signals.cancel(ec);
+  if (engine)
+    engine->shutdown(std::chrono::milliseconds(
+        static_cast<long long>(seconds(opt.server.shutdown_grace_s) * 1000)));
+  for (Conn* c : conns)
+    if (c->idle) c->close();
+  net::co_spawn(io, drain(), net::detached);
+  auto closers = ws_closers;
+  for (auto& [k, f] : closers) f();
+}
+
+net::awaitable<void> Server::Impl::drain() {
+  const auto until =
+      Clock::now() + to_duration(opt.server.shutdown_grace_s) + std::chrono::seconds(2);
+  net::steady_timer t(io);
+  while ((!conns.empty() || websockets > 0) && Clock::now() < until) {
+    for (Conn* c : conns)
+      if (c->idle) c->close();
+    auto closers = ws_closers;
+    for (auto& [k, f] : closers) f();
+    t.expires_after(std::chrono::milliseconds(50));
+    co_await t.async_wait(as_tuple(use_awaitable));
+  }
+  io.stop();
+}
+
+// ---- Conn -----------------------------------------------------------------------------------
+
+Conn::Conn(Server::Impl& s, tcp::socket so) : srv(s), sock(std::move(so)), timer(srv.io) {
+  srv.conns.insert(this);
+}
+
+void Conn::set_deadline(Clock::duration d) {
+  deadline = Clock::now() + d;
+  timer.cancel();
+}
+void Conn::clear_deadline() {
+  deadline = Clock::time_point::max();
+  timer.cancel();
+}
+void Conn::close() {
+  boost::system::error_code ec;
+  sock.shutdown(tcp::socket::shutdown_both, ec);
+  sock.close(ec);
+  timer.cancel();
+}
+
+net::awaitable<void> Conn::watchdog() {
+  auto self = shared_from_this();
+  while (sock.is_open()) {
+    if (deadline <= Clock::now()) {
+      timed_out = true;
+      deadline = Clock::time_point::max();
+      boost::system::error_code ec;
+      sock.cancel(ec);
+    }
+    timer.expires_at(deadline);
+    co_await timer.async_wait(as_tuple(use_awaitable));
+  }
+}
+
+net::awaitable<bool> Conn::write(Res res) {
+  set_deadline(to_duration(srv.opt.server.idle_timeout_s));
+  auto [ec, n] = co_await http::async_write(sock, res, as_tuple(use_awaitable));
+  clear_deadline();
+  co_return !ec && res.keep_alive();
+}
+
+net::awaitable<void> Conn::run() {
+  auto self = shared_from_this();
+  const auto header_to = to_duration(srv.opt.server.header_timeout_s);
+  for (;;) {
+    idle = true;
+    if (srv.stopping) break;
+    if (buf.size() == 0) {  // wait for the next request's first bytes (keep-alive idle)
+      set_deadline(to_duration(srv.opt.server.idle_timeout_s));
+      auto [ec, n] = co_await sock.async_read_some(buf.prepare(4096), as_tuple(use_awaitable));
+      if (ec) break;
+      buf.commit(n);
+    }
+    idle = false;
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(16 * 1024);
+    parser.body_limit(srv.opt.server.max_body_bytes);
+    timed_out = false;
+    set_deadline(header_to);
+    auto [hec, hn] = co_await http::async_read_header(sock, buf, parser, as_tuple(use_awaitable));
+    Req dummy;
+    if (hec) {
+      clear_deadline();
+      if (timed_out) {
+        co_await write(srv.error_response(
+            dummy, ApiError(408, "invalid_request_error",
+                            "timed out reading the request header (server.header_timeout_s = " +
+                                json::serialize(json::value(srv.opt.server.header_timeout_s)) + ")",
+                            "", "request_timeout")));
+      } else if (hec == http::error::header_limit) {
+        co_await write(srv.error_response(
+            dummy, ApiError(431, "invalid_request_error", "request header too large")));
+      } else if (hec != http::error::end_of_stream && hec != net::error::eof &&
+                 hec != net::error::operation_aborted && hec != net::error::connection_reset) {
+        co_await write(srv.error_response(
+            dummy,
+            ApiError(400, "invalid_request_error", "malformed HTTP request: " + hec.message())));
+      }
+      break;
+    }
+    auto& h = parser.get();
+    if (beast::websocket::is_upgrade(h)) {
+      clear_deadline();
+      const std::string target(h.target());
+      if (target.substr(0, target.find('?')) != "/v1/ws") {
+        co_await write(srv.error_response(
+            dummy, ApiError(404, "not_found_error", "no WebSocket endpoint at " + target)));
+        break;
+      }
+      srv.conns.erase(this);
+      ++srv.websockets;
+      timer.cancel();
+      Req up = parser.release();
+      tcp::socket s = std::move(sock);
+      co_await run_websocket(srv, std::move(s), std::move(up));
+      --srv.websockets;
+      co_return;
+    }
+    if (const auto len = h.payload_size(); len && *len > srv.opt.server.max_body_bytes) {
+      clear_deadline();
+      co_await write(srv.error_response(
+          h, ApiError(413, "invalid_request_error",
+                      "request body of " + std::to_string(*len) + " bytes is over the limit of " +
+                          std::to_string(srv.opt.server.max_body_bytes) + " bytes",
+                      "", "payload_too_large")));
+      break;
+    }
+    set_deadline(std::max(header_to, to_duration(30)));
+    auto [bec, bn] = co_await http::async_read(sock, buf, parser, as_tuple(use_awaitable));
+    clear_deadline();
+    if (bec) {
+      if (bec == http::error::body_limit) {
+        co_await write(srv.error_response(
+            dummy, ApiError(413, "invalid_request_error",
+                            "request body is over the limit of " +
+                                std::to_string(srv.opt.server.max_body_bytes) + " bytes",
+                            "", "payload_too_large")));
+      } else if (timed_out) {
+        co_await write(srv.error_response(
+            dummy, ApiError(408, "invalid_request_error", "timed out reading the request body", "",
+                            "request_timeout")));
+      }
+      break;
+    }
+    Req req = parser.release();
+    bool keep = false;
+    try {
+      keep = co_await handle(req);
+    } catch (...) {
+      // note: handlers turn errors into responses; this is the last line of defence.
+      keep = false;
+    }
+    if (!keep || !sock.is_open()) break;
+  }
+  close();
+  srv.conns.erase(this);
+}
+
+net::awaitable<bool> Conn::handle(Req& req) {
+  const std::string_view target = req.target();
+  const auto q = target.find('?');
+  const std::string_view path = target.substr(0, q);
+  const std::string_view query =
+      q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+  const auto method = req.method();
+  auto reply = [&](http::status st, std::string body, const char* ct = "application/json") {
+    return write(srv.response(req, st, std::move(body), ct));
+  };
+  auto fail = [&](const ApiError& e) { return write(srv.error_response(req, e)); };
+  std::optional<ApiError> err;
+
+  if (method == http::verb::options) {  // CORS preflight
+    Res res = srv.response(req, http::status::no_content, "");
+    res.set(http::field::access_control_allow_methods, "GET, POST, PUT, OPTIONS");
+    res.set(http::field::access_control_allow_headers, "authorization, content-type");
+    res.set(http::field::access_control_max_age, "600");
+    co_return co_await write(std::move(res));
+  }
+  if (path.substr(0, 6) == "/admin") co_return co_await handle_admin(*this, req, path, query);
+
+  try {
+    auto require = [&](http::verb v) {
+      if (method != v) {
+        throw ApiError(405, "invalid_request_error",
+                       std::string("method ") + std::string(req.method_string()) +
+                           " not allowed on " + std::string(path));
+      }
+    };
+    if (path == "/health") {
+      require(http::verb::get);
+      if (!srv.load_error.empty())
+        throw ApiError(503, "unavailable_error", "model failed to load: " + srv.load_error, "",
+                       "load_failed");
+      if (!srv.engine)
+        throw ApiError(503, "unavailable_error", "the model is loading", "", "loading");
+      if (srv.stopping)
+        throw ApiError(503, "unavailable_error", "the server is shutting down", "",
+                       "shutting_down");
+      co_return co_await reply(http::status::ok, R"({"status":"ok"})");
+    }
+    if (path == "/metrics") {
+      require(http::verb::get);
+      std::optional<EngineStats> st;
+      std::vector<LayerRule> rules;
+      MetricsInput in;
+      in.model_name = srv.opt.model_name;
+      in.ready = srv.engine != nullptr;
+      if (srv.engine) {
+        st = srv.engine->stats();
+        in.stats = &*st;
+        try {
+          rules = st->profile.resolve(srv.engine->model().num_hidden_layers);
+          in.rules = &rules;
+        } catch (const std::exception&) {
+        }
+      }
+      co_return co_await reply(http::status::ok, render_metrics(srv.metrics, in),
+                               "text/plain; version=0.0.4; charset=utf-8");
+    }
+    const bool inference = path == "/v1/completions" || path == "/v1/chat/completions" ||
+                           path == "/v1/models" || path == "/tokenize" || path == "/detokenize" ||
+                           path == "/v1/ws";
+    if (!inference)
+      throw ApiError(404, "not_found_error",
+                     "no route for " + std::string(req.method_string()) + " " + std::string(path),
+                     "", "not_found");
+    if (!srv.api_key_ok(req))
+      throw ApiError(401, "authentication_error",
+                     "a valid API key is required (Authorization: Bearer <key>)", "",
+                     "invalid_api_key");
+    if (path == "/v1/ws")
+      throw ApiError(426, "invalid_request_error", "/v1/ws needs a WebSocket upgrade");
+    if (!srv.engine)
+      throw ApiError(503, "unavailable_error",
+                     srv.load_error.empty() ? "the model is loading"
+                                            : "model failed to load: " + srv.load_error,
+                     "", "not_ready");
+    if (srv.stopping)
+      throw ApiError(503, "unavailable_error", "the server is shutting down", "", "shutting_down");
+    if (path == "/v1/models") {
+      require(http::verb::get);
+      const auto ctx = srv.parse_context();
+      json::object m;
+      m["id"] = srv.opt.model_name;
+      m["object"] = "model";
+      m["created"] = static_cast<std::int64_t>(std::time(nullptr));
+      m["owned_by"] = "strata";
+      m["root"] = srv.engine->config().model.path;
+      m["max_model_len"] = ctx.max_model_len;
+      json::object list;
+      list["object"] = "list";
+      list["data"] = json::array{std::move(m)};
+      co_return co_await reply(http::status::ok, json::serialize(list));
+    }
+    require(http::verb::post);
+    if (path == "/v1/completions") co_return co_await completions(req, Endpoint::kCompletions);
+    if (path == "/v1/chat/completions") co_return co_await completions(req, Endpoint::kChat);
+    const auto& tok = srv.engine->tokenizer();
+    const json::value body = parse_json_body(req.body());
+    if (path == "/tokenize") {
+      const auto t = parse_tokenize_request(body);
+      std::vector<std::int32_t> ids;
+      if (!t.messages.empty()) {
+        const auto& cfg = srv.engine->config();
+        const ChatFormat f =
+            detect_chat_format(cfg.model.path + "/tokenizer_config.json", cfg.model.chat_template);
+        const auto bos = tok.bos_id();
+        const std::string text = apply_chat_template(f, t.messages, t.add_generation_prompt,
+                                                     bos ? tok.token_bytes(*bos) : "");
+        ids = tok.encode(text, true);
+      } else {
+        if (t.add_special_tokens && tok.adds_bos() && tok.bos_id()) ids.push_back(*tok.bos_id());
+        const auto enc = tok.encode(t.prompt, t.add_special_tokens);
+        ids.insert(ids.end(), enc.begin(), enc.end());
+      }
+      json::object o;
+      json::array a;
+      for (auto id : ids) a.push_back(id);
+      o["count"] = static_cast<std::int64_t>(ids.size());
+      o["max_model_len"] = srv.parse_context().max_model_len;
+      o["tokens"] = std::move(a);
+      co_return co_await reply(http::status::ok, json::serialize(o));
+    }
+    if (path == "/detokenize") {
+      const auto ids = parse_detokenize_request(body, srv.parse_context().vocab_size);
+      json::object o;
+      o["prompt"] = tok.decode(ids);
+      co_return co_await reply(http::status::ok, json::serialize(o));
+    }
+    throw ApiError(404, "not_found_error", "no route for " + std::string(path));
+  } catch (...) {
+    err = to_api_error(std::current_exception());  // no co_await inside a handler
+  }
+  co_return co_await fail(*err);
+}
+
+net::awaitable<void> Conn::watch_close(const std::string& request_id, std::string* side,
+                                       bool* gone) {
+  char tmp[4096];
+  for (;;) {
+    auto [ec, n] = co_await sock.async_read_some(net::buffer(tmp), as_tuple(use_awaitable));
+    if (ec == net::error::operation_aborted && !timed_out) co_return;  // the response finished
+    if (ec || side->size() > (1u << 20)) {
+      *gone = true;
+      if (srv.engine) srv.engine->abort(request_id);
+      co_return;
+    }
+    side->append(tmp, n);  // a pipelined next request: kept for later
+  }
+}
+
+net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
+  auto engine = srv.engine;
+  ParsedRequest pr;
+  std::shared_ptr<TokenStream> ts;
+  const std::string id = srv.new_id(endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl");
+  std::optional<ApiError> err;
+  try {
+    pr = parse_openai_request(parse_json_body(req.body()), endpoint, srv.parse_context());
+    pr.request.id = id;
+    ts = engine->submit(pr.request);
+  } catch (...) {
+    err = to_api_error(std::current_exception());
+  }
+  if (err) co_return co_await write(srv.error_response(req, *err));
+
+  const auto meta = make_meta(pr, id, static_cast<std::int64_t>(std::time(nullptr)));
+  auto text_of = [this](std::int32_t t) { return srv.token_text(t); };
+  std::string side;
+  bool gone = false;
+  bool write_failed = false;
+  auto observe = [this](const StreamEvent& ev) {
+    if (ev.usage) srv.metrics.observe_request(*ev.usage, ev.finish);
+  };
+
+  if (!pr.stream) {
+    ResponseCollector col(meta, text_of);
+    col.set_prompt_tokens(ts->prompt_tokens());
+    std::optional<ApiError> failure;
+    auto collect = [&]() -> net::awaitable<void> {
+      try {
+        while (auto ev = co_await ts->next()) {
+          observe(*ev);
+          col.add(*ev);
+        }
+      } catch (...) {
+        failure = to_api_error(std::current_exception());
+        engine->abort(id);
+      }
+    };
+    co_await (collect() || watch_close(id, &side, &gone));
+    if (gone) co_return false;
+    buf.commit(net::buffer_copy(buf.prepare(side.size()), net::buffer(side)));
+    if (failure) co_return co_await write(srv.error_response(req, *failure));
+    co_return co_await write(srv.response(req, http::status::ok, col.body()));
+  }
+
+  http::response<http::empty_body> head{http::status::ok, req.version()};
+  srv.decorate(req, head.base());
+  head.set(http::field::content_type, "text/event-stream");
+  head.set(http::field::cache_control, "no-cache");
+  head.keep_alive(req.keep_alive() && !srv.stopping);
+  head.chunked(true);
+  srv.metrics.observe_http(200);
+  http::response_serializer<http::empty_body> sr{head};
+  set_deadline(to_duration(srv.opt.server.idle_timeout_s));
+  auto [hec, hn] = co_await http::async_write_header(sock, sr, as_tuple(use_awaitable));
+  clear_deadline();
+  if (hec) {
+    engine->abort(id);
+    co_return false;
+  }
+  StreamShaper shaper(meta, text_of);
+  shaper.set_prompt_tokens(ts->prompt_tokens());
+  auto send = [&](const std::string& s) -> net::awaitable<bool> {
+    if (s.empty() || write_failed) co_return !write_failed;
+    set_deadline(to_duration(srv.opt.server.idle_timeout_s));
+    auto [ec, n] =
+        co_await net::async_write(sock, http::make_chunk(net::buffer(s)), as_tuple(use_awaitable));
+    clear_deadline();
+    if (ec) write_failed = true;
+    co_return !ec;
+  };
+  auto pump = [&]() -> net::awaitable<void> {
+    if (!co_await send(shaper.begin())) co_return;
+    bool broke = false;
+    std::optional<ApiError> thrown;
+    try {
+      while (auto ev = co_await ts->next()) {
+        observe(*ev);
+        if (!co_await send(shaper.on_event(*ev))) {
+          broke = true;
+          break;
+        }
+        if (shaper.failed()) break;
+      }
+    } catch (...) {
+      thrown = to_api_error(std::current_exception());
+    }
+    if (thrown) {
+      engine->abort(id);
+      co_await send(sse_error(*thrown));
+      co_return;
+    }
+    if (broke) {
+      engine->abort(id);
+      co_return;
+    }
+    if (shaper.failed()) {
+      engine->abort(id);
+      co_await send(sse_data("[DONE]"));
+      co_return;
+    }
+    co_await send(shaper.end());
+  };
+  co_await (pump() || watch_close(id, &side, &gone));
+  if (gone || write_failed) {
+    engine->abort(id);
+    co_return false;
+  }
+  set_deadline(to_duration(srv.opt.server.idle_timeout_s));
+  auto [lec, ln] =
+      co_await net::async_write(sock, http::make_chunk_last(), as_tuple(use_awaitable));
+  clear_deadline();
+  buf.commit(net::buffer_copy(buf.prepare(side.size()), net::buffer(side)));
+  co_return !lec && head.keep_alive();
+}
+
+// ---- Server ---------------------------------------------------------------------------------
+
+Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Server::~Server() = default;
+
+void Server::listen() {
+  auto& i = *impl_;
+  boost::system::error_code ec;
+  const auto addr = net::ip::make_address(i.opt.server.host, ec);
+  if (ec) throw ConfigError("server.host", "not an IP address: '" + i.opt.server.host + "'");
+  tcp::endpoint ep(addr, static_cast<unsigned short>(i.opt.server.port));
+  i.acceptor.open(ep.protocol(), ec);
+  if (!ec) i.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) i.acceptor.bind(ep, ec);
+  if (!ec) i.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw ConfigError("server.port", "cannot listen on " + i.opt.server.host + ":" +
+                                         std::to_string(i.opt.server.port) + ": " + ec.message());
+  }
+  i.bound_port = i.acceptor.local_endpoint().port();
+}
+
+unsigned short Server::port() const {
+  return impl_->bound_port;
+}
+const std::string& Server::admin_token() const {
+  return impl_->admin_token;
+}
+
+void Server::set_engine(std::shared_ptr<Engine> engine) {
+  net::post(impl_->io, [i = impl_.get(), e = std::move(engine)]() mutable {
+    i->engine = std::move(e);
+    if (i->stopping && i->engine) i->engine->shutdown(std::chrono::milliseconds(0));
+  });
+}
+
+void Server::set_load_error(const std::string& message) {
+  net::post(impl_->io, [i = impl_.get(), message] { i->load_error = message; });
+}
+
+void Server::run() {
+  auto& i = *impl_;
+  if (i.opt.handle_signals) {
+    i.signals.add(SIGINT);
+    i.signals.add(SIGTERM);
+    i.signals.async_wait([&i](boost::system::error_code ec, int) {
+      if (!ec) i.begin_stop();
+    });
+  }
+  net::co_spawn(i.io, i.accept_loop(), net::detached);
+  i.io.run();
+}
+
+void Server::stop() {
+  net::post(impl_->io, [i = impl_.get()] { i->begin_stop(); });
+}
+
+}  // namespace strata::api

@@ -1,0 +1,60 @@
+// The HTTP server: Boost.Beast on Asio C++20 coroutines, one coroutine per connection, one
+// I/O thread (every piece of server state below is touched only on it; the engine is
+// thread-safe and runs its own threads). Routes: OpenAI-compatible /v1/completions and
+// /v1/chat/completions (SSE and not), /v1/models, /health, /tokenize, /detokenize,
+// /metrics, the WebSocket /v1/ws, and the admin console /admin + /admin/api/ (docs/api.md).
+//
+// Limits: body size (413), header/body read deadlines and an idle keep-alive deadline
+// (408 / close), a cap on open connections (503). Graceful stop (SIGINT/SIGTERM or stop()):
+// stop accepting, close idle keep-alive connections, let the engine finish running requests
+// within server.shutdown_grace_s, then return from run().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "actors/engine.h"
+#include "runtime/config.h"
+
+namespace strata::api {
+
+struct ServerOptions {
+  ServerSection server;          // host, port, keys, token, CORS, limits, timeouts
+  std::string model_name;        // served model name (/v1/models, `model` checks)
+  std::string chat_format_hint;  // tokenizer_config.json path for /tokenize with messages
+  std::string chat_template = "auto";
+  bool handle_signals = true;  // SIGINT/SIGTERM start a graceful stop
+  int max_n = 16;
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and listens (throws ConfigError "server.port" when the address is unusable).
+  // Port 0 picks a free port: see port().
+  void listen();
+  unsigned short port() const;
+  const std::string& admin_token() const;
+
+  // Thread-safe. Until an engine is set, /health and inference answer 503 (loading).
+  void set_engine(std::shared_ptr<Engine> engine);
+  void set_load_error(const std::string& message);  // /health: 503 with the message
+
+  // Serves on the calling thread until a graceful stop completes.
+  void run();
+  // Thread-safe: begins the graceful stop (what SIGTERM does).
+  void stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::api

@@ -1,0 +1,108 @@
+// Internal to api/: the server's state and the pieces shared by server.cpp (HTTP core and
+// inference routes), websocket.cpp (/v1/ws) and admin.cpp (/admin). Everything here runs on
+// the server's single I/O thread.
+#pragma once
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "api/api_error.h"
+#include "api/metrics.h"
+#include "api/openai_request.h"
+#include "api/server.h"
+
+namespace strata::api {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Req = http::request<http::string_body>;
+using Res = http::response<http::string_body>;
+using Clock = std::chrono::steady_clock;
+
+struct Conn;
+
+struct Server::Impl {
+  explicit Impl(ServerOptions o);
+
+  ServerOptions opt;
+  net::io_context io{1};
+  tcp::acceptor acceptor{io};
+  net::signal_set signals{io};
+  std::shared_ptr<Engine> engine;  // null while loading
+  std::string load_error;
+  ApiMetrics metrics;
+  std::set<Conn*> conns;
+  int websockets = 0;
+  std::map<void*, std::function<void()>> ws_closers;  // close a socket with nothing in flight
+  bool stopping = false;
+  std::string admin_token;
+  std::uint64_t next_id = 0;
+  std::mt19937_64 rng;
+  unsigned short bound_port = 0;
+  Clock::time_point started = Clock::now();
+
+  net::awaitable<void> accept_loop();
+  void begin_stop();
+  net::awaitable<void> drain();
+
+  std::string new_id(const char* prefix);
+  ParseContext parse_context() const;  // engine must be set
+  std::string token_text(std::int32_t id) const;
+
+  // Response helpers (CORS, keep-alive, server header; counts the status in metrics).
+  Res response(const Req& req, http::status st, std::string body,
+               const char* content_type = "application/json");
+  Res error_response(const Req& req, const ApiError& e);
+  void decorate(const Req& req, http::fields& f) const;  // CORS
+  bool origin_allowed(std::string_view origin) const;
+  bool api_key_ok(const Req& req) const;
+  bool admin_ok(const Req& req, std::string_view query) const;
+};
+
+// One HTTP connection. Deadlines are enforced by a watchdog that cancels the socket's
+// pending operations (the socket stays open, so a 408 can still be written).
+struct Conn : std::enable_shared_from_this<Conn> {
+  Conn(Server::Impl& s, tcp::socket sock);
+  Server::Impl& srv;
+  tcp::socket sock;
+  net::steady_timer timer;
+  Clock::time_point deadline = Clock::time_point::max();
+  bool timed_out = false;
+  bool idle = true;        // between requests: a graceful stop may close it
+  beast::flat_buffer buf;  // bytes read ahead of the current request
+
+  void set_deadline(Clock::duration d);
+  void clear_deadline();
+  void close();
+  net::awaitable<void> watchdog();
+  net::awaitable<void> run();
+  net::awaitable<bool> write(Res res);    // false: the client is gone
+  net::awaitable<bool> handle(Req& req);  // false: close the connection
+  // Inference with SSE or JSON; aborts the engine request if the client disconnects.
+  net::awaitable<bool> completions(Req& req, Endpoint endpoint);
+  net::awaitable<void> watch_close(const std::string& request_id, std::string* side, bool* gone);
+};
+
+// admin.cpp: /admin and /admin/api/*; returns false to close the connection.
+net::awaitable<bool> handle_admin(Conn& c, Req& req, std::string_view path, std::string_view query);
+// websocket.cpp: takes over the socket after the upgrade request.
+net::awaitable<void> run_websocket(Server::Impl& srv, tcp::socket sock, Req req);
+
+double seconds(double s);  // clamps config seconds to a sane positive duration
+Clock::duration to_duration(double seconds);
+std::string query_param(std::string_view query, std::string_view key);  // "" when absent
+
+}  // namespace strata::api

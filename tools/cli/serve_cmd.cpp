@@ -1,0 +1,115 @@
+// strata serve: the OpenAI-compatible HTTP/SSE + WebSocket server with the admin console.
+// The server listens first (so /health answers 503 while the model loads), then the engine
+// is created on a loader thread and handed to the server.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "actors/engine.h"
+#include "api/server.h"
+#include "runtime/config.h"
+#include "runtime/error.h"
+#include "tools/cli/command.h"
+
+#if defined(STRATA_WITH_CUDA) && __has_include("cuda/cuda_backend.h") && \
+                                               __has_include(<cuda_runtime_api.h>)
+#include <cuda_runtime_api.h>
+
+#include "cuda/cuda_backend.h"
+#define STRATA_SERVE_CUDA 1
+#endif
+
+namespace strata::cli {
+namespace {
+
+BackendFactory pick_backend(const Config& config) {
+#ifdef STRATA_SERVE_CUDA
+  int devices = 0;
+  const bool gpu = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+  if (config.backend.kind == "cuda" || (config.backend.kind == "auto" && gpu)) {
+    if (!gpu) throw ConfigError("backend.kind", "cuda requested but no CUDA device is visible");
+    return [](const Config& c) { return cuda::make_cuda_backends(c); };
+  }
+#else
+  if (config.backend.kind == "cuda") {
+    throw ConfigError("backend.kind", "cuda requested but this binary was built without CUDA");
+  }
+#endif
+  return {};  // the CPU reference backend
+}
+
+int run(int argc, char** argv) {
+  Args a(argc, argv, {"help"});
+  if (a.flag("help")) {
+    std::printf(
+        "strata serve [--config FILE] [--model DIR] [--host ADDR] [--port N] [--sparsity FILE]\n"
+        "  [--set key=value]... [--admin-token TOKEN] [--api-key KEY]... [--served-model-name "
+        "NAME]\n"
+        "Serves the OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models),\n"
+        "WebSocket /v1/ws, /health, /metrics, /tokenize, /detokenize and the admin console "
+        "/admin.\n"
+        "--port 0 picks a free port. Binds 127.0.0.1 unless told otherwise.\n");
+    return 0;
+  }
+  a.expect_only({"help", "config", "model", "host", "port", "sparsity", "set", "admin-token",
+                 "api-key", "served-model-name"});
+  Config config;
+  if (auto f = a.get("config")) config = load_config_file(*f);
+  if (auto m = a.get("model")) config.model.path = *m;
+  if (auto h = a.get("host")) config.server.host = *h;
+  if (a.get("port")) config.server.port = static_cast<int>(a.get_int("port", 8000));
+  if (auto s = a.get("sparsity")) config.sparsity = load_sparsity_file(*s);
+  for (const auto& kv : a.all("set")) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) throw ConfigError("--set", "expects key=value, got '" + kv + "'");
+    config.set(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  if (auto t = a.get("admin-token")) config.server.admin_token = *t;
+  for (const auto& k : a.all("api-key")) config.server.api_keys.push_back(k);
+  if (auto n = a.get("served-model-name")) config.server.served_model_name = *n;
+  if (config.model.path.empty())
+    throw ConfigError("model.path", "required (--model DIR or the config file)");
+  config.validate();
+
+  api::ServerOptions opt;
+  opt.server = config.server;
+  opt.model_name = config.server.served_model_name;
+  if (opt.model_name.empty()) {
+    opt.model_name = std::filesystem::path(config.model.path).filename().string();
+    if (opt.model_name.empty()) opt.model_name = config.model.path;
+  }
+  const BackendFactory factory = pick_backend(config);
+  api::Server server(opt);
+  server.listen();
+  const std::string host = config.server.host == "0.0.0.0" ? "127.0.0.1" : config.server.host;
+  const std::string base = "http://" + host + ":" + std::to_string(server.port());
+  std::printf("strata serve: model %s (%s backend), listening on %s:%u\n",
+              config.model.path.c_str(), factory ? "cuda" : "cpu", config.server.host.c_str(),
+              server.port());
+  std::printf("  chat:      %s/v1/chat/completions\n", base.c_str());
+  std::printf("  websocket: ws://%s:%u/v1/ws\n", host.c_str(), server.port());
+  std::printf("  admin:     %s/admin?token=%s\n", base.c_str(), server.admin_token().c_str());
+  std::printf("  admin token: %s\n", server.admin_token().c_str());
+  std::fflush(stdout);
+
+  std::thread loader([&] {
+    try {
+      std::shared_ptr<Engine> engine = Engine::create(config, factory);
+      server.set_engine(std::move(engine));
+      std::printf("strata serve: model loaded, ready\n");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "strata serve: model failed to load: %s\n", e.what());
+      server.set_load_error(e.what());
+    }
+    std::fflush(stdout);
+  });
+  server.run();
+  loader.join();
+  std::printf("strata serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+STRATA_COMMAND("serve", "serve the OpenAI-compatible API, WebSocket chat and admin console", run);
+}  // namespace strata::cli

@@ -1,0 +1,127 @@
+#include "tools/bench/bench_stats.h"
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <cmath>
+#include <numeric>
+
+namespace strata::bench {
+namespace json = boost::json;
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const auto hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  s.median = percentile(v, 50);
+  s.p90 = percentile(v, 90);
+  s.p99 = percentile(v, 99);
+  s.min = v.front();
+  s.max = v.back();
+  return s;
+}
+
+LevelResult aggregate(const std::vector<RequestRecord>& recs, double duration_s) {
+  LevelResult r;
+  r.duration_s = duration_s;
+  std::vector<double> ttft, tpot, itl, e2e;
+  for (const auto& x : recs) {
+    if (!x.ok) {
+      ++r.failed;
+      continue;
+    }
+    ++r.completed;
+    r.total_input_tokens += x.prompt_tokens;
+    r.total_output_tokens += x.output_tokens;
+    ttft.push_back(x.ttft_s * 1e3);
+    e2e.push_back(x.e2e_s * 1e3);
+    if (x.output_tokens > 1) tpot.push_back((x.e2e_s - x.ttft_s) * 1e3 / (x.output_tokens - 1));
+    for (double g : x.itl_s) itl.push_back(g * 1e3);
+  }
+  if (duration_s > 0) {
+    r.request_throughput = r.completed / duration_s;
+    r.output_throughput = r.total_output_tokens / duration_s;
+    r.total_throughput = (r.total_input_tokens + r.total_output_tokens) / duration_s;
+  }
+  r.ttft_ms = summarize(ttft);
+  r.tpot_ms = summarize(tpot);
+  r.itl_ms = summarize(itl);
+  r.e2e_ms = summarize(e2e);
+  return r;
+}
+
+namespace {
+json::object sum_json(const Summary& s) {
+  return {{"mean", s.mean}, {"median", s.median}, {"p90", s.p90},
+          {"p99", s.p99},   {"min", s.min},       {"max", s.max}};
+}
+Summary sum_from(const json::value& v) {
+  Summary s;
+  const auto& o = v.as_object();
+  s.mean = o.at("mean").to_number<double>();
+  s.median = o.at("median").to_number<double>();
+  s.p90 = o.at("p90").to_number<double>();
+  s.p99 = o.at("p99").to_number<double>();
+  s.min = o.at("min").to_number<double>();
+  s.max = o.at("max").to_number<double>();
+  return s;
+}
+}  // namespace
+
+json::value to_json(const LevelResult& r) {
+  json::object server;
+  for (const auto& [k, v] : r.server) server[k] = v;
+  return json::object{{"config", r.config},
+                      {"concurrency", r.concurrency},
+                      {"request_rate", r.request_rate},
+                      {"completed", r.completed},
+                      {"failed", r.failed},
+                      {"duration_s", r.duration_s},
+                      {"total_input_tokens", r.total_input_tokens},
+                      {"total_output_tokens", r.total_output_tokens},
+                      {"request_throughput", r.request_throughput},
+                      {"output_throughput", r.output_throughput},
+                      {"total_throughput", r.total_throughput},
+                      {"ttft_ms", sum_json(r.ttft_ms)},
+                      {"tpot_ms", sum_json(r.tpot_ms)},
+                      {"itl_ms", sum_json(r.itl_ms)},
+                      {"e2e_ms", sum_json(r.e2e_ms)},
+                      {"server", server},
+                      {"roofline_output_throughput", r.roofline_output_throughput}};
+}
+
+LevelResult level_from_json(const json::value& v) {
+  const auto& o = v.as_object();
+  LevelResult r;
+  r.config = std::string(o.at("config").as_string());
+  r.concurrency = static_cast<int>(o.at("concurrency").to_number<std::int64_t>());
+  r.request_rate = o.at("request_rate").to_number<double>();
+  r.completed = static_cast<int>(o.at("completed").to_number<std::int64_t>());
+  r.failed = static_cast<int>(o.at("failed").to_number<std::int64_t>());
+  r.duration_s = o.at("duration_s").to_number<double>();
+  r.total_input_tokens = static_cast<int>(o.at("total_input_tokens").to_number<std::int64_t>());
+  r.total_output_tokens = static_cast<int>(o.at("total_output_tokens").to_number<std::int64_t>());
+  r.request_throughput = o.at("request_throughput").to_number<double>();
+  r.output_throughput = o.at("output_throughput").to_number<double>();
+  r.total_throughput = o.at("total_throughput").to_number<double>();
+  r.ttft_ms = sum_from(o.at("ttft_ms"));
+  r.tpot_ms = sum_from(o.at("tpot_ms"));
+  r.itl_ms = sum_from(o.at("itl_ms"));
+  r.e2e_ms = sum_from(o.at("e2e_ms"));
+  for (const auto& [k, x] : o.at("server").as_object())
+    r.server[std::string(k)] = x.to_number<double>();
+  if (auto* rf = o.if_contains("roofline_output_throughput"))
+    r.roofline_output_throughput = rf->to_number<double>();
+  return r;
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,33 @@
+// `strata bench` output: terminal table, JSON report (mergeable across invocations) and
+// SVG plots (throughput and TTFT P50/P99 vs concurrency, one line per configuration).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tools/bench/bench_stats.h"
+
+namespace strata::bench {
+
+struct Report {
+  std::string workload;  // e.g. "4000 in / 500 out"
+  std::vector<LevelResult> levels;
+};
+
+std::string format_table(const std::vector<LevelResult>& levels);
+void write_report_json(const std::string& path, const Report& r);
+Report read_report_json(const std::string& path);  // throws std::runtime_error naming the file
+// Later reports replace earlier levels with the same (config, concurrency, rate).
+Report merge_reports(const std::vector<Report>& reports);
+
+struct Series {
+  std::string name;
+  std::vector<std::pair<double, double>> points;  // (x, y), x > 0
+};
+// A line chart with a log2 x axis; returns SVG text.
+std::string svg_line_chart(const std::string& title, const std::string& xlabel,
+                           const std::string& ylabel, const std::vector<Series>& series);
+// Writes throughput.svg and ttft.svg into `dir`.
+void write_plots(const std::string& dir, const Report& r);
+
+}  // namespace strata::bench

@@ -1,0 +1,259 @@
+// strata bench: the serving benchmark (load generator, sweeps over concurrency and server
+// configurations, report/plots) and the roofline calculator. docs/benchmarks.md.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "runtime/config.h"
+#include "runtime/error.h"
+#include "runtime/make_model.h"
+#include "runtime/model_loader.h"
+#include "tools/bench/load_gen.h"
+#include "tools/bench/report.h"
+#include "tools/bench/roofline.h"
+#include "tools/bench/server_proc.h"
+#include "tools/cli/command.h"
+
+namespace strata::cli {
+namespace {
+namespace fs = std::filesystem;
+using namespace strata::bench;
+
+std::vector<int> int_list(const std::string& s, const std::string& key) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      out.push_back(std::stoi(item));
+    } catch (const std::exception&) {
+      throw ConfigError(key, "expected a comma-separated list of integers, got '" + s + "'");
+    }
+    if (out.back() < 0) throw ConfigError(key, "values must be >= 0");
+  }
+  if (out.empty()) throw ConfigError(key, "empty list");
+  return out;
+}
+
+// Model shape of a config's model.path: "random:<preset>" or a HF directory.
+ModelConfig shape_of(const std::string& path) {
+  if (path.rfind("random:", 0) == 0) {
+    auto c = preset_config(path.substr(7));
+    if (c.vocab_size == 0) c.vocab_size = 684;  // built-in tokenizer
+    return c;
+  }
+  return parse_model_config(read_text_file(path + "/config.json"), path + "/config.json");
+}
+
+std::string label_of(const std::string& config_path) {
+  return fs::path(config_path).stem().string();
+}
+
+int run_roofline(Args& a) {
+  const auto preset = a.get_or("preset", "llama3-8b");
+  const ModelConfig m = a.get("model") ? shape_of(*a.get("model")) : shape_of("random:" + preset);
+  SparsityProfile prof;
+  if (auto f = a.get("sparsity")) prof = load_sparsity_file(*f);
+  const Workload w{static_cast<int>(a.get_int("input", 4000)),
+                   static_cast<int>(a.get_int("output", 500))};
+  const double budget =
+      a.get("kv-budget")
+          ? static_cast<double>(yaml::parse_bytes(*a.get("kv-budget"), "--kv-budget"))
+          : 0;
+  Roofline full(m, {}), sparse(m, prof.resolve(m.num_hidden_layers));
+  std::printf("model: %d layers, hidden %d, %.2f B params; workload %d in / %d out; KV budget %s\n",
+              m.num_hidden_layers, m.hidden_size, static_cast<double>(m.num_params()) / 1e9,
+              w.input_tokens, w.output_tokens, budget > 0 ? a.get("kv-budget")->c_str() : "none");
+  std::printf(
+      "weights read per decode step: %.2f GB; KV per sequence at %d tokens: full %.1f MB, profile "
+      "%.1f MB (%.2fx less)\n",
+      full.weight_bytes_per_step() / 1e9, w.input_tokens + w.output_tokens,
+      full.kept_kv_bytes(w.input_tokens + w.output_tokens, w.output_tokens) / 1e6,
+      sparse.kept_kv_bytes(w.input_tokens + w.output_tokens, w.output_tokens) / 1e6,
+      full.kept_kv_bytes(w.input_tokens + w.output_tokens, w.output_tokens) /
+          sparse.kept_kv_bytes(w.input_tokens + w.output_tokens, w.output_tokens));
+  std::printf("prefill floor of one prompt: %.1f ms (%.2f TFLOP)\n",
+              full.prefill_floor_s(w.input_tokens) * 1e3,
+              full.prefill_flops(w.input_tokens) / 1e12);
+  std::printf("max sequences in budget: full %d, profile %d\n", full.max_sequences(budget, w),
+              sparse.max_sequences(budget, w));
+  std::printf("%6s %14s %14s %14s %8s\n", "conc", "step full ms", "full tok/s", "profile tok/s",
+              "ratio");
+  for (int c : int_list(a.get_or("concurrency", "1,8,20,32,64,128,256"), "--concurrency")) {
+    const double f = full.best_output_throughput(c, w, budget),
+                 s = sparse.best_output_throughput(c, w, budget);
+    std::printf(
+        "%6d %14.2f %14.0f %14.0f %8.2f\n", c,
+        full.decode_step_floor_s(c, w.input_tokens + w.output_tokens / 2, w.output_tokens / 2) *
+            1e3,
+        f, s, f > 0 ? s / f : 0);
+  }
+  return 0;
+}
+
+int run_serve(Args& a) {
+  const auto out_dir = a.get_or("out-dir", "bench-results");
+  fs::create_directories(out_dir);
+  LoadOptions base;
+  base.host = a.get_or("host", "127.0.0.1");
+  base.port = static_cast<int>(a.get_int("port", 8000));
+  base.model = a.get_or("model", "");
+  base.api_key = a.get_or("api-key", "");
+  base.input_tokens = static_cast<int>(a.get_int("input", 128));
+  base.output_tokens = static_cast<int>(a.get_int("output", 32));
+  if (base.input_tokens < 1 || base.output_tokens < 1)
+    throw ConfigError("--input/--output", "must be >= 1");
+  base.text_prompts = a.flag("text");
+  base.id_range = static_cast<int>(a.get_int("id-range", 600));
+  base.warmup = static_cast<int>(a.get_int("warmup", 1));
+  base.request_rate = a.get_double("request-rate", 0);
+  base.max_duration_s = a.get_double("duration", 0);
+  base.keep_alive = a.flag("keep-alive");
+  base.seed = static_cast<std::uint64_t>(a.get_int("seed", 0));
+  const auto levels = int_list(a.get_or("concurrency", "1,4,16"), "--concurrency");
+  const int fixed_prompts = static_cast<int>(a.get_int("num-prompts", 0));
+  const int per_level = static_cast<int>(a.get_int("prompts-per-concurrency", 4));
+  const auto configs = a.all("server-config");
+  const auto serve_args = a.all("serve-arg");
+  const std::string binary = a.get_or("strata-bin", fs::read_symlink("/proc/self/exe").string());
+  const double budget =
+      a.get("kv-budget")
+          ? static_cast<double>(yaml::parse_bytes(*a.get("kv-budget"), "--kv-budget"))
+          : 0;
+
+  // Roofline per configuration (needs the model shape).
+  auto roofline_for = [&](const std::string& cfg) -> std::unique_ptr<Roofline> {
+    try {
+      if (!cfg.empty()) {
+        auto c = load_config_file(cfg);
+        for (std::size_t i = 0; i + 1 < serve_args.size(); ++i)
+          if (serve_args[i] == "--model") c.model.path = serve_args[i + 1];
+        return std::make_unique<Roofline>(
+            shape_of(c.model.path), c.sparsity.resolve(shape_of(c.model.path).num_hidden_layers));
+      }
+      if (auto p = a.get("roofline-model"))
+        return std::make_unique<Roofline>(shape_of(*p), std::vector<LayerRule>{});
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench: no roofline for %s: %s\n", cfg.c_str(), e.what());
+    }
+    return nullptr;
+  };
+
+  Report report;
+  report.workload =
+      std::to_string(base.input_tokens) + " in / " + std::to_string(base.output_tokens) + " out";
+  const std::vector<std::string> cfgs = configs.empty() ? std::vector<std::string>{""} : configs;
+  std::vector<std::unique_ptr<Roofline>> roofs;
+  for (const auto& c : cfgs) roofs.push_back(roofline_for(c));
+  for (int level : levels) {
+    for (std::size_t ci = 0; ci < cfgs.size(); ++ci) {
+      const auto& cfg = cfgs[ci];
+      LoadOptions o = base;
+      o.concurrency = level;
+      o.num_prompts = fixed_prompts > 0 ? fixed_prompts : std::max(8, level * per_level);
+      std::unique_ptr<ServerProcess> server;
+      const std::string label = cfg.empty() ? a.get_or("label", "server") : label_of(cfg);
+      if (!cfg.empty()) {  // the tool starts each configuration itself, back to back per level
+        o.port = free_port();
+        o.host = "127.0.0.1";
+        server = std::make_unique<ServerProcess>(binary, cfg, o.port, serve_args,
+                                                 out_dir + "/server-" + label + ".log");
+        server->wait_ready(a.get_double("ready-timeout", 900));
+      }
+      const auto before = parse_prometheus(http_get(o.host, o.port, "/metrics").second);
+      o.progress = [&](int done, int failed, int total, double t) {
+        std::fprintf(stderr, "\r[%s c=%d] %d/%d done, %d failed, %.1fs   ", label.c_str(), level,
+                     done, total, failed, t);
+      };
+      double dur = 0;
+      const auto recs = run_load(o, &dur);
+      std::fprintf(stderr, "\n");
+      auto res = aggregate(recs, dur);
+      res.config = label;
+      res.concurrency = level;
+      res.request_rate = o.request_rate;
+      const auto after = parse_prometheus(http_get(o.host, o.port, "/metrics").second);
+      for (const auto& [k, v] : after) {
+        const bool counter = k.size() > 6 && k.compare(k.size() - 6, 6, "_total") == 0;
+        res.server[k] = counter ? v - (before.count(k) ? before.at(k) : 0.0) : v;
+      }
+      if (roofs[ci])
+        res.roofline_output_throughput =
+            roofs[ci]->best_output_throughput(level, {o.input_tokens, o.output_tokens}, budget);
+      for (const auto& r : recs)
+        if (!r.ok) {
+          std::fprintf(stderr, "bench: first failure: %s\n", r.error.c_str());
+          break;
+        }
+      report.levels.push_back(res);
+      if (server) server->stop();
+    }
+  }
+  std::vector<Report> all{report};
+  for (const auto& m : a.all("merge")) all.insert(all.begin(), read_report_json(m));
+  const auto merged = merge_reports(all);
+  write_report_json(out_dir + "/report.json", merged);
+  write_plots(out_dir, merged);
+  std::printf("%s", format_table(merged.levels).c_str());
+  std::printf("report: %s/report.json, plots: %s/throughput.svg, %s/ttft.svg\n", out_dir.c_str(),
+              out_dir.c_str(), out_dir.c_str());
+  int failed = 0;
+  for (const auto& l : report.levels) failed += l.failed;
+  return failed > 0 && a.flag("fail-on-error") ? 1 : 0;
+}
+
+int run_report(Args& a) {
+  std::vector<Report> all;
+  for (const auto& m : a.all("merge")) all.push_back(read_report_json(m));
+  if (all.empty()) throw ConfigError("--merge", "give at least one report.json");
+  const auto merged = merge_reports(all);
+  const auto out_dir = a.get_or("out-dir", ".");
+  fs::create_directories(out_dir);
+  write_report_json(out_dir + "/report.json", merged);
+  write_plots(out_dir, merged);
+  std::printf("%s", format_table(merged.levels).c_str());
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  const std::string sub = argc > 0 ? argv[0] : "";
+  Args a(argc > 0 ? argc - 1 : 0, argv + (argc > 0 ? 1 : 0),
+         {"help", "text", "keep-alive", "fail-on-error"});
+  if (sub == "serve" && !a.flag("help")) {
+    a.expect_only({"host",          "port",         "model",       "api-key",
+                   "input",         "output",       "text",        "id-range",
+                   "warmup",        "request-rate", "duration",    "keep-alive",
+                   "seed",          "concurrency",  "num-prompts", "prompts-per-concurrency",
+                   "server-config", "serve-arg",    "strata-bin",  "kv-budget",
+                   "out-dir",       "merge",        "label",       "roofline-model",
+                   "ready-timeout", "fail-on-error"});
+    return run_serve(a);
+  }
+  if (sub == "roofline" && !a.flag("help")) {
+    a.expect_only({"preset", "model", "sparsity", "input", "output", "kv-budget", "concurrency"});
+    return run_roofline(a);
+  }
+  if (sub == "report" && !a.flag("help")) {
+    a.expect_only({"merge", "out-dir"});
+    return run_report(a);
+  }
+  std::printf(
+      "strata bench serve   [--host H --port P | --server-config CFG.yaml ...] --input N --output "
+      "N\n"
+      "                     [--concurrency 1,2,5,10,20] [--num-prompts N | "
+      "--prompts-per-concurrency K]\n"
+      "                     [--request-rate R] [--warmup N] [--duration S] [--keep-alive] "
+      "[--text]\n"
+      "                     [--serve-arg ARG]... [--kv-budget 8GiB] [--out-dir D] [--merge "
+      "OLD.json]...\n"
+      "strata bench roofline [--preset llama3-8b | --model DIR] [--sparsity F] --input N --output "
+      "N\n"
+      "                     [--kv-budget B] [--concurrency LIST]\n"
+      "strata bench report  --merge a.json --merge b.json [--out-dir D]\n");
+  return sub == "--help" || sub == "help" || a.flag("help") ? 0 : 2;
+}
+
+}  // namespace
+STRATA_COMMAND("bench", "serving benchmark, roofline and reports (serve | roofline | report)", run);
+}  // namespace strata::cli

@@ -20,13 +20,13 @@ for t in "$bin"/gpu_*_test; do
   name=$(basename "$t")
   echo "=== $name" | tee -a "$log"
   start=$(date +%s)
-  if "$t" --gtest_color=no >>"$log" 2>&1; then rc=0; else rc=$?; fi
+  if timeout "${STRATA_GPU_TEST_TIMEOUT:-240}" "$t" --gtest_color=no >>"$log" 2>&1; then rc=0; else rc=$?; fi
   echo "=== $name rc=$rc ($(( $(date +%s) - start )) s)" | tee -a "$log"
   echo "STATUS $name $rc" >>"$log"
 done
 if [ -x "$bin/gpu_bench" ]; then
   echo "=== gpu_bench" | tee -a "$log"
-  "$bin/gpu_bench" all >>"$log" 2>&1
+  timeout "${STRATA_GPU_BENCH_TIMEOUT:-240}" "$bin/gpu_bench" all >>"$log" 2>&1
   echo "STATUS gpu_bench $?" >>"$log"
 fi
 python3 - "$log" "$out/figures.json" "$commit" >"$out/summary.txt" <<'PY'

@@ -87,7 +87,9 @@ PrefillPlan plan_sparse_prefill(const std::vector<PrefillInput>& inputs, int kv_
 }
 
 DecodeSeq make_decode_seq(const LayerRule& rule, int valid, int ring_pos, int table, int q_row) {
-  STRATA_CHECK(valid >= 0 && (rule.capacity == 0 || valid <= rule.capacity),
+  // snapkv appends past C (the planner reserved C + max_tokens slots).
+  STRATA_CHECK(valid >= 0 &&
+                   (rule.policy == Policy::kSnapKv || rule.capacity == 0 || valid <= rule.capacity),
                "decode seq: valid " + std::to_string(valid));
   STRATA_CHECK(rule.ring == 0 || (ring_pos >= 0 && ring_pos < rule.ring),
                "decode seq: ring_pos " + std::to_string(ring_pos));

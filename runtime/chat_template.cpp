@@ -1,6 +1,7 @@
 #include "runtime/chat_template.h"
 
 #include <boost/json.hpp>
+#include <filesystem>
 
 #include "runtime/error.h"
 #include "runtime/model_loader.h"
@@ -134,7 +135,8 @@ ChatFormat detect_chat_format(const std::string& tokenizer_config_json_path,
   if (forced != "auto")
     throw ConfigError("model.chat_template",
                       "got '" + forced + "' (allowed: auto, llama3, chatml, none)");
-  if (tokenizer_config_json_path.empty()) return ChatFormat::kNone;
+  if (tokenizer_config_json_path.empty() || !std::filesystem::exists(tokenizer_config_json_path))
+    return ChatFormat::kNone;
   const std::string tmpl = read_chat_template(tokenizer_config_json_path);
   if (tmpl.empty()) return ChatFormat::kNone;
   const std::string n = normalize(tmpl);

@@ -14,7 +14,8 @@ namespace strata {
 enum class ChatFormat { kLlama3, kChatML, kNone };
 
 // forced: "auto" | "llama3" | "chatml" | "none". "auto" matches the tokenizer_config.json
-// chat_template against the built-in templates (no file, or no chat_template -> kNone);
+// chat_template against the built-in templates (path "" or no such file, or no chat_template
+// -> kNone);
 // unrecognised -> ConfigError("model.chat_template", ...) saying so and that it can be forced.
 // An unreadable or malformed file is a ModelError naming it.
 ChatFormat detect_chat_format(const std::string& tokenizer_config_json_path,

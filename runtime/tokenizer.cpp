@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <boost/json.hpp>
+#include <filesystem>
 #include <limits>
 
 #include "runtime/error.h"
@@ -612,7 +613,7 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& tokenizer_json_pat
   // tokenizer_config.json: BOS / EOS and whether plain prompts get BOS.
   std::optional<bool> add_bos_cfg;
   std::string bos_text;
-  if (!tokenizer_config_json_path.empty()) {
+  if (!tokenizer_config_json_path.empty() && std::filesystem::exists(tokenizer_config_json_path)) {
     const json::value cfg = parse_json_file(tokenizer_config_json_path);
     const auto& co = cfg.as_object();
     auto lookup = [&](const char* key) -> std::optional<std::int32_t> {

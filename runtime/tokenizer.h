@@ -16,8 +16,9 @@ namespace strata {
 
 class Tokenizer {
  public:
-  // tokenizer_config_json may be "" (no chat template / bos info). Throws ModelError naming
-  // the file (unreadable, malformed, or not a supported byte-level BPE).
+  // tokenizer_config_json may be "" or name a file that does not exist (no bos/eos info).
+  // Throws ModelError naming the file (unreadable, malformed, or not a supported byte-level
+  // BPE; a bos/eos token that is not in the vocabulary).
   static std::unique_ptr<Tokenizer> load(const std::string& tokenizer_json_path,
                                          const std::string& tokenizer_config_json_path);
   ~Tokenizer();

@@ -91,7 +91,10 @@ TEST(ChatTemplate, UnrecognisedTemplateIsReportedAndCanBeForced) {
   EXPECT_EQ(detect_chat_format(p, "llama3"), ChatFormat::kLlama3);
   EXPECT_EQ(detect_chat_format(p, "none"), ChatFormat::kNone);
   EXPECT_THROW(detect_chat_format(p, "mistral"), ConfigError);
-  EXPECT_THROW(detect_chat_format(dir() + "/no_such_file.json", "auto"), ModelError);
+  EXPECT_EQ(detect_chat_format(dir() + "/no_such_file.json", "auto"), ChatFormat::kNone);
+  const std::string bad = dir() + "/bad.json";
+  std::ofstream(bad) << "{ nope";
+  EXPECT_THROW(detect_chat_format(bad, "auto"), ModelError);
 }
 
 const std::vector<ChatMessage> kMessages = {

@@ -6,7 +6,8 @@
 // Arabic-Indic, Devanagari digits, Roman numerals, superscripts, decimals, grouping),
 // white space runs (spaces, tabs, \r\n, \n\n\n, NBSP, em space, ideographic space, \v, \f),
 // emoji (single, skin tones, ZWJ families/professions, flags, keycaps), special-token strings
-// (real, partial and fake), apostrophe contractions in upper/lower/mixed case, combining marks.
+// (real, partial and fake), apostrophe contractions in upper/lower/mixed case, combining marks,
+// and 8000 short random strings over a dense alphabet of the tricky characters.
 // Deliberately absent: U+0085 and U+FEFF (JavaScript's \s and Unicode White_Space disagree on
 // them) and "'ſ" (Oniguruma case-folds ſ to s, the JavaScript port does not): see docs/tokenizer.md.
 import { writeFileSync } from 'node:fs';
@@ -196,6 +197,17 @@ for (const s of allProse) lines.push(s, ' ' + s, s + '\n', '\t' + s + '\r\n');
 for (const s of [...specials, ...contractions, ...emoji, ...spaces, ...code]) lines.push(s);
 // Long runs: a CJK paragraph with no spaces, a long space run, a long punctuation run.
 lines.push(prose.chinese.join('').repeat(40), ' '.repeat(3000) + 'x', '-'.repeat(2000), '\n'.repeat(500) + 'end');
+// Dense random strings over the characters where the regex alternatives meet (contraction
+// letters after apostrophes, marks after letters, digits of several scripts, every kind of
+// white space next to CR/LF, ZWJ, special-token fragments).
+const dense = Array.from(
+  "aZé ß я中ア한ـ्😀\u200d\u00a0!.,'’sStTrReEvVmMlLdD0123456789٣Ⅻ²\t\n\r\u3000\u2028\u000b\u000c \u0301<|>_-👍🏽🇫🇷#️⃣");
+for (let i = 0; i < 8000; ++i) {
+  let s = '';
+  const n = 1 + int(30);
+  for (let k = 0; k < n; ++k) s += pick(dense);
+  lines.push(s);
+}
 for (const l of lines) bytes += Buffer.byteLength(l);
 while (bytes < target) {
   const n = 1 + int(int(5) === 0 ? 200 : 25);

@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "runtime/error.h"
 
@@ -65,18 +66,36 @@ void apply_penalties(std::span<float> row, const SamplingParams& p,
   }
 }
 
+// Per-thread scratch reused across calls: a 128k-vocabulary row needs ~1.5 MB, and fresh
+// allocations of that size cost page faults on every call.
+struct Scratch {
+  std::vector<double> w;                               // [vocab] softmax weights
+  std::vector<std::int32_t> order;                     // [vocab] token ids being partially sorted
+  std::vector<std::pair<double, std::int32_t>> pairs;  // [vocab] (weight, id) for top-p
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// `order` = 0 .. vocab-1 (reusing the scratch buffer).
+std::vector<std::int32_t>& identity_order(std::size_t vocab) {
+  auto& order = scratch().order;
+  order.resize(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
 // Indices of the `n` largest values of `v` (ties: lower id), sorted in that order.
 template <class Values>
 std::vector<std::int32_t> top_n(const Values& v, std::size_t vocab, std::size_t n) {
-  std::vector<std::int32_t> idx(vocab);
-  std::iota(idx.begin(), idx.end(), 0);
+  auto& idx = identity_order(vocab);
   n = std::min(n, vocab);
   ByValueDesc<Values> cmp{v};
   const auto mid = idx.begin() + static_cast<std::ptrdiff_t>(n);
   if (n < vocab) std::nth_element(idx.begin(), mid, idx.end(), cmp);
   std::sort(idx.begin(), mid, cmp);
-  idx.resize(n);
-  return idx;
+  return std::vector<std::int32_t>(idx.begin(), mid);
 }
 
 }  // namespace
@@ -162,49 +181,61 @@ SampleOutput sample_row(std::span<float> row, const SamplingParams& p,
 
   // Temperature and softmax (unnormalised weights: every rule below is scale-invariant).
   const double inv_t = 1.0 / static_cast<double>(p.temperature);
-  std::vector<double> w(vocab);
+  auto& w = scratch().w;
+  w.resize(vocab);
   for (std::size_t i = 0; i < vocab; ++i)
     w[i] = std::exp((static_cast<double>(row[i]) - lmax) * inv_t);
 
   // `kept` stays empty while every token is kept (no top-k / top-p); otherwise it is the
-  // kept set in descending weight.
+  // kept set (any order: the draw sorts it by id).
   std::vector<std::int32_t> kept;
   bool restricted = false;
-  ByValueDesc<std::vector<double>> cmp{w};
   if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < vocab) {
     kept = top_n(w, vocab, static_cast<std::size_t>(p.top_k));
     restricted = true;
   }
   if (p.top_p < 1.0f) {
     if (!restricted) {
-      // Sort only as much as the nucleus needs: grow a sorted prefix in doubling chunks.
+      // Weighted quickselect: halve the range holding the nucleus boundary with nth_element
+      // (O(vocab) expected in total), then sort only the last small range.
       double total = 0.0;
       for (double x : w) total += x;
       const double need = static_cast<double>(p.top_p) * total;
-      std::vector<std::int32_t> idx(vocab);
-      std::iota(idx.begin(), idx.end(), 0);
-      std::size_t sorted = 0, chunk = 64;
-      double mass = 0.0;
-      std::size_t take = 0;
-      while (take == 0) {
-        const std::size_t end = std::min(vocab, sorted + chunk);
-        const auto first = idx.begin() + static_cast<std::ptrdiff_t>(sorted);
-        const auto mid = idx.begin() + static_cast<std::ptrdiff_t>(end);
-        if (end < vocab) std::nth_element(first, mid, idx.end(), cmp);
-        std::sort(first, mid, cmp);
-        for (std::size_t i = sorted; i < end; ++i) {
-          mass += w[static_cast<std::size_t>(idx[i])];
-          if (mass >= need) {
-            take = i + 1;
-            break;
-          }
+      // (weight, id) pairs: contiguous, so the selection does not chase indices.
+      auto& pr = scratch().pairs;
+      pr.resize(vocab);
+      for (std::size_t i = 0; i < vocab; ++i) pr[i] = {w[i], static_cast<std::int32_t>(i)};
+      const auto pcmp = [](const std::pair<double, std::int32_t>& a,
+                           const std::pair<double, std::int32_t>& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+      };
+      auto at = [&](std::size_t i) { return pr.begin() + static_cast<std::ptrdiff_t>(i); };
+      std::size_t lo = 0, hi = vocab;  // [0, lo) kept for sure, its mass `below` < need
+      double below = 0.0;
+      while (hi - lo > 256) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        std::nth_element(at(lo), at(mid), at(hi), pcmp);
+        double m = 0.0;
+        for (std::size_t i = lo; i < mid; ++i) m += pr[i].first;
+        if (below + m >= need) {
+          hi = mid;
+        } else {
+          below += m;
+          lo = mid;
         }
-        if (take == 0 && end == vocab) take = vocab;  // rounding: keep everything
-        sorted = end;
-        chunk *= 2;
       }
-      idx.resize(take);
-      kept = std::move(idx);
+      std::sort(at(lo), at(hi), pcmp);
+      std::size_t take = hi;  // rounding: the whole range when the sums fall short
+      double mass = below;
+      for (std::size_t i = lo; i < hi; ++i) {
+        mass += pr[i].first;
+        if (mass >= need) {
+          take = i + 1;
+          break;
+        }
+      }
+      kept.resize(take);
+      for (std::size_t i = 0; i < take; ++i) kept[i] = pr[i].second;
       restricted = true;
     } else {
       double total = 0.0;
@@ -224,12 +255,21 @@ SampleOutput sample_row(std::span<float> row, const SamplingParams& p,
   }
   // min_p: relative to the most likely token (weight 1 at argmax), which every set keeps.
   const double min_w = static_cast<double>(p.min_p) * w[argmax];
-  if (restricted && p.min_p > 0.0f) {
-    while (!kept.empty() && w[static_cast<std::size_t>(kept.back())] < min_w) kept.pop_back();
-  }
+  if (restricted && p.min_p > 0.0f)  // `kept` is not in probability order after top-p
+    std::erase_if(kept, [&](std::int32_t id) { return w[static_cast<std::size_t>(id)] < min_w; });
 
   // 5. the draw, in vocabulary order over the kept set.
   const double u = sample_uniform(p.seed, output.size());
+  if (restricted && kept.size() * 16 >= vocab) {
+    // A large kept set: drop the rest by zeroing its weights and scan the whole row below
+    // (cheaper than sorting the kept ids).
+    auto& mark = scratch().order;
+    mark.assign(vocab, 0);
+    for (auto id : kept) mark[static_cast<std::size_t>(id)] = 1;
+    for (std::size_t i = 0; i < vocab; ++i)
+      if (!mark[i]) w[i] = 0.0;
+    restricted = false;
+  }
   if (restricted) {
     std::sort(kept.begin(), kept.end());
     double kept_mass = 0.0;
@@ -245,7 +285,7 @@ SampleOutput sample_row(std::span<float> row, const SamplingParams& p,
     }
     return finish(last_positive);  // u * mass rounded up to mass
   }
-  const bool use_min_p = p.min_p > 0.0f;
+  const bool use_min_p = p.min_p > 0.0f;  // (already applied when a kept set was built)
   double kept_mass = 0.0;
   for (std::size_t i = 0; i < vocab; ++i)
     if (!use_min_p || w[i] >= min_w) kept_mass += w[i];

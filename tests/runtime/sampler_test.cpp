@@ -323,6 +323,60 @@ TEST(Sampler, TopPOnALargeVocabularyMatchesAFullSort) {
   }
 }
 
+// A small kept set on a large vocabulary (the sorted-ids draw path), against brute force:
+// top-k 20, then top-p 0.5 of the renormalised top-k mass, then min-p.
+TEST(Sampler, SmallKeptSetOnALargeVocabularyMatchesBruteForce) {
+  const std::size_t vocab = 4096;
+  std::vector<float> row(vocab);
+  for (std::size_t i = 0; i < vocab; ++i)
+    row[i] = static_cast<float>(static_cast<double>(splitmix64(i + 77) >> 40) / (1 << 24) * 6.0);
+  const double m = *std::max_element(row.begin(), row.end());
+  std::vector<std::int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<double> w(vocab);
+  for (std::size_t i = 0; i < vocab; ++i)
+    w[i] = std::exp((row[i] - m) * (1.0 / static_cast<double>(0.7f)));
+  std::sort(order.begin(), order.end(),
+            [&](auto a, auto b) { return w[a] > w[b] || (w[a] == w[b] && a < b); });
+  order.resize(20);
+  double topk_mass = 0;
+  for (auto id : order) topk_mass += w[static_cast<std::size_t>(id)];
+  std::vector<std::int32_t> kept;
+  double mass = 0;
+  for (auto id : order) {
+    kept.push_back(id);
+    if ((mass += w[static_cast<std::size_t>(id)]) >= 0.5 * topk_mass) break;
+  }
+  const double pmax = w[static_cast<std::size_t>(order[0])];
+  std::erase_if(kept, [&](auto id) { return w[static_cast<std::size_t>(id)] < 0.3 * pmax; });
+  ASSERT_GE(kept.size(), 2u);
+  ASSERT_LT(kept.size(), 20u);
+  std::sort(kept.begin(), kept.end());
+  double kept_mass = 0;
+  for (auto id : kept) kept_mass += w[static_cast<std::size_t>(id)];
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 20;
+  p.top_p = 0.5f;
+  p.min_p = 0.3f;
+  std::set<std::int32_t> seen;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    p.seed = seed;
+    const double u = sample_uniform(seed, 0) * kept_mass;
+    double cum = 0;
+    std::int32_t want = -1;
+    for (auto id : kept)
+      if ((cum += w[static_cast<std::size_t>(id)]) > u) {
+        want = id;
+        break;
+      }
+    const auto got = sample(row, p).token;
+    EXPECT_EQ(got, want) << "seed " << seed;
+    seen.insert(got);
+  }
+  EXPECT_EQ(seen, std::set<std::int32_t>(kept.begin(), kept.end()));
+}
+
 TEST(Sampler, MinPDropsTokensBelowTheRelativeThreshold) {
   const auto row = log_of({0.5, 0.2, 0.04, 0.26});
   SamplingParams p;

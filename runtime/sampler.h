@@ -3,8 +3,9 @@
 // tie and threshold rule is deterministic (ties break toward the lower token id).
 //
 // Precision: softmax sums, the nucleus mass and the draw's cumulative sum are fp64.
-// Cost for a vocabulary V: O(V) passes plus a partial sort of the top-k candidates or of
-// only as many tokens as the top-p nucleus needs (doubling chunks), so 128k rows are cheap.
+// Cost for a vocabulary V: a few O(V) passes; top-k is a partial selection, top-p a weighted
+// quickselect (O(V) expected) that sorts only the last few hundred candidates. Scratch
+// buffers are per thread and reused, so a 128k row allocates nothing after the first call.
 #pragma once
 
 #include <cstdint>

@@ -145,7 +145,9 @@ def patch_rope_fp64(model):
         )
     scaling = float(getattr(rot, "attention_scaling", 1.0))
 
-    def forward(x, position_ids):
+    def forward(x, position_ids=None, *args, **kwargs):
+        if position_ids is None:
+            position_ids = torch.arange(x.shape[1], device=x.device)[None, :]
         inv_t = torch.tensor(inv, dtype=torch.float64, device=x.device)
         freqs = position_ids.to(torch.float64)[..., None] * inv_t  # [batch, seq, head_dim/2]
         emb = torch.cat((freqs, freqs), dim=-1)

@@ -9,6 +9,7 @@
 #include "runtime/error.h"
 #include "runtime/make_model.h"
 #include "runtime/model_loader.h"
+#include "runtime/yaml_util.h"
 #include "tools/bench/load_gen.h"
 #include "tools/bench/report.h"
 #include "tools/bench/roofline.h"
@@ -59,7 +60,7 @@ int run_roofline(Args& a) {
                    static_cast<int>(a.get_int("output", 500))};
   const double budget =
       a.get("kv-budget")
-          ? static_cast<double>(yaml::parse_bytes(*a.get("kv-budget"), "--kv-budget"))
+          ? static_cast<double>(strata::yaml::parse_bytes(*a.get("kv-budget"), "--kv-budget"))
           : 0;
   Roofline full(m, {}), sparse(m, prof.resolve(m.num_hidden_layers));
   std::printf("model: %d layers, hidden %d, %.2f B params; workload %d in / %d out; KV budget %s\n",
@@ -119,7 +120,7 @@ int run_serve(Args& a) {
   const std::string binary = a.get_or("strata-bin", fs::read_symlink("/proc/self/exe").string());
   const double budget =
       a.get("kv-budget")
-          ? static_cast<double>(yaml::parse_bytes(*a.get("kv-budget"), "--kv-budget"))
+          ? static_cast<double>(strata::yaml::parse_bytes(*a.get("kv-budget"), "--kv-budget"))
           : 0;
 
   // Roofline per configuration (needs the model shape).

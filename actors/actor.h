@@ -1,8 +1,9 @@
 // The actor base: an actor owns its state and an Asio strand; messages arrive in a
 // mailbox (an `asio::experimental::concurrent_channel`, so any thread may `tell`), and the
 // body is one C++20 coroutine that receives and handles them one at a time on the strand.
-// `stop()` closes the mailbox (messages already in it are still handled) and `cancel()`
-// drops them; either way the loop ends, `on_stop()` runs on the strand and `wait()` returns.
+// `stop()`/`cancel()` close the mailbox (messages still queued are dropped: asio 1.81's
+// channel close discards its buffer); the loop ends, `on_stop()` runs on the strand and
+// `wait()` returns.
 //
 // Threading: tell/stop/cancel/wait are thread-safe; handle() and on_stop() run on the strand
 // only, so an actor's members need no locks. Nothing but messages crosses between actors.
@@ -48,11 +49,8 @@ class Actor {
   }
   // Thread-safe. False when the mailbox is closed or full: the message was not queued.
   bool tell(Msg m) { return mailbox_.try_send(boost::system::error_code{}, std::move(m)); }
-  // Thread-safe: no new messages; the ones queued are handled, then the loop ends.
-  void stop() {
-    asio::post(strand_, [this] { mailbox_.close(); });
-  }
-  // Thread-safe: ends the loop now; queued messages are dropped.
+  // Thread-safe: ends the loop after the message being handled; queued ones are dropped.
+  void stop() { cancel(); }
   void cancel() {
     asio::post(strand_, [this] {
       mailbox_.cancel();

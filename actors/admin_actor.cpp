@@ -28,8 +28,9 @@ asio::awaitable<void> AdminActor::handle(AdminMsg msg) {
     try {
       const auto profile = m->profile;
       const bool shrink = m->shrink_running;
-      const auto version = co_await cache_->ask(
-          [profile, shrink](KvCacheManager& c) { return c.set_profile(profile, shrink); });
+      auto job = [profile, shrink](KvCacheManager& c) { return c.set_profile(profile, shrink); };
+      auto ask = cache_->ask(std::move(job));
+      const auto version = co_await std::move(ask);
       profile_ = m->profile;
       profile_.version = version;
       {

@@ -61,11 +61,13 @@ void BatcherActor::on_submit(std::shared_ptr<PreparedRequest> in) {
   auto r = std::make_unique<Req>();
   r->in = std::move(in);
   if (requests_.count(r->in->id)) {
-    StreamEvent ev;
-    ev.finish = FinishReason::kError;
-    ev.error = "duplicate request id '" + r->in->id + "'";
-    r->in->sink.send(std::move(ev));
-    r->in->sink.close();
+    for (int i = 0; i < r->in->n; ++i) {
+      StreamEvent ev;
+      ev.index = i;
+      ev.finish = FinishReason::kError;
+      ev.error = "duplicate request id '" + r->in->id + "'";
+      r->in->sink.send(std::move(ev));
+    }
     deps_.waiting_slots->fetch_sub(1);
     return;
   }
@@ -166,10 +168,10 @@ void BatcherActor::emit_final(Seq& s, const SeqUsage* usage) {
     u.compression_ratio = comp / static_cast<double>(r.seqs.size());
     ev.usage = u;
     r.in->sink.send(std::move(ev));
-    r.in->sink.close();
     if (s.finish != FinishReason::kAbort) ++stats_.requests_finished;
     for (const auto& q : r.seqs) seqs_.erase(q->id);
-    requests_.erase(r.in->id);  // destroys r and s
+    const std::string id = r.in->id;  // (a key inside the erased element would dangle)
+    requests_.erase(id);              // destroys r and s
     return;
   }
   r.in->sink.send(std::move(ev));
@@ -296,8 +298,9 @@ asio::awaitable<void> BatcherActor::kick() {
   }
   const auto t0 = Clock::now();
   const auto released_ids = in.release;
-  ScheduleOutput out = co_await deps_.cache->ask(
-      [in = std::move(in)](KvCacheManager& m) { return schedule_step(m, in); });
+  auto job = [in = std::move(in)](KvCacheManager& m) { return schedule_step(m, in); };
+  auto ask = deps_.cache->ask(std::move(job));
+  ScheduleOutput out = co_await std::move(ask);
 
   for (const auto& [id, usage] : out.released) {
     auto it = seqs_.find(id);
@@ -403,10 +406,13 @@ void BatcherActor::maybe_finish_shutdown() {
 asio::awaitable<void> BatcherActor::on_stop() {
   // Whatever is left (a cancel without a graceful shutdown): end the streams.
   for (auto& [id, r] : requests_) {
-    StreamEvent ev;
-    ev.finish = FinishReason::kAbort;
-    r->in->sink.send(std::move(ev));
-    r->in->sink.close();
+    for (const auto& q : r->seqs) {
+      if (q->finish != FinishReason::kNone && !q->final_event) continue;  // already sent
+      StreamEvent ev;
+      ev.index = q->index;
+      ev.finish = FinishReason::kAbort;
+      r->in->sink.send(std::move(ev));
+    }
   }
   requests_.clear();
   seqs_.clear();

@@ -27,27 +27,29 @@ class CacheActor {
   CacheActor(asio::io_context& io, std::unique_ptr<KvCacheManager> manager)
       : strand_(asio::make_strand(io)), manager_(std::move(manager)) {}
 
-  // From a coroutine of another actor.
+  // From a coroutine of another actor. (Named temporaries: GCC 12 mis-destroys lambda
+  // temporaries that live inside a co_await expression.)
   template <class F>
   auto ask(F fn) -> asio::awaitable<std::invoke_result_t<F&, KvCacheManager&>> {
     using R = std::invoke_result_t<F&, KvCacheManager&>;
-    co_return co_await asio::co_spawn(
-        strand_,
-        [this, fn = std::move(fn)]() mutable -> asio::awaitable<R> { co_return fn(*manager_); },
-        asio::use_awaitable);
+    auto job =
+        asio::co_spawn(strand_, run_job<R>(manager_.get(), std::move(fn)), asio::use_awaitable);
+    co_return co_await std::move(job);
   }
   // From a thread outside the io_context (blocks until the job ran).
   template <class F>
   auto ask_blocking(F fn) -> std::invoke_result_t<F&, KvCacheManager&> {
     using R = std::invoke_result_t<F&, KvCacheManager&>;
-    auto fut = asio::co_spawn(
-        strand_,
-        [this, fn = std::move(fn)]() mutable -> asio::awaitable<R> { co_return fn(*manager_); },
-        asio::use_future);
+    auto fut = asio::co_spawn(strand_, run_job<R>(manager_.get(), std::move(fn)), asio::use_future);
     return fut.get();
   }
 
  private:
+  template <class R, class F>
+  static asio::awaitable<R> run_job(KvCacheManager* m, F fn) {
+    co_return fn(*m);
+  }
+
   Strand strand_;
   std::unique_ptr<KvCacheManager> manager_;
 };

@@ -135,7 +135,8 @@ class EngineImpl final : public Engine {
     const std::string id = prepared->id;
     const int prompt_tokens = static_cast<int>(prepared->prompt.size());
     std::weak_ptr<BatcherActor> weak = batcher_;
-    auto stream = std::make_shared<RequestStream>(id, prompt_tokens, ch, [weak, id] {
+    const int n = prepared->n;
+    auto stream = std::make_shared<RequestStream>(id, prompt_tokens, n, ch, [weak, id] {
       if (auto b = weak.lock()) b->tell(AbortMsg{id});
     });
     if (!batcher_->tell(SubmitMsg{std::move(prepared)})) {

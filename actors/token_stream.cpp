@@ -16,55 +16,41 @@ void EventSink::send(StreamEvent ev) {
   if (ch_) ch_->try_send(boost::system::error_code{}, std::move(ev));
 }
 
-void EventSink::close() {
-  if (ch_) ch_->close();
-}
-
-RequestStream::RequestStream(std::string id, int prompt_tokens, std::shared_ptr<EventChannel> ch,
-                             std::function<void()> on_abandon)
-    : ch_(std::move(ch)), on_abandon_(std::move(on_abandon)) {
+RequestStream::RequestStream(std::string id, int prompt_tokens, int n,
+                             std::shared_ptr<EventChannel> ch, std::function<void()> on_abandon)
+    : ch_(std::move(ch)), on_abandon_(std::move(on_abandon)), open_(n) {
   id_ = std::move(id);
   prompt_tokens_ = prompt_tokens;
 }
 
 RequestStream::~RequestStream() {
-  if (!ended_.load() && ch_->is_open() && on_abandon_) on_abandon_();
+  if (open_.load() > 0 && on_abandon_) on_abandon_();
 }
 
-std::pair<bool, std::optional<StreamEvent>> RequestStream::poll() {
-  if (ended_.load()) return {true, std::nullopt};
-  // Read is_open first: if it was closed then, every event was sent before, so an empty
-  // channel now means the stream is over.
-  const bool open = ch_->is_open();
+std::optional<StreamEvent> RequestStream::seen(StreamEvent ev) {
+  if (ev.finish != FinishReason::kNone) open_.fetch_sub(1);
+  return ev;
+}
+
+boost::asio::awaitable<std::optional<StreamEvent>> RequestStream::next() {
+  if (open_.load() <= 0) co_return std::nullopt;
+  auto [ec, ev] = co_await ch_->async_receive(boost::asio::as_tuple(boost::asio::use_awaitable));
+  if (ec) {
+    open_ = 0;
+    co_return std::nullopt;
+  }
+  co_return seen(std::move(ev));
+}
+
+std::optional<StreamEvent> RequestStream::next_blocking() {
+  if (open_.load() <= 0) return std::nullopt;
   std::optional<StreamEvent> got;
   if (ch_->try_receive([&](boost::system::error_code ec, StreamEvent ev) {
         if (!ec) got = std::move(ev);
       })) {
-    if (got) return {true, std::move(got)};
+    if (got) return seen(std::move(*got));
   }
-  if (!open) {
-    ended_ = true;
-    return {true, std::nullopt};
-  }
-  return {false, std::nullopt};
-}
-
-boost::asio::awaitable<std::optional<StreamEvent>> RequestStream::next() {
-  auto [ready, ev] = poll();
-  if (ready) co_return std::move(ev);
-  auto [ec, got] = co_await ch_->async_receive(boost::asio::as_tuple(boost::asio::use_awaitable));
-  if (ec) {
-    ended_ = true;
-    co_return std::nullopt;
-  }
-  co_return std::move(got);
-}
-
-std::optional<StreamEvent> RequestStream::next_blocking() {
-  auto [ready, ev] = poll();
-  if (ready) return ev;
-  // The channel is open, so the engine (and its io threads) still runs: it closes every
-  // stream's channel before its io_context stops.
+  // Nothing buffered: wait. The engine's io threads run until every stream got its finishes.
   auto done = std::make_shared<std::promise<std::optional<StreamEvent>>>();
   auto fut = done->get_future();
   ch_->async_receive([done](boost::system::error_code ec, StreamEvent ev) {
@@ -74,9 +60,12 @@ std::optional<StreamEvent> RequestStream::next_blocking() {
       done->set_value(std::move(ev));
     }
   });
-  auto got = fut.get();
-  if (!got) ended_ = true;
-  return got;
+  got = fut.get();
+  if (!got) {
+    open_ = 0;
+    return std::nullopt;
+  }
+  return seen(std::move(*got));
 }
 
 }  // namespace strata::actors

@@ -1,7 +1,9 @@
 // A request's token stream: the batcher produces StreamEvents into a channel, the client
 // consumes them through `TokenStream` (actors/engine.h). The channel is unbounded in
 // practice (a request produces at most n * (max_tokens + 1) events), so the batcher never
-// waits on a slow client.
+// waits on a slow client. The stream ends after the finish event of each of its n choices
+// (the channel is never closed: asio 1.81's close() drops buffered messages); the engine
+// guarantees every choice a finish event, on shutdown too.
 //
 // Threading: `EventSink` is used from the batcher's strand only; `RequestStream` by one
 // client at a time from any thread or coroutine. Dropping an unfinished stream aborts the
@@ -31,7 +33,6 @@ class EventSink {
   EventSink() = default;
   explicit EventSink(std::shared_ptr<EventChannel> ch) : ch_(std::move(ch)) {}
   void send(StreamEvent ev);  // never blocks
-  void close();               // after the last event; the consumer then sees nullopt
   bool valid() const { return ch_ != nullptr; }
 
  private:
@@ -40,21 +41,19 @@ class EventSink {
 
 class RequestStream final : public TokenStream {
  public:
-  // `on_abandon` runs (once) when the stream is destroyed before its channel was closed.
-  RequestStream(std::string id, int prompt_tokens, std::shared_ptr<EventChannel> ch,
+  // `on_abandon` runs when the stream is destroyed before every choice finished.
+  RequestStream(std::string id, int prompt_tokens, int n, std::shared_ptr<EventChannel> ch,
                 std::function<void()> on_abandon);
   ~RequestStream() override;
   boost::asio::awaitable<std::optional<StreamEvent>> next() override;
   std::optional<StreamEvent> next_blocking() override;
 
  private:
-  // Takes a buffered event without waiting: {true, event} or {true, nullopt} when the
-  // channel is closed and drained; {false, _} when the consumer has to wait.
-  std::pair<bool, std::optional<StreamEvent>> poll();
+  std::optional<StreamEvent> seen(StreamEvent ev);  // counts finishes
 
   std::shared_ptr<EventChannel> ch_;
   std::function<void()> on_abandon_;
-  std::atomic<bool> ended_{false};
+  std::atomic<int> open_;  // choices without a finish event yet
 };
 
 }  // namespace strata::actors

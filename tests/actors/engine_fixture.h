@@ -1,0 +1,164 @@
+// Shared helpers of the actor tests: a tiny model on disk, engine configs, a backend
+// decorator that can hold a step and records every plan, and stream draining.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/engine.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/make_model.h"
+#include "runtime/model_loader.h"
+
+namespace strata::test {
+
+// A small random Llama (2 layers) written once per test binary.
+inline const std::string& tiny_model_dir() {
+  static const std::string dir = [] {
+    const std::string d = ::testing::TempDir() + "/strata_actors_model_" +
+                          std::to_string(static_cast<long>(::getpid()));
+    std::filesystem::remove_all(d);
+    MakeModelOptions o;
+    o.out_dir = d;
+    o.preset = "tiny";
+    o.layers = 3;
+    o.hidden = 64;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.head_dim = 16;
+    o.intermediate = 128;
+    o.dtype = DType::kF32;
+    make_model(o);
+    return d;
+  }();
+  return dir;
+}
+
+inline Config tiny_config() {
+  Config c;
+  c.model.path = tiny_model_dir();
+  c.backend.threads = 1;
+  c.cache.cpu_kv_bytes = 64ull << 20;
+  c.scheduler.request_timeout_s = 0;
+  return c;
+}
+
+// A CPU backend that records every plan and can hold one chosen step until released.
+struct StepProbe {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<StepPlan> plans;  // copies (pointers in SeqSteps are not followed)
+  std::uint64_t hold_step = 0;  // 0: none
+  bool entered = false, released = false;
+
+  void wait_entered() {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return entered; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> l(mu);
+    released = true;
+    cv.notify_all();
+  }
+};
+
+class ProbeBackend final : public Backend {
+ public:
+  ProbeBackend(std::unique_ptr<Backend> inner, std::shared_ptr<StepProbe> probe)
+      : inner_(std::move(inner)), probe_(std::move(probe)) {}
+  const BackendInfo& info() const override { return inner_->info(); }
+  const ModelConfig& model() const override { return inner_->model(); }
+  StepResult step(const StepPlan& plan) override {
+    {
+      std::unique_lock<std::mutex> l(probe_->mu);
+      StepPlan copy = plan;
+      for (auto& s : copy.seqs) s.params = nullptr, s.prompt = nullptr, s.output = nullptr;
+      probe_->plans.push_back(std::move(copy));
+      if (probe_->hold_step != 0 && probe_->plans.size() == probe_->hold_step) {
+        probe_->entered = true;
+        probe_->cv.notify_all();
+        probe_->cv.wait(l, [&] { return probe_->released; });
+      }
+    }
+    return inner_->step(plan);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  std::shared_ptr<StepProbe> probe_;
+};
+
+inline BackendFactory probe_factory(std::shared_ptr<StepProbe> probe) {
+  return [probe](const Config& c) {
+    std::shared_ptr<const ModelWeights> w = ModelWeights::load(c.model.path);
+    CpuBackendOptions o;
+    o.threads = c.backend.threads;
+    o.kv_bytes = c.cache.cpu_kv_bytes;
+    std::vector<std::unique_ptr<Backend>> v;
+    v.push_back(std::make_unique<ProbeBackend>(make_cpu_backend(w, o), probe));
+    return v;
+  };
+}
+
+struct Collected {
+  std::vector<std::vector<std::int32_t>> tokens;  // per choice
+  std::vector<std::string> text;
+  std::vector<FinishReason> finish;
+  std::optional<Usage> usage;
+  std::string error;
+  int events = 0;
+};
+
+inline Collected drain(TokenStream& s, int n = 1) {
+  Collected c;
+  c.tokens.resize(n);
+  c.text.resize(n);
+  c.finish.assign(n, FinishReason::kNone);
+  while (auto ev = s.next_blocking()) {
+    ++c.events;
+    auto& t = c.tokens.at(ev->index);
+    t.insert(t.end(), ev->token_ids.begin(), ev->token_ids.end());
+    c.text.at(ev->index) += ev->text;
+    if (ev->finish != FinishReason::kNone) c.finish.at(ev->index) = ev->finish;
+    if (ev->usage) c.usage = ev->usage;
+    if (!ev->error.empty()) c.error = ev->error;
+  }
+  return c;
+}
+
+inline Request greedy_request(std::vector<std::int32_t> prompt, int max_tokens) {
+  Request r;
+  r.prompt_ids = std::move(prompt);
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+inline std::vector<std::int32_t> random_prompt(std::mt19937& rng, int len, int vocab) {
+  std::uniform_int_distribution<int> d(10, vocab - 1);
+  std::vector<std::int32_t> p(static_cast<std::size_t>(len));
+  for (auto& t : p) t = d(rng);
+  return p;
+}
+
+// Waits (bounded) until the published statistics satisfy `pred`; returns the last snapshot.
+template <class Pred>
+EngineStats wait_stats(const Engine& e, Pred pred) {
+  EngineStats s = e.stats();
+  for (int i = 0; i < 4000 && !pred(s); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    s = e.stats();
+  }
+  return s;
+}
+
+}  // namespace strata::test

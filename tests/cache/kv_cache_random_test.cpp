@@ -315,7 +315,7 @@ class Workload {
 };
 
 TEST(KvCacheRandom, ThousandsOfOperationsKeepExactAccounting) {
-  for (std::uint64_t seed : {1u, 2u, 3u}) {
+  for (std::uint64_t seed : {1u, 2u}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     Workload w(seed);
     w.run(3000);

@@ -97,6 +97,43 @@ cudaError_t launch_sparse_compact(const PrefillParams& p, cudaStream_t stream);
 // The three above in order.
 cudaError_t launch_sparse_prefill(const PrefillParams& p, cudaStream_t stream);
 
+// ---- live shrink (LayerAction::kShrink) ----------------------------------------------------
+
+// One sequence of one sparse layer, in its state AFTER this step's own work (the CPU
+// backend's state_after under the old rule), shrunk to `shrink_to` slots.
+struct ShrinkSeq {
+  std::int32_t policy = 0;    // 0 (padding) is skipped
+  std::int32_t capacity = 0;  // old C
+  std::int32_t ring = 0;      // old ring
+  std::int32_t sinks = 0;
+  std::int32_t window = 0;
+  std::int32_t valid = 0;      // post-step
+  std::int32_t ring_pos = 0;   // post-step
+  std::int32_t shrink_to = 0;  // > sinks + window
+  std::int32_t table = 0;      // offset into ShrinkParams::pages
+  std::int64_t stage_off = 0;  // offset (slots) into the staging buffers: [kv_head][shrink_to]
+};
+
+struct ShrinkParams {
+  const ShrinkSeq* seqs = nullptr;
+  int num_seqs = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  bf16* pool = nullptr;
+  float* scores = nullptr;
+  const std::int32_t* pages = nullptr;
+  std::size_t page_elems = 0;
+  std::int32_t* stage_idx = nullptr;  // [slots]: old slot of each new slot
+  bf16* stage_kv = nullptr;           // [slots][2][head_dim]
+  float* stage_score = nullptr;       // [slots]
+};
+
+// Per (sequence, KV head): the new slot order of snapkv::shrink_order (sinks, the
+// highest-scored older slots in slot order, the most recent R tokens oldest first; ring_pos
+// becomes 0), applied in place through the staging buffers: slots [0, min(valid, shrink_to))
+// hold the kept K/V and scores afterwards.
+cudaError_t launch_sparse_shrink(const ShrinkParams& p, cudaStream_t stream);
+
 // ---- decode of `scored` layers --------------------------------------------------------------
 
 struct DecodeSeq {

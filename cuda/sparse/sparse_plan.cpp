@@ -106,4 +106,25 @@ DecodeSeq make_decode_seq(const LayerRule& rule, int valid, int ring_pos, int ta
   return s;
 }
 
+ShrinkSeq make_shrink_seq(const LayerRule& rule, int valid, int ring_pos, int shrink_to, int table,
+                          std::int64_t stage_off) {
+  STRATA_CHECK(rule.sparse(), "shrink on a full layer");
+  STRATA_CHECK(shrink_to > rule.sinks + rule.window,
+               "shrink_to " + std::to_string(shrink_to) + " must exceed sinks + window");
+  STRATA_CHECK(valid >= 0 && (rule.ring == 0 || (ring_pos >= 0 && ring_pos < rule.ring)),
+               "shrink: valid " + std::to_string(valid) + " ring_pos " + std::to_string(ring_pos));
+  ShrinkSeq s;
+  s.policy = static_cast<std::int32_t>(rule.policy);
+  s.capacity = rule.capacity;
+  s.ring = rule.ring;
+  s.sinks = rule.sinks;
+  s.window = rule.window;
+  s.valid = valid;
+  s.ring_pos = ring_pos;
+  s.shrink_to = shrink_to;
+  s.table = table;
+  s.stage_off = stage_off;
+  return s;
+}
+
 }  // namespace strata::cuda::sparse

@@ -47,4 +47,9 @@ PrefillPlan plan_sparse_prefill(const std::vector<PrefillInput>& inputs, int kv_
 // One sequence of one sparse layer in a decode step.
 DecodeSeq make_decode_seq(const LayerRule& rule, int valid, int ring_pos, int table, int q_row);
 
+// One sequence of one sparse layer to shrink, from its state after this step's own work.
+// stage_off: offset (slots) of its kv_heads * shrink_to staging slots.
+ShrinkSeq make_shrink_seq(const LayerRule& rule, int valid, int ring_pos, int shrink_to, int table,
+                          std::int64_t stage_off);
+
 }  // namespace strata::cuda::sparse

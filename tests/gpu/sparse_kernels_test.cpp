@@ -657,6 +657,90 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
   }
 }
 
+// ---- live shrink
+// ---------------------------------------------------------------------------------
+
+TEST(SparseShrink, MatchesShrinkOrderBitExact) {
+  std::mt19937 rng(123);
+  const int kv_heads = 4, hd = 128;
+  struct Case {
+    Policy policy;
+    int C, valid, ring_pos, shrink_to;
+  };
+  const std::vector<Case> cases = {{Policy::kScored, 200, 200, 5, 100},
+                                   {Policy::kScored, 200, 150, 0, 80},
+                                   {Policy::kWindow, 120, 120, 40, 60},
+                                   {Policy::kSnapKv, 200, 300, 0, 150},
+                                   {Policy::kScored, 512, 512, 31, 511}};
+  const int n = static_cast<int>(cases.size());
+  int pages = 0;
+  for (const auto& c : cases) pages += pages_for_slots(std::max(c.C, c.valid));
+  Pool pool(kv_heads, hd, pages, rng);
+  std::vector<std::int32_t> free_pages(pool.pages);
+  std::iota(free_pages.begin(), free_pages.end(), 0);
+  std::shuffle(free_pages.begin(), free_pages.end(), rng);
+  std::vector<std::vector<std::int32_t>> tables(n);
+  std::vector<std::int32_t> flat;
+  std::vector<ShrinkSeq> seqs(n);
+  std::vector<LayerRule> rules(n);
+  std::int64_t stage = 0;
+  for (int s = 0; s < n; ++s) {
+    const auto& c = cases[s];
+    rules[s] = make_rule(c.policy, c.C, 4, 32, PoolKind::kMax, 7);
+    tables[s] = take_pages(free_pages, pages_for_slots(std::max(c.C, c.valid)));
+    seqs[s] = make_shrink_seq(rules[s], c.valid, c.ring_pos, c.shrink_to,
+                              static_cast<int>(flat.size()), stage);
+    flat.insert(flat.end(), tables[s].begin(), tables[s].end());
+    stage += static_cast<std::int64_t>(kv_heads) * c.shrink_to;
+  }
+  // Ties: equal scores on a run of selected slots of the first case.
+  for (int g = 0; g < kv_heads; ++g)
+    for (int j = 20; j < 60; ++j) pool.scores[pool.s_at(tables[0][j / 16], g, j % 16)] = 0.05f;
+  Pool want = pool;
+  for (int s = 0; s < n; ++s) {
+    const auto& c = cases[s];
+    const auto& t = tables[s];
+    for (int g = 0; g < kv_heads; ++g) {
+      std::vector<float> sc(c.valid);
+      for (int j = 0; j < c.valid; ++j) sc[j] = pool.scores[pool.s_at(t[j / 16], g, j % 16)];
+      const auto order = snapkv::shrink_order(sc, c.valid, c.ring_pos, rules[s], c.shrink_to);
+      for (std::size_t j = 0; j < order.size(); ++j) {
+        const int from = order[j], to = static_cast<int>(j);
+        std::memcpy(&want.kv[want.k_at(t[to / 16], g, to % 16)],
+                    &pool.kv[pool.k_at(t[from / 16], g, from % 16)], hd * 2);
+        std::memcpy(&want.kv[want.v_at(t[to / 16], g, to % 16)],
+                    &pool.kv[pool.v_at(t[from / 16], g, from % 16)], hd * 2);
+        want.scores[want.s_at(t[to / 16], g, to % 16)] = sc[from];
+      }
+    }
+  }
+  Dev<ShrinkSeq> d_seqs(n);
+  d_seqs.up(seqs);
+  Dev<std::int32_t> d_pages(flat.size()), d_idx(stage);
+  d_pages.up(flat);
+  Dev<std::uint16_t> d_pool(pool.kv.size()), d_stage(stage * 2 * hd);
+  d_pool.up(pool.kv);
+  Dev<float> d_scores(pool.scores.size()), d_sscore(stage);
+  d_scores.up(pool.scores);
+  ShrinkParams p;
+  p.seqs = d_seqs.p;
+  p.num_seqs = n;
+  p.kv_heads = kv_heads;
+  p.head_dim = hd;
+  p.pool = reinterpret_cast<bf16*>(d_pool.p);
+  p.scores = d_scores.p;
+  p.pages = d_pages.p;
+  p.page_elems = pool.layout.page_elems();
+  p.stage_idx = d_idx.p;
+  p.stage_kv = reinterpret_cast<bf16*>(d_stage.p);
+  p.stage_score = d_sscore.p;
+  CK(launch_sparse_shrink(p, nullptr));
+  CK(cudaDeviceSynchronize());
+  // Slots [0, n) must match; slots past n keep their old bytes (both sides start equal).
+  ASSERT_EQ(d_pool.down(), want.kv);
+  ASSERT_EQ(d_scores.down(), want.scores);
+}
+
 // ---- microbenchmark (not an assertion on time) -------------------------------------------------
 
 float median(std::vector<float> v) {

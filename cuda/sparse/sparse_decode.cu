@@ -47,10 +47,13 @@ __global__ void __launch_bounds__(kResolveThreads) resolve_kernel(const DecodePa
   if (tid == 0) {
     std::uint64_t m = warp_best[0];
     for (int w = 1; w < kResolveThreads / 32; ++w) m = warp_best[w] < m ? warp_best[w] : m;
-    const int slot = static_cast<int>(m & 0xFFFFFFFFu);
-    const float low = p.scores[score_elem(table, p.kv_heads, g, slot)];
-    const float leaver = p.scores[score_elem(table, p.kv_heads, g, oldest)];
-    victim = (hi > lo && leaver > low) ? slot : -1;
+    victim = -1;
+    if (hi > lo) {  // always true for a valid rule (C >= sinks + alpha + 1)
+      const int slot = static_cast<int>(m & 0xFFFFFFFFu);
+      const float low = p.scores[score_elem(table, p.kv_heads, g, slot)];
+      const float leaver = p.scores[score_elem(table, p.kv_heads, g, oldest)];
+      if (leaver > low) victim = slot;
+    }
     if (victim >= 0) p.scores[score_elem(table, p.kv_heads, g, victim)] = leaver;
   }
   __syncthreads();

@@ -12,7 +12,15 @@ run_preset() {
   local preset=$1 label=${2:-}
   echo "== $preset: configure + build"
   cmake --preset "$preset" >/dev/null
-  cmake --build --preset "$preset" -j "$jobs"
+  if [ -n "$label" ]; then
+    # Sanitizer builds: only the test executables of the labelled folders (and what they link).
+    local targets
+    targets=$(ninja -C "build/$preset" -t targets all | sed -n 's/^\([a-z]*_[a-z0-9_]*_test\): .*/\1/p' |
+              grep -E "^(${label})_" | sort -u)
+    cmake --build --preset "$preset" -j "$jobs" --target $targets
+  else
+    cmake --build --preset "$preset" -j "$jobs"
+  fi
   echo "== $preset: ctest"
   if [ -n "$label" ]; then
     ctest --preset "$preset" -j "$jobs" -L "$label"

@@ -52,9 +52,11 @@ __global__ void __launch_bounds__(kResolveThreads) resolve_kernel(const DecodePa
       const int slot = static_cast<int>(m & 0xFFFFFFFFu);
       const float low = p.scores[score_elem(table, p.kv_heads, g, slot)];
       const float leaver = p.scores[score_elem(table, p.kv_heads, g, oldest)];
-      if (leaver > low) victim = slot;
+      if (leaver > low) {
+        victim = slot;
+        p.scores[score_elem(table, p.kv_heads, g, victim)] = leaver;
+      }
     }
-    if (victim >= 0) p.scores[score_elem(table, p.kv_heads, g, victim)] = leaver;
   }
   __syncthreads();
   if (victim < 0) return;

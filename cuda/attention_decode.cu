@@ -13,7 +13,8 @@ namespace strata::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kThreads = 128, kWarps = kThreads / 32, kChunk = 256, kMaxGroup = 8;
+constexpr int kThreads = 128, kWarps = kThreads / 32, kChunk = 256,
+              kMaxGroup = 8;  // kMaxGroup: GQA ratio limit
 
 __device__ __forceinline__ void unpack8(const uint4& u, float* f) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
@@ -24,14 +25,16 @@ __device__ __forceinline__ void unpack8(const uint4& u, float* f) {
   }
 }
 
-template <int HD>
+// MAXG: the group size rounded up to 4 or 8 (registers for q and the accumulators).
+template <int HD, int MAXG>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const DecodeAttentionParams p) {
   constexpr int kLpk = HD / 8;         // lanes per key
   constexpr int kKpw = 32 / kLpk;      // keys per warp per pass
   constexpr int kKpi = kKpw * kWarps;  // keys per block per pass
-  __shared__ float sS[kMaxGroup][kChunk];
-  __shared__ float sAlpha[kMaxGroup], sMrow[kMaxGroup], sLrow[kMaxGroup];
-  __shared__ float sO[kMaxGroup][HD];
+  constexpr int kUnroll = 4;           // keys in flight per thread (memory-level parallelism)
+  __shared__ float sS[MAXG][kChunk];
+  __shared__ float sAlpha[MAXG], sMrow[MAXG], sLrow[MAXG];
+  __shared__ float sO[MAXG][HD];
 
   const int b = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int group = p.heads / p.kv_heads;
@@ -42,43 +45,57 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Decode
   const int k0 = min(split * per, max(len, 0)), k1 = min(k0 + per, max(len, 0));
 
   // This lane's 8 dims of every query head of the group.
-  float q[kMaxGroup][8];
+  float q[MAXG][8];
   const bf16* qrow = p.q + static_cast<long long>(p.q_row[b]) * p.q_stride;
 #pragma unroll
-  for (int hh = 0; hh < kMaxGroup; ++hh) {
+  for (int hh = 0; hh < MAXG; ++hh) {
     if (hh < group) {
       const uint4 u = *reinterpret_cast<const uint4*>(qrow + (g * group + hh) * HD + sub * 8);
       unpack8(u, q[hh]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) q[hh][e] = 0.0f;
     }
   }
-  float acc[kMaxGroup][8];
+  float acc[MAXG][8];
 #pragma unroll
-  for (int hh = 0; hh < kMaxGroup; ++hh)
+  for (int hh = 0; hh < MAXG; ++hh)
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[hh][e] = 0.0f;
-  for (int i = threadIdx.x; i < kMaxGroup * HD; i += kThreads) (&sO[0][0])[i] = 0.0f;
-  if (threadIdx.x < kMaxGroup) sMrow[threadIdx.x] = -INFINITY, sLrow[threadIdx.x] = 0.0f;
+  for (int i = threadIdx.x; i < MAXG * HD; i += kThreads) (&sO[0][0])[i] = 0.0f;
+  if (threadIdx.x < MAXG) sMrow[threadIdx.x] = -INFINITY, sLrow[threadIdx.x] = 0.0f;
 
   const int* table = p.block_table + static_cast<long long>(b) * p.table_stride;
   const long long part = p.page_elems / 2;
+  auto slot_ptr = [&](int j) {
+    return p.kv_pool + static_cast<long long>(table[j >> 4]) * p.page_elems +
+           (static_cast<long long>(g) * 16 + (j & 15)) * HD + sub * 8;
+  };
   for (int c0 = k0; c0 < k1; c0 += kChunk) {
     const int c1 = min(c0 + kChunk, k1);
     __syncthreads();
-    // 1. Scaled logits of the chunk for every head of the group.
-    for (int j = c0 + kslot; j < c1; j += kKpi) {
-      const bf16* kp = p.kv_pool + static_cast<long long>(table[j >> 4]) * p.page_elems +
-                       (static_cast<long long>(g) * 16 + (j & 15)) * HD + sub * 8;
-      float kf[8];
-      unpack8(*reinterpret_cast<const uint4*>(kp), kf);
+    // 1. Scaled logits of the chunk for every head of the group. The loop bounds are
+    // uniform across the block (every lane reaches the shuffles); lanes past c1 load nothing.
+    for (int base = c0; base < c1; base += kKpi * kUnroll) {
+      uint4 raw[kUnroll];
 #pragma unroll
-      for (int hh = 0; hh < kMaxGroup; ++hh) {
-        if (hh < group) {
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = base + u * kKpi + kslot;
+        raw[u] = j < c1 ? *reinterpret_cast<const uint4*>(slot_ptr(j)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = base + u * kKpi + kslot;
+        float kf[8];
+        unpack8(raw[u], kf);
+#pragma unroll
+        for (int hh = 0; hh < MAXG; ++hh) {
           float d = 0.0f;
 #pragma unroll
           for (int e = 0; e < 8; ++e) d += q[hh][e] * kf[e];
 #pragma unroll
           for (int o = kLpk / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-          if (sub == 0) sS[hh][j - c0] = d * p.scale;
+          if (sub == 0 && j < c1 && hh < group) sS[hh][j - c0] = d * p.scale;
         }
       }
     }
@@ -110,30 +127,40 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Decode
     __syncthreads();
     // 3. acc = acc * alpha + sum_j p_j v_j (this thread's keys and 8 dims).
 #pragma unroll
-    for (int hh = 0; hh < kMaxGroup; ++hh)
+    for (int hh = 0; hh < MAXG; ++hh)
       if (hh < group) {
         const float a = sAlpha[hh];
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[hh][e] *= a;
       }
-    for (int j = c0 + kslot; j < c1; j += kKpi) {
-      const bf16* vp = p.kv_pool + static_cast<long long>(table[j >> 4]) * p.page_elems + part +
-                       (static_cast<long long>(g) * 16 + (j & 15)) * HD + sub * 8;
-      float vf[8];
-      unpack8(*reinterpret_cast<const uint4*>(vp), vf);
+    for (int base = c0; base < c1; base += kKpi * kUnroll) {
+      uint4 raw[kUnroll];
 #pragma unroll
-      for (int hh = 0; hh < kMaxGroup; ++hh)
-        if (hh < group) {
-          const float pj = sS[hh][j - c0];
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = base + u * kKpi + kslot;
+        raw[u] =
+            j < c1 ? *reinterpret_cast<const uint4*>(slot_ptr(j) + part) : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[hh][e] += pj * vf[e];
-        }
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = base + u * kKpi + kslot;
+        if (j >= c1) continue;
+        float vf[8];
+        unpack8(raw[u], vf);
+#pragma unroll
+        for (int hh = 0; hh < MAXG; ++hh)
+          if (hh < group) {
+            const float pj = sS[hh][j - c0];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[hh][e] += pj * vf[e];
+          }
+      }
     }
   }
   __syncthreads();
   // Reduce the key slots' partial sums and write this split's partial result.
 #pragma unroll
-  for (int hh = 0; hh < kMaxGroup; ++hh)
+  for (int hh = 0; hh < MAXG; ++hh)
     if (hh < group)
 #pragma unroll
       for (int e = 0; e < 8; ++e) atomicAdd(&sO[hh][sub * 8 + e], acc[hh][e]);
@@ -188,7 +215,12 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s) {
     throw InternalError("decode attention: num_splits " + std::to_string(p.num_splits) +
                         " outside 1.." + std::to_string(kMaxDecodeSplits));
   STRATA_DISPATCH_HEAD_DIM(p.head_dim, "decode attention", HD, {
-    decode_attention_kernel<HD><<<dim3(p.batch, p.kv_heads, p.num_splits), kThreads, 0, s>>>(p);
+    const dim3 grid(p.batch, p.kv_heads, p.num_splits);
+    if (p.heads / p.kv_heads <= 4) {
+      decode_attention_kernel<HD, 4><<<grid, kThreads, 0, s>>>(p);
+    } else {
+      decode_attention_kernel<HD, 8><<<grid, kThreads, 0, s>>>(p);
+    }
     CUDA_CHECK_LAUNCH();
     decode_merge_kernel<HD><<<dim3(p.batch, p.heads), 128, 0, s>>>(p);
     CUDA_CHECK_LAUNCH();

@@ -176,7 +176,7 @@ struct CudaBackendImpl {
   void forward(int T, int S_dec, int num_tiles, int num_splits, int n_lm_rows, bool argmax_all);
   StepResult step(const StepPlan& plan);
   int pick_splits(int batch, int max_len) const {
-    const int by_sms = (2 * kNumSms + batch * mc.num_key_value_heads - 1) /
+    const int by_sms = (4 * kNumSms + batch * mc.num_key_value_heads - 1) /
                        std::max(1, batch * mc.num_key_value_heads);
     const int by_len = std::max(1, (max_len + 255) / 256);
     return std::clamp(std::min(by_sms, by_len), 1, kMaxDecodeSplits);

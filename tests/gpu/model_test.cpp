@@ -193,10 +193,11 @@ double rel_l2(const float* got, const std::vector<double>& ref, std::size_t* nan
   return std::sqrt(num / den);
 }
 
-// Two sequences: A = prefill 40 tokens in chunks of 23 + 17 then 3 decodes; B = prefill 70
+// Two sequences: A = prefill na1 + na2 tokens in two chunks then 3 decodes; B = prefill nb
 // tokens at once then 3 decodes, decodes batched together. Every position's logits are
 // compared with the reference.
-void teacher_forced(const std::string& path, const std::string& tag, bool graphs) {
+void teacher_forced(const std::string& path, const std::string& tag, bool graphs, int na1 = 23,
+                    int na2 = 17, int nb = 70) {
   Config cfg = make_config(path, 256ull << 20);
   cfg.backend.cuda_graphs = graphs;
   CudaBackend be(cfg, 0);
@@ -208,10 +209,11 @@ void teacher_forced(const std::string& path, const std::string& tag, bool graphs
     for (auto& x : t) x = static_cast<int>(rng() % static_cast<unsigned>(V));
     return t;
   };
-  const std::vector<int> a = rand_toks(43), b = rand_toks(73);
+  const std::vector<int> a = rand_toks(na1 + na2 + 3), b = rand_toks(nb + 3);
+  const int na = na1 + na2;
   RefModel ra(be), rb(be);
   int next = 0;
-  const SeqPages pa = alloc_pages(L, 48, next), pb = alloc_pages(L, 80, next);
+  const SeqPages pa = alloc_pages(L, na + 8, next), pb = alloc_pages(L, nb + 8, next);
   double worst = 0;
   std::size_t nan = 0;
   auto check = [&](const SeqResult& r, RefModel& ref, const std::vector<int>& toks, int from,
@@ -228,24 +230,24 @@ void teacher_forced(const std::string& path, const std::string& tag, bool graphs
   };
   StepPlan p1;
   p1.step_id = 1;
-  p1.seqs.push_back(make_step(1, slice(a, 0, 23), 0, 40, true, pa, true));
-  p1.seqs.push_back(make_step(2, slice(b, 0, 70), 0, 70, true, pb, true));
+  p1.seqs.push_back(make_step(1, slice(a, 0, na1), 0, na, true, pa, true));
+  p1.seqs.push_back(make_step(2, slice(b, 0, nb), 0, nb, true, pb, true));
   StepResult r1 = be.step(p1);
-  check(r1.seqs[0], ra, a, 0, 23);
-  check(r1.seqs[1], rb, b, 0, 70);
+  check(r1.seqs[0], ra, a, 0, na1);
+  check(r1.seqs[1], rb, b, 0, nb);
   StepPlan p2;
   p2.step_id = 2;
-  p2.seqs.push_back(make_step(1, slice(a, 23, 17), 23, 40, true, pa, true));
+  p2.seqs.push_back(make_step(1, slice(a, na1, na2), na1, na, true, pa, true));
   StepResult r2 = be.step(p2);
-  check(r2.seqs[0], ra, a, 23, 17);
+  check(r2.seqs[0], ra, a, na1, na2);
   for (int d = 0; d < 3; ++d) {
     StepPlan pd;
     pd.step_id = 3 + static_cast<std::uint64_t>(d);
-    pd.seqs.push_back(make_step(2, slice(b, 70 + d, 1), 70 + d, 70, false, pb, true));
-    pd.seqs.push_back(make_step(1, slice(a, 40 + d, 1), 40 + d, 40, false, pa, true));
+    pd.seqs.push_back(make_step(2, slice(b, nb + d, 1), nb + d, nb, false, pb, true));
+    pd.seqs.push_back(make_step(1, slice(a, na + d, 1), na + d, na, false, pa, true));
     StepResult rd = be.step(pd);
-    check(rd.seqs[1], ra, a, 40 + d, 1);
-    check(rd.seqs[0], rb, b, 70 + d, 1);
+    check(rd.seqs[1], ra, a, na + d, 1);
+    check(rd.seqs[0], rb, b, nb + d, 1);
   }
   EXPECT_EQ(nan, 0u);
   EXPECT_LE(worst, 3e-2) << tag;
@@ -265,7 +267,7 @@ TEST(GpuModel, TinyTeacherForcedGraphs) {
 }
 TEST(GpuModel, Llama8BWidth4LayersTeacherForced) {
   REQUIRE_GPU();
-  teacher_forced("random:llama3-8b,layers=4", "llama8b_4layers", true);
+  teacher_forced("random:llama3-8b,layers=4", "llama8b_4layers", true, 9, 8, 17);
 }
 
 // Graph replay and eager give the same logits for the same decode step (the step rewrites

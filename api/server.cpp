@@ -264,7 +264,8 @@ net::awaitable<void> Conn::run() {
     timed_out = false;
     set_deadline(header_to);
     auto [hec, hn] = co_await http::async_read_header(sock, buf, parser, as_tuple(use_awaitable));
-    Req dummy;
+    Req dummy;  // for errors before a request exists: they close the connection
+    dummy.keep_alive(false);
     if (hec) {
       clear_deadline();
       if (timed_out) {
@@ -337,6 +338,20 @@ net::awaitable<void> Conn::run() {
       keep = false;
     }
     if (!keep || !sock.is_open()) break;
+  }
+  // Lingering close: stop sending, then drain what the client still sends (an oversized body)
+  // for a moment, so the kernel does not answer it with a reset that would destroy our reply.
+  if (sock.is_open()) {
+    boost::system::error_code ec;
+    sock.shutdown(tcp::socket::shutdown_send, ec);
+    set_deadline(std::chrono::seconds(2));
+    std::size_t drained = 0;
+    char tmp[8192];
+    while (drained < (8u << 20)) {
+      auto [rec, n] = co_await sock.async_read_some(net::buffer(tmp), as_tuple(use_awaitable));
+      if (rec) break;
+      drained += n;
+    }
   }
   close();
   srv.conns.erase(this);

@@ -1,0 +1,73 @@
+#include "api/metrics.h"
+
+#include <gtest/gtest.h>
+
+namespace strata::api {
+namespace {
+
+TEST(Metrics, HistogramBucketsAreCumulativeInTheText) {
+  ApiMetrics m;
+  Usage u;
+  u.prompt_tokens = 10;
+  u.completion_tokens = 4;
+  u.ttft_ms = 30;  // 0.03 s: bucket le=0.04
+  u.e2e_ms = 900;
+  u.mean_itl_ms = 5;
+  m.observe_request(u, FinishReason::kLength);
+  u.ttft_ms = 3000;  // 3 s: bucket le=5
+  m.observe_request(u, FinishReason::kStop);
+  MetricsInput in;
+  in.model_name = "tiny";
+  const std::string t = render_metrics(m, in);
+  EXPECT_NE(t.find("vllm:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.02\"} 0\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("vllm:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.04\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("vllm:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"5\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("vllm:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("vllm:time_to_first_token_seconds_count{model_name=\"tiny\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(
+      t.find("vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"} 1\n"),
+      std::string::npos);
+  EXPECT_NE(t.find("# TYPE vllm:e2e_request_latency_seconds histogram\n"), std::string::npos);
+  EXPECT_EQ(t.find("vllm:num_requests_running"), std::string::npos);  // no engine yet
+  EXPECT_DOUBLE_EQ(m.recent_ttft_mean_ms(), 1515.0);
+}
+
+TEST(Metrics, EngineGaugesAndLayerGroups) {
+  ApiMetrics m;
+  EngineStats s;
+  s.running = 3;
+  s.waiting = 1;
+  s.kv_usage = 0.25;
+  s.pages_per_layer = {8, 8, 2, 2};
+  s.compression_ratio = 2.5;
+  s.profile_version = 4;
+  std::vector<LayerRule> rules(4);
+  rules[2].policy = rules[3].policy = Policy::kScored;
+  MetricsInput in;
+  in.model_name = "m\"x";
+  in.ready = true;
+  in.stats = &s;
+  in.rules = &rules;
+  const std::string t = render_metrics(m, in);
+  EXPECT_NE(t.find("vllm:num_requests_running{model_name=\"m\\\"x\"} 3\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata_kv_group_pages{model_name=\"m\\\"x\",group=\"full\"} 16\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("strata_kv_group_pages{model_name=\"m\\\"x\",group=\"sparse\"} 4\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("strata_kv_compression_ratio{model_name=\"m\\\"x\"} 2.5\n"), std::string::npos);
+  EXPECT_NE(t.find("strata_sparsity_profile_version{model_name=\"m\\\"x\"} 4\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("layer=\"3\",group=\"sparse\"} 2\n"), std::string::npos);
+  const auto g = pages_by_group(s.pages_per_layer, rules);
+  EXPECT_EQ(g.at("full"), 16);
+  EXPECT_EQ(g.at("sparse"), 4);
+}
+
+}  // namespace
+}  // namespace strata::api

@@ -631,8 +631,7 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
   }
 
   // Logits and sampling. Row r of the logits buffer is lm row r of the current chunk.
-  auto lm_index_of = [&](int token_row, int chunk_base) { return token_row - chunk_base; };
-  (void)lm_index_of;
+
   std::vector<std::pair<int, int>> lm_slot(static_cast<std::size_t>(S),
                                            {-1, -1});  // (first lm row, count)
   {
@@ -657,8 +656,10 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
     const int n = std::min(logit_rows, lm_run - base);
     if (base > 0) {
       const int H = mc.hidden_size;
-      launch_rmsnorm({resid.get(), nullptr, final_norm, lm_normed.get(), d_lm_rows.get() + base, n,
-                      H, static_cast<float>(mc.rms_norm_eps)},
+      // forward() added the last layer's MLP output to the first chunk's rows only; each row
+      // is in exactly one chunk, so these rows get it here.
+      launch_rmsnorm({resid.get(), delta.get(), final_norm, lm_normed.get(), d_lm_rows.get() + base,
+                      n, H, static_cast<float>(mc.rms_norm_eps)},
                      stream);
       gemm->linear_f32out(lm_normed.get(), lm_head, logits.get(), n, V, H);
       launch_argmax({logits.get(), d_argmax.get(), n, V}, stream);

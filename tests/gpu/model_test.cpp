@@ -265,6 +265,11 @@ TEST(GpuModel, TinyTeacherForcedGraphs) {
   REQUIRE_GPU();
   teacher_forced("random:tiny", "tiny", true);
 }
+// 150 + 300 logits rows in the first step: more than the 256-row lm_head chunk.
+TEST(GpuModel, TinyTeacherForcedManyLogitRows) {
+  REQUIRE_GPU();
+  teacher_forced("random:tiny", "tiny_450rows", false, 150, 100, 300);
+}
 TEST(GpuModel, Llama8BWidth4LayersTeacherForced) {
   REQUIRE_GPU();
   teacher_forced("random:llama3-8b,layers=4", "llama8b_4layers", true, 9, 8, 17);

@@ -64,6 +64,7 @@ struct DecodeAttentionParams {
   int kv_heads;
   int head_dim;
   float scale;
+  int unroll = 0;  // keys in flight per thread: 0 (default, 4) or 8
 };
 inline constexpr int kMaxDecodeSplits = 64;
 void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s);

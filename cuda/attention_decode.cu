@@ -26,12 +26,11 @@ __device__ __forceinline__ void unpack8(const uint4& u, float* f) {
 }
 
 // MAXG: the group size rounded up to 4 or 8 (registers for q and the accumulators).
-template <int HD, int MAXG>
+template <int HD, int MAXG, int kUnroll>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const DecodeAttentionParams p) {
   constexpr int kLpk = HD / 8;         // lanes per key
   constexpr int kKpw = 32 / kLpk;      // keys per warp per pass
   constexpr int kKpi = kKpw * kWarps;  // keys per block per pass
-  constexpr int kUnroll = 4;           // keys in flight per thread (memory-level parallelism)
   __shared__ float sS[MAXG][kChunk];
   __shared__ float sAlpha[MAXG], sMrow[MAXG], sLrow[MAXG];
   __shared__ float sO[MAXG][HD];
@@ -211,15 +210,26 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s) {
                       "decode attention: heads/kv_heads must be an integer <= " +
                           std::to_string(kMaxGroup) + " (heads " + std::to_string(p.heads) +
                           ", kv_heads " + std::to_string(p.kv_heads) + ")");
+  if (p.unroll != 0 && p.unroll != 4 && p.unroll != 8)
+    throw InternalError("decode attention: unroll " + std::to_string(p.unroll) +
+                        " (supported: 0, 4, 8)");
   if (p.num_splits < 1 || p.num_splits > kMaxDecodeSplits)
     throw InternalError("decode attention: num_splits " + std::to_string(p.num_splits) +
                         " outside 1.." + std::to_string(kMaxDecodeSplits));
   STRATA_DISPATCH_HEAD_DIM(p.head_dim, "decode attention", HD, {
     const dim3 grid(p.batch, p.kv_heads, p.num_splits);
+    // unroll: keys in flight per thread (memory-level parallelism); 0 = default 4.
+    const bool u8 = p.unroll == 8;
     if (p.heads / p.kv_heads <= 4) {
-      decode_attention_kernel<HD, 4><<<grid, kThreads, 0, s>>>(p);
+      if (u8)
+        decode_attention_kernel<HD, 4, 8><<<grid, kThreads, 0, s>>>(p);
+      else
+        decode_attention_kernel<HD, 4, 4><<<grid, kThreads, 0, s>>>(p);
     } else {
-      decode_attention_kernel<HD, 8><<<grid, kThreads, 0, s>>>(p);
+      if (u8)
+        decode_attention_kernel<HD, 8, 8><<<grid, kThreads, 0, s>>>(p);
+      else
+        decode_attention_kernel<HD, 8, 4><<<grid, kThreads, 0, s>>>(p);
     }
     CUDA_CHECK_LAUNCH();
     decode_merge_kernel<HD><<<dim3(p.batch, p.heads), 128, 0, s>>>(p);

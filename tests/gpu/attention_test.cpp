@@ -163,7 +163,8 @@ TEST(GpuAttention, PrefillLong4096) {
 }
 
 void run_decode_case(int heads, int kv_heads, int hd, const std::vector<int>& lens, int splits,
-                     bool with_logits, std::mt19937_64& rng, const std::string& tag) {
+                     bool with_logits, std::mt19937_64& rng, const std::string& tag,
+                     int unroll = 0) {
   const int B = static_cast<int>(lens.size());
   PagedKv kv = make_kv(lens, kv_heads, hd, rng);
   const int q_stride = (heads + 2 * kv_heads) * hd;
@@ -204,7 +205,8 @@ void run_decode_case(int heads, int kv_heads, int hd, const std::vector<int>& le
                            heads,
                            kv_heads,
                            hd,
-                           static_cast<float>(scale)},
+                           static_cast<float>(scale),
+                           unroll},
                           nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<double> ref_o(out.size()), ref_lse(lse.size()), ref_logits, got_logits_v;
@@ -270,6 +272,11 @@ TEST(GpuAttention, DecodeLong4096Batch) {
     lens[i] = i == 0 ? 4096 : static_cast<int>(1 + rng() % 4096);
   run_decode_case(32, 8, 128, lens, 8, true, rng, "hd128_g4_b16_len4096");
   run_decode_case(8, 1, 64, {4096, 1, 17}, 33, false, rng, "hd64_g8_len4096");
+  // The 8-keys-in-flight variant, both group-size instantiations and head dims.
+  run_decode_case(32, 8, 128, lens, 2, true, rng, "hd128_g4_b16_len4096_u8", 8);
+  run_decode_case(64, 8, 128, {4096, 1, 17, 300}, 3, true, rng, "hd128_g8_len4096_u8", 8);
+  run_decode_case(8, 4, 64, {4096, 1, 17, 300}, 5, false, rng, "hd64_g2_len4096_u8", 8);
+  run_decode_case(8, 1, 64, {4096, 1, 17, 300}, 1, false, rng, "hd64_g8_len4096_u8", 8);
 }
 
 }  // namespace

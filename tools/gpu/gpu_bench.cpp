@@ -75,41 +75,44 @@ void bench_decode_attention(int B, int len) {
   CUDA_CHECK(cudaMemcpy(d_rows.get(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
   DeviceArray<bf16> q(static_cast<std::size_t>(B) * heads * hd), out(q.size());
   fill_random(q.get(), q.size(), 2);
-  for (int splits : {1, 2, 4}) {
-    DeviceArray<float> po(static_cast<std::size_t>(B) * heads * splits * hd),
-        pml(static_cast<std::size_t>(B) * heads * splits * 2);
-    DecodeAttentionParams p{q.get(),
-                            heads * hd,
-                            d_rows.get(),
-                            pool.get(),
-                            static_cast<long long>(lay.page_elems()),
-                            d_table.get(),
-                            ppseq,
-                            d_len.get(),
-                            B,
-                            splits,
-                            po.get(),
-                            pml.get(),
-                            out.get(),
-                            heads * hd,
-                            nullptr,
-                            nullptr,
-                            0,
-                            heads,
-                            kvh,
-                            hd,
-                            1.0f / std::sqrt(128.0f)};
-    const double ms = median_ms([&] { launch_decode_attention(p, nullptr); }, 3, 20);
-    const double bytes = static_cast<double>(B) * len * kvh * hd * 2 * 2;
-    const double bw = bytes / (ms * 1e-3);
-    std::printf(
-        "decode attention B=%d len=%d 32/8 hd128 splits=%d: %.3f ms, %.3g GB KV, %.2f TB/s = "
-        "%.1f%% of 4.27\n",
-        B, len, splits, ms, bytes / 1e9, bw / 1e12, 100 * bw / kCopyBw);
-    figure(
-        "bench_decode_attn_b" + std::to_string(B) + "_s" + std::to_string(splits) + "_frac_copy_bw",
-        bw / kCopyBw);
-  }
+  for (int unroll : {4, 8})
+    for (int splits : {1, 2, 4}) {
+      DeviceArray<float> po(static_cast<std::size_t>(B) * heads * splits * hd),
+          pml(static_cast<std::size_t>(B) * heads * splits * 2);
+      DecodeAttentionParams p{q.get(),
+                              heads * hd,
+                              d_rows.get(),
+                              pool.get(),
+                              static_cast<long long>(lay.page_elems()),
+                              d_table.get(),
+                              ppseq,
+                              d_len.get(),
+                              B,
+                              splits,
+                              po.get(),
+                              pml.get(),
+                              out.get(),
+                              heads * hd,
+                              nullptr,
+                              nullptr,
+                              0,
+                              heads,
+                              kvh,
+                              hd,
+                              1.0f / std::sqrt(128.0f),
+                              unroll};
+      const double ms = median_ms([&] { launch_decode_attention(p, nullptr); }, 3, 20);
+      const double bytes = static_cast<double>(B) * len * kvh * hd * 2 * 2;
+      const double bw = bytes / (ms * 1e-3);
+      std::printf(
+          "decode attention B=%d len=%d 32/8 hd128 splits=%d unroll=%d: %.3f ms, %.3g GB KV, %.2f "
+          "TB/s = "
+          "%.1f%% of 4.27\n",
+          B, len, splits, unroll, ms, bytes / 1e9, bw / 1e12, 100 * bw / kCopyBw);
+      figure("bench_decode_attn_b" + std::to_string(B) + "_s" + std::to_string(splits) + "_u" +
+                 std::to_string(unroll) + "_frac_copy_bw",
+             bw / kCopyBw);
+    }
 }
 
 void bench_prefill_attention(int B, int len) {

@@ -251,6 +251,65 @@ TEST(TokenizerLoad, ErrorsNameTheFile) {
             std::string::npos);
 }
 
+TEST(TokenizerLoad, Qwen2RegexSplitsSingleDigits) {
+  const auto dir = fresh_dir("qwen2");
+  write_builtin_tokenizer(dir);
+  auto root = json::parse(read_text_file(dir + "/tokenizer.json")).as_object();
+  auto& split = root["pre_tokenizer"].as_object()["pretokenizers"].as_array()[0].as_object();
+  std::string rx(split["pattern"].as_object()["Regex"].as_string());
+  const auto at = rx.find("\\p{N}{1,3}");
+  ASSERT_NE(at, std::string::npos);
+  rx.replace(at, std::string("\\p{N}{1,3}").size(), "\\p{N}");
+  split["pattern"] = json::object{{"Regex", rx}};
+  write(dir + "/qwen2.json", json::serialize(root));
+  const auto llama = Tokenizer::load(dir + "/tokenizer.json", "");
+  const auto qwen = Tokenizer::load(dir + "/qwen2.json", "");
+  const auto digits = qwen->encode("123456");
+  ASSERT_EQ(digits.size(), 6u);
+  for (int i = 0; i < 6; ++i)
+    EXPECT_EQ(qwen->token_bytes(digits[static_cast<std::size_t>(i)]),
+              std::string(1, static_cast<char>('1' + i)));
+  EXPECT_LT(llama->encode("123456").size(), 6u);  // groups of three
+}
+
+TEST(TokenizerLoad, AddedTokenStripAndSingleWord) {
+  const auto dir = fresh_dir("added");
+  const int vocab = write_builtin_tokenizer(dir);
+  auto root = json::parse(read_text_file(dir + "/tokenizer.json")).as_object();
+  auto& added = root["added_tokens"].as_array();
+  added.push_back(json::object{{"id", vocab},
+                               {"content", "<mask>"},
+                               {"single_word", false},
+                               {"lstrip", true},
+                               {"rstrip", false},
+                               {"normalized", false},
+                               {"special", false}});
+  added.push_back(json::object{{"id", vocab + 1},
+                               {"content", "qq"},
+                               {"single_word", true},
+                               {"lstrip", false},
+                               {"rstrip", true},
+                               {"normalized", false},
+                               {"special", false}});
+  write(dir + "/added.json", json::serialize(root));
+  const auto tok = Tokenizer::load(dir + "/added.json", "");
+  EXPECT_EQ(tok->vocab_size(), vocab + 2);
+  // lstrip: the spaces before <mask> belong to it; non-special tokens match even with
+  // allow_special = false.
+  const auto ids = tok->encode("a  <mask> b", false);
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(ids[0], tok->token_id("a"));
+  EXPECT_EQ(ids[1], vocab);
+  EXPECT_EQ(tok->decode(ids), "a<mask> b");
+  EXPECT_FALSE(tok->is_special(vocab));
+  // single_word: only between non-word characters; rstrip takes the following spaces.
+  const auto in_word = tok->encode("aqq qqb");
+  EXPECT_EQ(std::count(in_word.begin(), in_word.end(), vocab + 1), 0);
+  const auto alone = tok->encode("a qq  b");
+  EXPECT_EQ(std::count(alone.begin(), alone.end(), vocab + 1), 1);
+  EXPECT_EQ(tok->decode(alone), "a qqb");
+}
+
 TEST(TokenizerLoad, AddBosFromConfig) {
   const auto dir = fresh_dir("addbos");
   write_builtin_tokenizer(dir);

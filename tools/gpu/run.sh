@@ -41,7 +41,7 @@ for line in open(log, errors="replace"):
         status[p[1]] = int(p[2])
     elif line.startswith("[  FAILED  ]") and "listed below" not in line:
         failed.append(line.strip())
-json.dump({"date": datetime.datetime.utcnow().isoformat() + "Z", "commit": commit, "status": status,
+json.dump({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": commit, "status": status,
            "failed_tests": failed, "figures": figs}, open(dst, "w"), indent=1, sort_keys=True)
 print("binary                 rc")
 for k, v in status.items():

@@ -126,7 +126,8 @@ $("profile").addEventListener("submit", async (e) => {
     headers: Object.assign({"Content-Type": "application/json"}, auth), body: JSON.stringify(collect())});
   const j = await r.json();
   if (r.ok) { msg("applied: profile version " + j.version, false); fill(j.profile); }
-  else msg((j.error.param ? j.error.param + ": " : "") + j.error.message, true);
+  else msg((j.error.param && !j.error.message.startsWith(j.error.param) ? j.error.param + ": " : "") +
+           j.error.message, true);
 });
 $("reload").addEventListener("click", load);
 const es = new EventSource("/admin/api/stream?token=" + encodeURIComponent(token));

@@ -411,7 +411,11 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
     try {
       r.sparsity = parse_sparsity_json(*v, ctx.base_profile, "kv_sparsity");
     } catch (const ConfigError& e) {
-      throw bad_request(e.key(), e.what());
+      // Field checks name keys "sparsity.<field>"; this request's field is kv_sparsity.<field>.
+      std::string key = e.key(), msg = e.what();
+      if (key.rfind("sparsity.", 0) == 0) key = "kv_" + key;
+      if (msg.rfind("sparsity.", 0) == 0) msg = "kv_" + msg;
+      throw bad_request(key, msg);
     }
   }
   if (const auto* v = find(o, "request_id")) r.id = string(*v, "request_id");

@@ -274,6 +274,12 @@ net::awaitable<void> Conn::run() {
                             "timed out reading the request header (server.header_timeout_s = " +
                                 json::serialize(json::value(srv.opt.server.header_timeout_s)) + ")",
                             "", "request_timeout")));
+      } else if (hec == http::error::body_limit) {  // Content-Length over the limit
+        co_await write(srv.error_response(
+            dummy, ApiError(413, "invalid_request_error",
+                            "request body is over the limit of " +
+                                std::to_string(srv.opt.server.max_body_bytes) + " bytes",
+                            "", "payload_too_large")));
       } else if (hec == http::error::header_limit) {
         co_await write(srv.error_response(
             dummy, ApiError(431, "invalid_request_error", "request header too large")));

@@ -329,7 +329,7 @@ TEST_F(ServerTest, AdminProfileValidatesAndPublishes) {
   EXPECT_EQ(json::parse(r.body()).at("version").as_int64(), 2);
   r = request(s, http::verb::put, "/admin/api/profile", R"({"window":100})", "secret");
   EXPECT_EQ(r.result_int(), 400);
-  EXPECT_EQ(error_of(r).at("param").as_string().substr(0, 8), "sparsity");
+  EXPECT_EQ(std::string(error_of(r).at("param").as_string()).substr(0, 8), "sparsity");
   r = request(s, http::verb::get, "/admin/api/profile", "", "secret");
   EXPECT_EQ(json::parse(r.body()).at("profile").at("capacity").as_int64(), 32);
   EXPECT_EQ(json::parse(r.body()).at("version").as_int64(), 2);

@@ -632,17 +632,24 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& tokenizer_json_pat
     if (const auto* ab = co.if_contains("add_bos_token"); ab && ab->is_bool())
       add_bos_cfg = ab->as_bool();
   }
+  // A TemplateProcessing post-processor (alone, or inside a Sequence as in Meta's files)
+  // whose single-sequence template starts with the BOS token.
+  auto template_adds_bos = [&](const json::value* pp) {
+    if (type_of(pp) != "TemplateProcessing") return false;
+    const auto* single = pp->as_object().if_contains("single");
+    if (!single || !single->is_array() || single->as_array().empty()) return false;
+    const auto& first = single->as_array()[0];
+    const auto* st = first.is_object() ? first.as_object().if_contains("SpecialToken") : nullptr;
+    const auto* sid = st && st->is_object() ? st->as_object().if_contains("id") : nullptr;
+    return sid && sid->is_string() && sid->as_string() == bos_text;
+  };
   if (add_bos_cfg) {
     im->adds_bos = *add_bos_cfg && im->bos.has_value();
-  } else if (const auto* pp = top.if_contains("post_processor");
-             im->bos && type_of(pp) == "TemplateProcessing") {
-    const auto* single = pp->as_object().if_contains("single");
-    if (single && single->is_array() && !single->as_array().empty()) {
-      const auto& first = single->as_array()[0];
-      const auto* st = first.is_object() ? first.as_object().if_contains("SpecialToken") : nullptr;
-      const auto* sid = st && st->is_object() ? st->as_object().if_contains("id") : nullptr;
-      im->adds_bos = sid && sid->is_string() && sid->as_string() == bos_text;
-    }
+  } else if (const auto* pp = top.if_contains("post_processor"); im->bos && pp) {
+    im->adds_bos = template_adds_bos(pp);
+    if (type_of(pp) == "Sequence")
+      if (const auto* list = pp->as_object().if_contains("processors"); list && list->is_array())
+        for (const auto& p : list->as_array()) im->adds_bos = im->adds_bos || template_adds_bos(&p);
   }
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(im)));
 }

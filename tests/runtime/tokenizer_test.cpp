@@ -319,6 +319,20 @@ TEST(TokenizerLoad, AddBosFromConfig) {
   EXPECT_TRUE(tok->adds_bos());
   EXPECT_EQ(tok->bos_id(), tok->token_id("<|begin_of_text|>"));
   EXPECT_FALSE(tok->eos_id().has_value());
+  // Meta's tokenizer.json: BOS comes from a TemplateProcessing inside a Sequence.
+  auto root = json::parse(read_text_file(dir + "/tokenizer.json")).as_object();
+  const json::array single{
+      json::object{{"SpecialToken", json::object{{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+      json::object{{"Sequence", json::object{{"id", "A"}, {"type_id", 0}}}}};
+  root["post_processor"] =
+      json::object{{"type", "Sequence"},
+                   {"processors",
+                    json::array{json::object{{"type", "ByteLevel"}},
+                                json::object{{"type", "TemplateProcessing"}, {"single", single}}}}};
+  write(dir + "/meta.json", json::serialize(root));
+  write(dir + "/cfg2.json", R"({"bos_token": "<|begin_of_text|>"})");
+  EXPECT_TRUE(Tokenizer::load(dir + "/meta.json", dir + "/cfg2.json")->adds_bos());
+  EXPECT_FALSE(Tokenizer::load(dir + "/tokenizer.json", dir + "/cfg2.json")->adds_bos());
 }
 
 }  // namespace

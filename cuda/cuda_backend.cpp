@@ -20,6 +20,8 @@
 #include "cuda/dispatch.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
+#include "cuda/sparse/sparse_kernels.h"
+#include "cuda/sparse/sparse_plan.h"
 #include "runtime/error.h"
 #include "runtime/make_model.h"
 #include "runtime/model_loader.h"
@@ -70,6 +72,31 @@ struct LayerDev {
 
 constexpr int kGraphBucketsDefault[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 constexpr int kNumSms = 132;  // H200; only used to size decode splits
+
+std::size_t align_up(std::size_t n, std::size_t a = 256) {
+  return (n + a - 1) / a * a;
+}
+
+// The state of a layer after this step's own work, before a kShrink (the CPU backend's
+// runtime/cpu/attention.cpp::state_after, minus the shrink itself).
+LayerSlots state_before_shrink(const LayerSlots& before, int n, bool prefill, int prompt_len) {
+  LayerSlots st = before;
+  if (!prefill) {
+    st.advance_decode();
+  } else if (before.direct_prefill(prompt_len)) {
+    st.valid += n;
+  } else if (before.action == LayerAction::kSelect) {
+    st.valid = before.rule.capacity;
+    st.ring_pos = 0;
+  }
+  return st;
+}
+
+// Eager sparse work of one layer in one step (device pointers into the step workspace).
+struct LayerSparseWork {
+  sparse::PrefillParams pre;  // pre.num_seqs == 0: none
+  sparse::ShrinkParams shr;   // shr.num_seqs == 0: none
+};
 
 }  // namespace
 
@@ -153,11 +180,26 @@ struct CudaBackendImpl {
   DeviceArray<bf16> kv_pool;
   std::size_t kv_bytes = 0;
 
-  // Graphs: bucket size -> executable graph.
+  // Sparse layers (docs/cuda-backend.md "Sparse layers"). Pages [num_pages, num_pages +
+  // scratch_pages) of kv_pool are the backend's prefill scratch (never handed out).
+  int scratch_pages = 0;
+  DeviceArray<float> score_pool;  // [page][kv_head][16] fp32 per-slot scores
+  DeviceArray<float> pre_lse;     // [max_tokens, heads] prefill LSE of sparse layers
+  DeviceArray<float> dec_lse;     // [max_seqs, heads] decode LSE
+  // Per layer, per decode batch index (fixed addresses, read by the graphs): [L][max_seqs].
+  DeviceArray<int> d_slots;
+  PinnedArray<int> h_slots;
+  DeviceArray<sparse::DecodeSeq> d_dec_seqs;
+  PinnedArray<sparse::DecodeSeq> h_dec_seqs;
+  // Eager per-step sparse workspace (metadata + kernel scratch), grow-only.
+  DeviceArray<unsigned char> sp_ws;
+  PinnedArray<unsigned char> sp_meta;
+
+  // Graphs: (bucket size, sparse decode slot bucket or 0) -> executable graph.
   bool use_graphs = true;
   std::vector<int> buckets;
-  std::map<int, cudaGraphExec_t> graphs;
-  std::map<int, int> graph_splits;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs;
+  std::map<std::pair<int, int>, int> graph_splits;
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
 
   CudaBackendImpl(const Config& c, int dev);
@@ -173,7 +215,10 @@ struct CudaBackendImpl {
   void plan_kv_pool();
 
   // Forward over the metadata already in the device buffers.
-  void forward(int T, int S_dec, int num_tiles, int num_splits, int n_lm_rows, bool argmax_all);
+  // work: eager sparse work per layer (nullptr: none; never inside a graph). sparse_decode:
+  // run the scored resolve/update kernels on the decode rows (dec_max_slots: update grid).
+  void forward(int T, int S_dec, int num_tiles, int num_splits, int n_lm_rows, bool argmax_all,
+               const std::vector<LayerSparseWork>* work, bool sparse_decode, int dec_max_slots);
   StepResult step(const StepPlan& plan);
   int pick_splits(int batch, int max_len) const {
     const int by_sms = (4 * kNumSms + batch * mc.num_key_value_heads - 1) /
@@ -348,7 +393,13 @@ void CudaBackendImpl::allocate_workspace() {
   both(d_tile_seq, h_tile_seq, max_tiles);
   both(d_tile_q0, h_tile_q0, max_tiles);
   both(d_q_row, h_q_row, max_seqs);
-  both(d_seq_len, h_seq_len, max_seqs);
+  const std::size_t per_layer = static_cast<std::size_t>(mc.num_hidden_layers) * max_seqs;
+  both(d_seq_len, h_seq_len, per_layer);
+  both(d_slots, h_slots, per_layer);
+  d_dec_seqs = DeviceArray<sparse::DecodeSeq>(per_layer);
+  h_dec_seqs = PinnedArray<sparse::DecodeSeq>(per_layer);
+  pre_lse = DeviceArray<float>(T * mc.num_attention_heads);
+  dec_lse = DeviceArray<float>(static_cast<std::size_t>(max_seqs) * mc.num_attention_heads);
   both(d_lm_rows, h_lm_rows, T);
   both(d_argmax, h_argmax, logit_rows);
   h_logits = PinnedArray<float>(static_cast<std::size_t>(logit_rows) * V);
@@ -367,22 +418,35 @@ void CudaBackendImpl::plan_kv_pool() {
   std::size_t budget =
       free_b > headroom ? static_cast<std::size_t>((free_b - headroom) * cfg.cache.kv_fraction) : 0;
   if (cfg.cache.kv_bytes > 0) budget = std::min<std::size_t>(budget, cfg.cache.kv_bytes);
-  const std::size_t pages = budget / layout.page_bytes();
+  // Every page carries its fp32 slot scores (sparse layers); the prefill scratch (a whole
+  // step's tokens laid out as pages) comes from the same budget.
+  scratch_pages = pages_for_slots(max_tokens) + max_seqs;
+  const std::size_t per_page = layout.page_bytes() + layout.score_elems() * sizeof(float);
+  const std::size_t all_pages = budget / per_page;
+  const std::size_t pages =
+      all_pages > static_cast<std::size_t>(scratch_pages) ? all_pages - scratch_pages : 0;
   if (pages < static_cast<std::size_t>(mc.num_hidden_layers))
     throw ConfigError("cache.kv_bytes",
                       "KV pool of " + std::to_string(budget) + " bytes holds " +
                           std::to_string(pages) + " pages of " +
-                          std::to_string(layout.page_bytes()) +
-                          " bytes: fewer than one per layer (free device memory " +
+                          std::to_string(layout.page_bytes()) + " (+" +
+                          std::to_string(layout.score_elems() * sizeof(float)) +
+                          " score bytes) after " + std::to_string(scratch_pages) +
+                          " scratch pages: fewer than one per layer (free device memory " +
                           std::to_string(free_b) + " bytes)");
-  const std::size_t n_pages = std::min<std::size_t>(pages, 0x7fffffff);
-  kv_pool = DeviceArray<bf16>(n_pages * layout.page_elems());
-  kv_bytes = kv_pool.bytes();
+  const std::size_t n_pages = std::min<std::size_t>(pages, 0x7fffffff - scratch_pages);
+  const std::size_t with_scratch = n_pages + scratch_pages;
+  kv_pool = DeviceArray<bf16>(with_scratch * layout.page_elems());
+  score_pool = DeviceArray<float>(with_scratch * layout.score_elems());
+  CUDA_CHECK(cudaMemsetAsync(score_pool.get(), 0, score_pool.bytes(), stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  kv_bytes = kv_pool.bytes() + score_pool.bytes();
   binfo.num_pages = static_cast<int>(n_pages);
 }
 
 void CudaBackendImpl::forward(int T, int S_dec, int num_tiles, int num_splits, int n_lm_rows,
-                              bool argmax_all) {
+                              bool argmax_all, const std::vector<LayerSparseWork>* work,
+                              bool sparse_decode, int dec_max_slots) {
   const int H = mc.hidden_size, I = mc.intermediate_size, V = mc.vocab_size,
             L = mc.num_hidden_layers;
   const float eps = static_cast<float>(mc.rms_norm_eps);
@@ -397,12 +461,51 @@ void CudaBackendImpl::forward(int T, int S_dec, int num_tiles, int num_splits, i
                     nullptr, T, H, eps},
                    stream);
     gemm->linear(normed.get(), w.qkv, qkv.get(), T, qkv_dim, H);
-    launch_rope_kv_write(
-        {qkv.get(), d_pos.get(), d_seq_of.get(), table, table_stride, inv_freq.get(), kv_pool.get(),
-         page_elems, T, mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim},
-        stream);
-    // Attention of layer l: full-cache layers. The sparse policies (LayerRule::sparse())
-    // plug in here with the cuda/sparse/ kernels; step() rejects them before we get here.
+    const std::size_t lrow = static_cast<std::size_t>(l) * max_seqs;
+    // Decode of sparse layers (docs/cuda-sparsity.md step 4): per-sequence DecodeSeqs of this
+    // layer (policy 0 for full layers and padding rows) in the decode batch order.
+    sparse::DecodeParams dp;
+    const bool sp_dec = sparse_decode && S_dec > 0;
+    if (sp_dec) {
+      dp.seqs = d_dec_seqs.get() + lrow;
+      dp.num_seqs = S_dec;
+      dp.max_slots = dec_max_slots;
+      dp.q_heads = mc.num_attention_heads;
+      dp.kv_heads = mc.num_key_value_heads;
+      dp.head_dim = mc.head_dim;
+      dp.scale = scale;
+      dp.pool = kv_pool.get();
+      dp.scores = score_pool.get();
+      dp.pages = d_tables.get();
+      dp.page_elems = static_cast<std::size_t>(page_elems);
+      dp.q = qkv.get();
+      dp.q_stride = qkv_dim;
+      dp.lse = dec_lse.get();
+      // `scored` with a full ring: the oldest ring token moves (or is dropped) BEFORE the new
+      // token overwrites its slot. Reads only the pool, not this step's qkv.
+      CUDA_CHECK(sparse::launch_scored_resolve(dp, stream));
+    }
+    RopeKvParams rp{qkv.get(),
+                    d_pos.get(),
+                    d_seq_of.get(),
+                    table,
+                    table_stride,
+                    inv_freq.get(),
+                    kv_pool.get(),
+                    page_elems,
+                    T,
+                    mc.num_attention_heads,
+                    mc.num_key_value_heads,
+                    mc.head_dim};
+    // Decode rows write K/V at LayerSlots::decode_slot() (= position on full layers).
+    rp.slots = d_slots.get() + lrow;
+    rp.num_slot_rows = S_dec;
+    launch_rope_kv_write(rp, stream);
+    const LayerSparseWork* lw = work ? &(*work)[static_cast<std::size_t>(l)] : nullptr;
+    // Attention of layer l. Decode rows attend seq_len[l][b] slots: position + 1 on full
+    // layers, the sparse layer's attended slots (C when the ring is full, else valid + 1).
+    // Prefill rows attend through this layer's table: own pages (full / direct), temp pages
+    // or scratch (sparse layer, prompt longer than C).
     if (S_dec > 0)
       launch_decode_attention({qkv.get(),
                                qkv_dim,
@@ -411,14 +514,14 @@ void CudaBackendImpl::forward(int T, int S_dec, int num_tiles, int num_splits, i
                                page_elems,
                                table,
                                table_stride,
-                               d_seq_len.get(),
+                               d_seq_len.get() + lrow,
                                S_dec,
                                num_splits,
                                part_o.get(),
                                part_ml.get(),
                                attn.get(),
                                q_dim,
-                               nullptr,
+                               sp_dec ? dec_lse.get() : nullptr,
                                nullptr,
                                0,
                                mc.num_attention_heads,
@@ -426,12 +529,21 @@ void CudaBackendImpl::forward(int T, int S_dec, int num_tiles, int num_splits, i
                                mc.head_dim,
                                scale},
                               stream);
+    if (sp_dec) CUDA_CHECK(sparse::launch_scored_update(dp, stream));
+    const bool sp_pre = lw && lw->pre.num_seqs > 0;
     if (num_tiles > 0)
       launch_prefill_attention(
           {qkv.get(), qkv_dim, kv_pool.get(), page_elems, table, table_stride, d_row_start.get(),
            d_nq.get(), d_qpos0.get(), d_tile_seq.get(), d_tile_q0.get(), num_tiles, attn.get(),
-           q_dim, nullptr, mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, scale},
+           q_dim, sp_pre ? pre_lse.get() : nullptr, mc.num_attention_heads, mc.num_key_value_heads,
+           mc.head_dim, scale},
           stream);
+    // Sparse prefill (docs/cuda-sparsity.md steps 1-3): kSelect scores the window queries of
+    // this chunk against the prompt in temp pages / scratch, selects and compacts into the
+    // layer's pages; direct chunks advance the score averages.
+    if (sp_pre) CUDA_CHECK(sparse::launch_sparse_prefill(lw->pre, stream));
+    // Live shrink after the layer's own work (step 5).
+    if (lw && lw->shr.num_seqs > 0) CUDA_CHECK(sparse::launch_sparse_shrink(lw->shr, stream));
     gemm->linear(attn.get(), w.o, delta.get(), T, H, q_dim);
     launch_rmsnorm({resid.get(), delta.get(), w.post_norm, normed.get(), nullptr, T, H, eps},
                    stream);
@@ -460,17 +572,31 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
     throw InternalError("CUDA backend: step has " + std::to_string(S) +
                         " sequences, max_num_seqs is " + std::to_string(max_seqs));
 
-  // Validate and order: single-token sequences (decode kernel) first, then prefill chunks.
+  // Validate and order: decode-kernel rows first (single tokens: decodes, and one-token
+  // prefill chunks whose sparse layers all hold the prompt directly), then prefill chunks.
+  auto is_dec = [&](const SeqStep& s) {
+    if (s.tokens.size() != 1) return false;
+    if (!s.prefill) return true;
+    for (const LayerSlots& ls : s.layers)
+      if (ls.rule.sparse() &&
+          (!ls.direct_prefill(s.prompt_len) || ls.action == LayerAction::kSelect))
+        return false;
+    return true;
+  };
   std::vector<int> order;
+  std::vector<char> dec_row(static_cast<std::size_t>(S));
   int T = 0, max_pages = 1;
   std::unordered_set<int> written_pages;
+  for (int i = 0; i < S; ++i)
+    dec_row[static_cast<std::size_t>(i)] = is_dec(plan.seqs[static_cast<std::size_t>(i)]);
   for (int pass = 0; pass < 2; ++pass)
     for (int i = 0; i < S; ++i)
-      if ((plan.seqs[static_cast<std::size_t>(i)].tokens.size() == 1) == (pass == 0))
-        order.push_back(i);
+      if ((dec_row[static_cast<std::size_t>(i)] != 0) == (pass == 0)) order.push_back(i);
+  bool any_sparse_prefill = false, any_shrink = false;
   for (int i = 0; i < S; ++i) {
     const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
     const int n = static_cast<int>(s.tokens.size());
+    const bool dec = dec_row[static_cast<std::size_t>(i)] != 0;
     if (n == 0)
       throw InternalError("CUDA backend: sequence " + std::to_string(s.seq_id) + " has no tokens");
     if (static_cast<int>(s.layers.size()) != L)
@@ -488,24 +614,87 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
     const int need = pages_for_slots(s.start + n);
     for (int l = 0; l < L; ++l) {
       const LayerSlots& ls = s.layers[static_cast<std::size_t>(l)];
-      if (ls.rule.sparse())
-        throw ConfigError("sparsity", std::string("CUDA sparsity: not yet integrated (layer ") +
-                                          std::to_string(l) + " has policy " +
-                                          to_string(ls.rule.policy) + ")");
-      if (static_cast<int>(ls.pages.size()) < need)
-        throw InternalError("CUDA backend: sequence " + std::to_string(s.seq_id) + " layer " +
-                            std::to_string(l) + " page table has " +
-                            std::to_string(ls.pages.size()) + " pages, needs " +
-                            std::to_string(need));
-      for (int pg : ls.pages)
-        if (pg < 0 || pg >= binfo.num_pages)
-          throw InternalError("CUDA backend: page id " + std::to_string(pg) +
-                              " outside the pool (" + std::to_string(binfo.num_pages) + " pages)");
-      for (int pi = s.start / kBlockSize; pi < need; ++pi)
-        if (!written_pages.insert(ls.pages[static_cast<std::size_t>(pi)]).second)
-          throw InternalError("CUDA backend: page " +
-                              std::to_string(ls.pages[static_cast<std::size_t>(pi)]) +
-                              " written twice in one step");
+      const LayerRule& r = ls.rule;
+      const std::string who =
+          "CUDA backend: sequence " + std::to_string(s.seq_id) + " layer " + std::to_string(l);
+      auto check_table = [&](const std::vector<std::int32_t>& t, int pages, const char* what) {
+        if (static_cast<int>(t.size()) < pages)
+          throw InternalError(who + " " + what + " has " + std::to_string(t.size()) +
+                              " pages, needs " + std::to_string(pages));
+        for (int pg : t)
+          if (pg < 0 || pg >= binfo.num_pages)
+            throw InternalError("CUDA backend: page id " + std::to_string(pg) +
+                                " outside the pool (" + std::to_string(binfo.num_pages) +
+                                " pages)");
+      };
+      auto mark_written = [&](const std::vector<std::int32_t>& t, int first, int end) {
+        for (int pi = first; pi < end; ++pi)
+          if (!written_pages.insert(t[static_cast<std::size_t>(pi)]).second)
+            throw InternalError("CUDA backend: page " +
+                                std::to_string(t[static_cast<std::size_t>(pi)]) +
+                                " written twice in one step");
+      };
+      if (!r.sparse()) {
+        if (ls.action != LayerAction::kNone)
+          throw InternalError(who + ": kSelect/kShrink on a full-cache layer");
+        check_table(ls.pages, need, "page table");
+        mark_written(ls.pages, s.start / kBlockSize, need);
+        continue;
+      }
+      if (r.window <= 0 || r.capacity < r.sinks + r.window + 1 || r.ring < 0 ||
+          r.ring > r.capacity - r.sinks)
+        throw InternalError(who + ": bad sparse rule (capacity " + std::to_string(r.capacity) +
+                            ", sinks " + std::to_string(r.sinks) + ", window " +
+                            std::to_string(r.window) + ", ring " + std::to_string(r.ring) + ")");
+      if (dec) {
+        if (ls.valid < 0 || (r.policy != Policy::kSnapKv && ls.valid > r.capacity) ||
+            (r.ring > 0 && (ls.ring_pos < 0 || ls.ring_pos >= r.ring)))
+          throw InternalError(who + ": bad decode state (valid " + std::to_string(ls.valid) +
+                              ", ring_pos " + std::to_string(ls.ring_pos) + ")");
+        if (ls.action == LayerAction::kSelect)
+          throw InternalError(who + ": kSelect in a decode step");
+        const int slot = ls.decode_slot();
+        const int att = ls.ring_full() ? r.capacity : ls.valid + 1;
+        check_table(ls.pages, pages_for_slots(std::max(att, slot + 1)), "page table");
+        mark_written(ls.pages, slot / kBlockSize, slot / kBlockSize + 1);
+      } else if (ls.direct_prefill(s.prompt_len)) {
+        if (ls.action == LayerAction::kSelect)
+          throw InternalError(who + ": kSelect with a prompt that fits the capacity");
+        check_table(ls.pages, need, "page table");
+        mark_written(ls.pages, s.start / kBlockSize, need);
+        any_sparse_prefill = true;
+      } else {
+        const bool final_chunk = s.start + n == s.prompt_len;
+        if (ls.temp_pages.empty()) {
+          if (ls.action != LayerAction::kSelect || s.start != 0 || !final_chunk)
+            throw InternalError(who + ": prompt of " + std::to_string(s.prompt_len) +
+                                " tokens exceeds capacity " + std::to_string(r.capacity) +
+                                " but the step holds [" + std::to_string(s.start) + ", " +
+                                std::to_string(s.start + n) +
+                                ") without temp pages (scratch needs the whole prompt + kSelect)");
+        } else {
+          check_table(ls.temp_pages, need, "temp page table");
+          mark_written(ls.temp_pages, s.start / kBlockSize, need);
+        }
+        if (ls.action == LayerAction::kSelect) {
+          if (!final_chunk || n < std::min(r.window, s.prompt_len))
+            throw InternalError(who + ": kSelect needs the final chunk holding the last " +
+                                std::to_string(r.window) + " positions (chunk [" +
+                                std::to_string(s.start) + ", " + std::to_string(s.start + n) +
+                                ") of " + std::to_string(s.prompt_len) + ")");
+          check_table(ls.pages, pages_for_slots(r.capacity), "page table");
+          mark_written(ls.pages, 0, pages_for_slots(r.capacity));
+          any_sparse_prefill = true;
+        }
+      }
+      if (ls.action == LayerAction::kShrink) {
+        const LayerSlots post = state_before_shrink(ls, n, s.prefill, s.prompt_len);
+        if (ls.shrink_to <= r.sinks + r.window)
+          throw InternalError(who + ": kShrink to " + std::to_string(ls.shrink_to) +
+                              " slots (must exceed sinks + window)");
+        check_table(ls.pages, pages_for_slots(std::min(post.valid, ls.shrink_to)), "page table");
+        any_shrink = true;
+      }
     }
     max_pages = std::max(max_pages, need);
     T += n;
@@ -515,28 +704,83 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
                         " tokens, max_num_batched_tokens is " + std::to_string(max_tokens));
 
   // Metadata into pinned staging.
-  int S_dec = 0, num_tiles = 0, max_len = 0, row = 0;
+  int S_dec = 0, num_tiles = 0, max_len = 0, row = 0, dec_max_slots = 0, scratch_used = 0;
+  bool sparse_decode = false;
   std::vector<int> first_row(static_cast<std::size_t>(S));
+  std::vector<std::vector<sparse::PrefillInput>> pre_in(static_cast<std::size_t>(L));
   for (int k = 0; k < S; ++k) {
     const int i = order[static_cast<std::size_t>(k)];
     const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
     const int n = static_cast<int>(s.tokens.size());
+    const bool dec = dec_row[static_cast<std::size_t>(i)] != 0;
     first_row[static_cast<std::size_t>(i)] = row;
     for (int t = 0; t < n; ++t) {
       h_tokens[row + t] = s.tokens[static_cast<std::size_t>(t)];
       h_pos[row + t] = s.start + t;
       h_seq_of[row + t] = k;
     }
+    // Scratch pages of this sequence (shared by its layers: they run one after another).
+    std::vector<std::int32_t> scratch_ids;
+    for (const LayerSlots& ls : s.layers)
+      if (!dec && ls.rule.sparse() && !ls.direct_prefill(s.prompt_len) && ls.temp_pages.empty()) {
+        const int np = pages_for_slots(n);
+        if (scratch_used + np > scratch_pages)
+          throw InternalError("CUDA backend: prefill scratch exhausted (" +
+                              std::to_string(scratch_used + np) + " > " +
+                              std::to_string(scratch_pages) + " pages)");
+        for (int pi = 0; pi < np; ++pi) scratch_ids.push_back(binfo.num_pages + scratch_used + pi);
+        scratch_used += np;
+        break;
+      }
     for (int l = 0; l < L; ++l) {
-      const auto& pages = s.layers[static_cast<std::size_t>(l)].pages;
-      const int cnt = std::min<int>(static_cast<int>(pages.size()), max_pages);
-      std::memcpy(&h_tables[(static_cast<std::size_t>(k) * L + l) * max_pages], pages.data(),
+      const LayerSlots& ls = s.layers[static_cast<std::size_t>(l)];
+      const bool via_temp = !dec && ls.rule.sparse() && !ls.direct_prefill(s.prompt_len);
+      const std::vector<std::int32_t>& tab =
+          via_temp ? (ls.temp_pages.empty() ? scratch_ids : ls.temp_pages) : ls.pages;
+      const int cnt = std::min<int>(static_cast<int>(tab.size()), max_pages);
+      std::memcpy(&h_tables[(static_cast<std::size_t>(k) * L + l) * max_pages], tab.data(),
                   cnt * sizeof(int));
+      if (!dec && ls.rule.sparse()) {
+        if (ls.direct_prefill(s.prompt_len)) {
+          sparse::PrefillInput in;
+          in.rule = ls.rule;
+          in.prompt_len = s.start + n;
+          in.direct = true;
+          in.chunk_start = s.start;
+          in.last_row = row + n - 1;
+          in.dst_pages = ls.pages;
+          pre_in[static_cast<std::size_t>(l)].push_back(std::move(in));
+        } else if (ls.action == LayerAction::kSelect) {
+          sparse::PrefillInput in;
+          in.rule = ls.rule;
+          in.prompt_len = s.prompt_len;
+          in.last_row = row + n - 1;
+          in.src_pages = ls.temp_pages.empty() ? scratch_ids : ls.temp_pages;
+          in.dst_pages = ls.pages;
+          pre_in[static_cast<std::size_t>(l)].push_back(std::move(in));
+        }
+      }
     }
-    if (n == 1) {
+    if (dec) {
       h_q_row[S_dec] = row;
-      h_seq_len[S_dec] = s.start + 1;
       max_len = std::max(max_len, s.start + 1);
+      for (int l = 0; l < L; ++l) {
+        const LayerSlots& ls = s.layers[static_cast<std::size_t>(l)];
+        const std::size_t at = static_cast<std::size_t>(l) * max_seqs + S_dec;
+        if (ls.rule.sparse()) {
+          const int att = ls.ring_full() ? ls.rule.capacity : ls.valid + 1;
+          h_seq_len[at] = att;
+          h_slots[at] = ls.decode_slot();
+          h_dec_seqs[at] =
+              sparse::make_decode_seq(ls.rule, ls.valid, ls.ring_pos, (k * L + l) * pmax, row);
+          dec_max_slots = std::max(dec_max_slots, att);
+          sparse_decode = true;
+        } else {
+          h_seq_len[at] = s.start + 1;
+          h_slots[at] = s.start;
+          h_dec_seqs[at] = sparse::DecodeSeq{};
+        }
+      }
       ++S_dec;
     } else {
       h_row_start[k] = row, h_nq[k] = n, h_qpos0[k] = s.start;
@@ -565,8 +809,9 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
             (s.output && static_cast<int>(s.output->size()) >= p->min_tokens));
   };
 
-  // Decode-only steps replay a CUDA graph of the smallest bucket that fits.
-  const bool decode_only = num_tiles == 0 && n_lm <= S_dec;
+  // Decode-only steps replay a CUDA graph of the smallest bucket that fits (steps with a
+  // kShrink run eagerly).
+  const bool decode_only = num_tiles == 0 && n_lm <= S_dec && !any_shrink;
   int bucket = 0;
   if (use_graphs && decode_only)
     for (int b : buckets)
@@ -583,17 +828,146 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
   if (bucket > 0) {
     // Pad to the bucket: padding rows are token 0, seq_of -1 (no KV write), seq_len 0.
     for (int b = S_dec; b < bucket; ++b) {
-      h_tokens[b] = 0, h_pos[b] = 0, h_seq_of[b] = -1, h_q_row[b] = b, h_seq_len[b] = 0;
+      h_tokens[b] = 0, h_pos[b] = 0, h_seq_of[b] = -1, h_q_row[b] = b;
+      for (int l = 0; l < L; ++l) {
+        const std::size_t at = static_cast<std::size_t>(l) * max_seqs + b;
+        h_seq_len[at] = 0, h_slots[at] = 0, h_dec_seqs[at] = sparse::DecodeSeq{};
+      }
     }
     for (int b = 0; b < bucket; ++b) h_lm_rows[b] = b;  // all rows; map results below
     T_run = S_run = lm_run = bucket;
+  }
+  // Eager sparse work of this step: metadata of every layer (one upload) and kernel scratch
+  // shared by the layers (they run one after another on the stream).
+  std::vector<LayerSparseWork> work;
+  if (any_sparse_prefill || any_shrink) {
+    work.resize(static_cast<std::size_t>(L));
+    std::vector<unsigned char> meta;
+    auto put = [&](const void* src, std::size_t bytes) {
+      const std::size_t off = align_up(meta.size());
+      meta.resize(off + bytes);
+      if (bytes) std::memcpy(meta.data() + off, src, bytes);
+      return off;
+    };
+    struct Offs {
+      std::size_t pre_seqs = 0, src = 0, dst = 0, shr_seqs = 0, shr_pages = 0;
+    };
+    std::vector<Offs> offs(static_cast<std::size_t>(L));
+    std::size_t score_floats = 0, kept_elems = 0, stage_slots = 0;
+    const int kvh = mc.num_key_value_heads;
+    for (int l = 0; l < L; ++l) {
+      LayerSparseWork& w = work[static_cast<std::size_t>(l)];
+      Offs& o = offs[static_cast<std::size_t>(l)];
+      const auto& ins = pre_in[static_cast<std::size_t>(l)];
+      if (!ins.empty()) {
+        const sparse::PrefillPlan pl = sparse::plan_sparse_prefill(ins, kvh);
+        o.pre_seqs = put(pl.seqs.data(), pl.seqs.size() * sizeof(sparse::PrefillSeq));
+        o.src = put(pl.src_pages.data(), pl.src_pages.size() * sizeof(std::int32_t));
+        o.dst = put(pl.dst_pages.data(), pl.dst_pages.size() * sizeof(std::int32_t));
+        w.pre.num_seqs = static_cast<int>(pl.seqs.size());
+        w.pre.max_len = pl.max_len;
+        w.pre.max_kept = pl.max_kept;
+        score_floats = std::max(score_floats, pl.score_floats);
+        kept_elems = std::max(kept_elems, pl.kept_elems);
+      }
+      std::vector<sparse::ShrinkSeq> shr;
+      std::vector<std::int32_t> shr_pages;
+      std::int64_t stage = 0;
+      for (int k = 0; k < S; ++k) {
+        const SeqStep& s = plan.seqs[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])];
+        const LayerSlots& ls = s.layers[static_cast<std::size_t>(l)];
+        if (ls.action != LayerAction::kShrink) continue;
+        const LayerSlots post =
+            state_before_shrink(ls, static_cast<int>(s.tokens.size()), s.prefill, s.prompt_len);
+        shr.push_back(sparse::make_shrink_seq(ls.rule, post.valid, post.ring_pos, ls.shrink_to,
+                                              static_cast<int>(shr_pages.size()), stage));
+        shr_pages.insert(shr_pages.end(), ls.pages.begin(), ls.pages.end());
+        stage += static_cast<std::int64_t>(kvh) * ls.shrink_to;
+      }
+      if (!shr.empty()) {
+        o.shr_seqs = put(shr.data(), shr.size() * sizeof(sparse::ShrinkSeq));
+        o.shr_pages = put(shr_pages.data(), shr_pages.size() * sizeof(std::int32_t));
+        w.shr.num_seqs = static_cast<int>(shr.size());
+        stage_slots = std::max(stage_slots, static_cast<std::size_t>(stage));
+      }
+    }
+    // Scratch after the metadata.
+    std::size_t at = align_up(meta.size());
+    const std::size_t raw_off = at;
+    at = align_up(at + score_floats * sizeof(float));
+    const std::size_t pooled_off = at;
+    at = align_up(at + score_floats * sizeof(float));
+    const std::size_t kidx_off = at;
+    at = align_up(at + kept_elems * sizeof(std::int32_t));
+    const std::size_t kscore_off = at;
+    at = align_up(at + kept_elems * sizeof(float));
+    const std::size_t sidx_off = at;
+    at = align_up(at + stage_slots * sizeof(std::int32_t));
+    const std::size_t skv_off = at;
+    at = align_up(at + stage_slots * 2 * mc.head_dim * sizeof(bf16));
+    const std::size_t sscore_off = at;
+    at = align_up(at + stage_slots * sizeof(float) + 1);
+    if (sp_ws.size() < at) {
+      sp_ws = DeviceArray<unsigned char>();  // no work in flight: step() syncs before returning
+      sp_ws = DeviceArray<unsigned char>(at + at / 4);
+    }
+    if (sp_meta.size() < meta.size()) sp_meta = PinnedArray<unsigned char>(meta.size() * 2);
+    if (!meta.empty()) std::memcpy(sp_meta.get(), meta.data(), meta.size());
+    unsigned char* base = sp_ws.get();
+    auto f32 = [&](std::size_t off) { return reinterpret_cast<float*>(base + off); };
+    auto i32 = [&](std::size_t off) { return reinterpret_cast<std::int32_t*>(base + off); };
+    for (int l = 0; l < L; ++l) {
+      LayerSparseWork& w = work[static_cast<std::size_t>(l)];
+      const Offs& o = offs[static_cast<std::size_t>(l)];
+      sparse::PrefillParams& p = w.pre;
+      p.seqs = reinterpret_cast<const sparse::PrefillSeq*>(base + o.pre_seqs);
+      p.q_heads = mc.num_attention_heads;
+      p.kv_heads = kvh;
+      p.head_dim = mc.head_dim;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(mc.head_dim));
+      p.q = qkv.get();
+      p.q_stride = qkv_dim;
+      p.lse = pre_lse.get();
+      p.src_pool = kv_pool.get();
+      p.scratch_pool = kv_pool.get();  // unused: scratch pages are pool pages (src_scratch 0)
+      p.src_pages = i32(o.src);
+      p.dst_pool = kv_pool.get();
+      p.dst_pages = i32(o.dst);
+      p.dst_scores = score_pool.get();
+      p.page_elems = binfo.layout.page_elems();
+      p.raw = f32(raw_off);
+      p.pooled = f32(pooled_off);
+      p.kept_idx = i32(kidx_off);
+      p.kept_score = f32(kscore_off);
+      sparse::ShrinkParams& q = w.shr;
+      q.seqs = reinterpret_cast<const sparse::ShrinkSeq*>(base + o.shr_seqs);
+      q.kv_heads = kvh;
+      q.head_dim = mc.head_dim;
+      q.pool = kv_pool.get();
+      q.scores = score_pool.get();
+      q.pages = i32(o.shr_pages);
+      q.page_elems = binfo.layout.page_elems();
+      q.stage_idx = i32(sidx_off);
+      q.stage_kv = reinterpret_cast<bf16*>(base + skv_off);
+      q.stage_score = f32(sscore_off);
+    }
+    if (!meta.empty())
+      CUDA_CHECK(cudaMemcpyAsync(base, sp_meta.get(), meta.size(), cudaMemcpyHostToDevice, stream));
   }
   CUDA_CHECK(cudaEventRecord(ev0, stream));
   upload(d_tokens, h_tokens, T_run);
   upload(d_pos, h_pos, T_run);
   upload(d_seq_of, h_seq_of, T_run);
   upload(d_q_row, h_q_row, S_run);
-  upload(d_seq_len, h_seq_len, S_run);
+  // Per-layer decode metadata: L rows of S_run entries, row pitch max_seqs.
+  auto upload_layers = [&](void* d, const void* h, std::size_t elem) {
+    if (S_run > 0)
+      CUDA_CHECK(cudaMemcpy2DAsync(d, elem * max_seqs, h, elem * max_seqs, elem * S_run,
+                                   static_cast<std::size_t>(L), cudaMemcpyHostToDevice, stream));
+  };
+  upload_layers(d_seq_len.get(), h_seq_len.get(), sizeof(int));
+  upload_layers(d_slots.get(), h_slots.get(), sizeof(int));
+  upload_layers(d_dec_seqs.get(), h_dec_seqs.get(), sizeof(sparse::DecodeSeq));
   upload(d_lm_rows, h_lm_rows, lm_run);
   upload(d_row_start, h_row_start, S);
   upload(d_nq, h_nq, S);
@@ -605,14 +979,22 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
                                max_pages * sizeof(int), static_cast<std::size_t>(S) * L,
                                cudaMemcpyHostToDevice, stream));
 
+  // Sparse decode graphs are keyed by a power-of-two bound on the attended slots (the
+  // update kernel's grid); full-cache graphs by 0.
+  int slot_bucket = 0;
+  if (sparse_decode) {
+    slot_bucket = 64;
+    while (slot_bucket < dec_max_slots) slot_bucket *= 2;
+  }
   if (bucket > 0) {
-    auto it = graphs.find(bucket);
+    const std::pair<int, int> key{bucket, slot_bucket};
+    auto it = graphs.find(key);
     if (it == graphs.end()) {
       const int splits = pick_splits(bucket, pmax * kBlockSize);
       cudaGraph_t g = nullptr;
       CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
       try {
-        forward(bucket, bucket, 0, splits, bucket, true);
+        forward(bucket, bucket, 0, splits, bucket, true, nullptr, sparse_decode, slot_bucket);
       } catch (...) {
         cudaStreamEndCapture(stream, &g);
         if (g) cudaGraphDestroy(g);
@@ -622,12 +1004,13 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
       cudaGraphExec_t exec = nullptr;
       CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
       CUDA_CHECK(cudaGraphDestroy(g));
-      it = graphs.emplace(bucket, exec).first;
-      graph_splits[bucket] = splits;
+      it = graphs.emplace(key, exec).first;
+      graph_splits[key] = splits;
     }
     CUDA_CHECK(cudaGraphLaunch(it->second, stream));
   } else {
-    forward(T, S_dec, num_tiles, pick_splits(std::max(S_dec, 1), max_len), n_lm, true);
+    forward(T, S_dec, num_tiles, pick_splits(std::max(S_dec, 1), max_len), n_lm, true,
+            work.empty() ? nullptr : &work, sparse_decode, dec_max_slots);
   }
 
   // Logits and sampling. Row r of the logits buffer is lm row r of the current chunk.

@@ -76,8 +76,9 @@ __global__ void rope_kv_kernel(const RopeKvParams p) {
   }
   __syncthreads();
   // K (rotated) and V into the page of this position (layout: kv_layout.h).
-  const int page = p.block_table[static_cast<long long>(seq) * p.table_stride + pos / 16];
-  const int slot = pos % 16;
+  const int kv_slot = (p.slots != nullptr && t < p.num_slot_rows) ? p.slots[t] : pos;
+  const int page = p.block_table[static_cast<long long>(seq) * p.table_stride + kv_slot / 16];
+  const int slot = kv_slot % 16;
   bf16* base = p.kv_pool + static_cast<long long>(page) * p.page_elems;
   const long long part = p.page_elems / 2;
   const bf16* k = row + p.heads * p.head_dim;

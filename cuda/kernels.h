@@ -53,6 +53,11 @@ struct RopeKvParams {
   int heads;
   int kv_heads;
   int head_dim;
+  // Optional per-row KV slot (sparse layers decode into a ring/append slot, not the
+  // position): rows t < num_slot_rows write slot slots[t]; other rows (and nullptr) write
+  // slot = position.
+  const int* slots = nullptr;
+  int num_slot_rows = 0;
 };
 void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s);
 

@@ -348,7 +348,7 @@ TEST(GpuModel, SamplingMatchesCpuSampler) {
   EXPECT_EQ(r.seqs[1].top.size(), 3u);
 }
 
-TEST(GpuModel, RejectsSparsePlansAndBadTokens) {
+TEST(GpuModel, RejectsBadSparsePlansAndBadTokens) {
   REQUIRE_GPU();
   CudaBackend be(make_config("random:tiny", 64ull << 20), 0);
   const int L = be.model().num_hidden_layers;
@@ -356,9 +356,16 @@ TEST(GpuModel, RejectsSparsePlansAndBadTokens) {
   const SeqPages pg = alloc_pages(L, 32, next);
   StepPlan p;
   p.seqs.push_back(make_step(1, {1, 2, 3}, 0, 3, true, pg, false));
+  // A sparse layer whose prompt exceeds its capacity needs temp pages (or the whole prompt
+  // with kSelect): a 3-token chunk at start 0 of a 100-token prompt without them is rejected.
   p.seqs[0].layers[3].rule.policy = Policy::kScored;
   p.seqs[0].layers[3].rule.capacity = 64;
-  EXPECT_THROW(be.step(p), ConfigError);
+  p.seqs[0].layers[3].rule.sinks = 4;
+  p.seqs[0].layers[3].rule.window = 8;
+  p.seqs[0].layers[3].rule.ring = 8;
+  p.seqs[0].prompt_len = 100;
+  EXPECT_THROW(be.step(p), InternalError);
+  p.seqs[0].prompt_len = 3;
   p.seqs[0].layers[3].rule = LayerRule{};
   p.seqs[0].tokens[1] = be.model().vocab_size;
   EXPECT_THROW(be.step(p), InvalidRequest);

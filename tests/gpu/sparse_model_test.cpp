@@ -1,0 +1,298 @@
+// Whole-model checks of the CUDA backend's sparse layers (docs/cuda-backend.md "Sparse
+// layers"), teacher-forced (runtime/teacher_forcing.h) on a model written by make_model and
+// loaded by both backends (identical bf16 weights):
+//  - every capacity >= length: sparse logits equal full-cache logits;
+//  - prefill_len < N (decode sees the sparse KV): CUDA sparse logits vs the CPU backend's
+//    sparse logits for window, snapkv and scored (tiny GQA model, 4-layer 8B-width model);
+//  - chunked prefill (two chunks, the last holding the last alpha positions, temp pages)
+//    equals whole-prompt prefill (scratch);
+//  - a mixed batch (different policies in one step) equals each sequence alone;
+//  - CUDA-graph replay equals eager with sparse layers.
+// Bound: relative L2 logit error <= 3e-2 per position (bf16), no NaN.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+
+#include "cuda/cuda_backend.h"
+#include "runtime/config.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/make_model.h"
+#include "runtime/model_loader.h"
+#include "runtime/teacher_forcing.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace strata::gputest {
+namespace {
+
+using cuda::CudaBackend;
+
+constexpr double kBound = 3e-2;
+
+std::string pn(Policy p) {
+  return to_string(p);
+}
+
+// Writes (once per process) a make_model checkpoint; returns its directory.
+std::string model_dir(const std::string& preset, int layers) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("strata_sparse_model_" + preset + "_" + std::to_string(layers)))
+                              .string();
+  if (!std::filesystem::exists(dir + "/config.json")) {
+    MakeModelOptions o;
+    o.out_dir = dir;
+    o.preset = preset;
+    o.seed = 11;
+    o.layers = layers;
+    make_model(o);
+  }
+  return dir;
+}
+
+std::unique_ptr<CudaBackend> cuda_backend(const std::string& dir, int max_seqs = 8) {
+  Config c;
+  c.model.path = dir;
+  c.model.max_model_len = 2048;
+  c.cache.kv_bytes = 512ull << 20;
+  c.scheduler.max_num_seqs = max_seqs;
+  c.scheduler.max_num_batched_tokens = 512;
+  return std::make_unique<CudaBackend>(c, 0);
+}
+
+SparsityProfile profile(Policy p, int capacity, int window, int sinks, int full_layers) {
+  SparsityProfile s;
+  s.enabled = true;
+  s.policy = p;
+  s.capacity = capacity;
+  s.window = window;
+  s.sinks = sinks;
+  s.full_layers = full_layers;
+  s.pool_kernel = 3;
+  return s;
+}
+
+std::vector<std::int32_t> ids_for(int n, int vocab, int salt) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = (i * 37 + salt * 11 + 5) % vocab;
+  return ids;
+}
+
+// Worst per-position relative L2 of got vs ref ([n][vocab]); fails on NaN / size mismatch.
+double worst_rel_l2(const std::vector<float>& got, const std::vector<float>& ref, int vocab,
+                    const std::string& what) {
+  EXPECT_EQ(got.size(), ref.size()) << what;
+  if (got.size() != ref.size() || vocab <= 0) return 1e9;
+  double worst = 0;
+  for (std::size_t r = 0; r * vocab < got.size(); ++r) {
+    double num = 0, den = 0;
+    for (int v = 0; v < vocab; ++v) {
+      const double g = got[r * vocab + v], e = ref[r * vocab + v];
+      if (!std::isfinite(g)) {
+        ADD_FAILURE() << what << ": non-finite logit at row " << r;
+        return 1e9;
+      }
+      num += (g - e) * (g - e), den += e * e;
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+  }
+  return worst;
+}
+
+// Capacity >= length: every sparse policy gives the full-cache logits.
+TEST(GpuSparseModel, LargeCapacityEqualsFullCache) {
+  REQUIRE_GPU();
+  const std::string dir = model_dir("tiny", 0);
+  auto be = cuda_backend(dir);
+  const int V = be->model().vocab_size, N = 96, P = 40;
+  const auto ids = ids_for(N, V, 1);
+  SparsityProfile off;
+  const auto full = teacher_forced_logits(*be, ids, off, P);
+  for (Policy p : {Policy::kWindow, Policy::kSnapKv, Policy::kScored}) {
+    const auto sp = teacher_forced_logits(*be, ids, profile(p, 128, 8, 4, 1), P);
+    const double e = worst_rel_l2(sp, full, V, "large capacity " + pn(p));
+    EXPECT_LE(e, kBound) << pn(p);
+    figure("sparse_large_capacity_vs_full_rel_l2_" + pn(p), e);
+  }
+}
+
+// CUDA sparse vs CPU sparse (the oracle), decode over the sparse KV.
+void vs_cpu(const std::string& preset, int layers, int N, int P, int C, int window, int sinks,
+            const std::string& tag) {
+  const std::string dir = model_dir(preset, layers);
+  auto be = cuda_backend(dir);
+  CpuBackendOptions co;
+  co.kv_bytes = 1ull << 30;
+  auto cpu = make_cpu_backend(std::shared_ptr<const ModelWeights>(ModelWeights::load(dir)), co);
+  const int V = be->model().vocab_size;
+  const auto ids = ids_for(N, V, 2);
+  for (Policy p : {Policy::kWindow, Policy::kSnapKv, Policy::kScored}) {
+    const SparsityProfile prof = profile(p, C, window, sinks, 1);
+    const auto g = teacher_forced_logits(*be, ids, prof, P);
+    const auto c = teacher_forced_logits(*cpu, ids, prof, P);
+    const double e = worst_rel_l2(g, c, V, tag + " " + pn(p));
+    EXPECT_LE(e, kBound) << tag << " " << pn(p);
+    figure("sparse_vs_cpu_rel_l2_" + tag + "_" + pn(p), e);
+  }
+}
+
+TEST(GpuSparseModel, TinyMatchesCpuBackend) {
+  REQUIRE_GPU();
+  // C = 48 < prompt 80: kSelect from scratch, then 40 decodes fill and cycle the ring.
+  vs_cpu("tiny", 0, 120, 80, 48, 8, 4, "tiny");
+}
+
+TEST(GpuSparseModel, Llama8BWidth4LayersMatchesCpuBackend) {
+  REQUIRE_GPU();
+  vs_cpu("llama3-8b", 4, 72, 56, 40, 8, 4, "llama8b_4layers");
+}
+
+// Splits step 0 of a teacher-forcing schedule (prefill of P ids, kSelect from scratch) into
+// two chunks over the same temp pages: [0, P - tail) without action, [P - tail, P) with it.
+std::vector<StepPlan> chunked(std::vector<StepPlan> plans, int P, int tail, int first_temp_page) {
+  StepPlan& s0 = plans[0];
+  SeqStep whole = s0.seqs[0];
+  SeqStep a = whole, b = whole;
+  a.tokens.assign(whole.tokens.begin(), whole.tokens.begin() + (P - tail));
+  b.tokens.assign(whole.tokens.begin() + (P - tail), whole.tokens.end());
+  b.start = P - tail;
+  a.sample = false;
+  int next = first_temp_page;
+  for (std::size_t l = 0; l < whole.layers.size(); ++l) {
+    LayerSlots& la = a.layers[l];
+    LayerSlots& lb = b.layers[l];
+    if (la.rule.sparse() && !la.direct_prefill(P)) {
+      if (la.temp_pages.empty()) {
+        for (int i = 0; i < pages_for_slots(P); ++i) la.temp_pages.push_back(next++);
+      }
+      lb.temp_pages = la.temp_pages;
+      la.action = LayerAction::kNone;
+    }
+  }
+  StepPlan pa, pb;
+  pa.seqs = {a};
+  pb.seqs = {b};
+  std::vector<StepPlan> out{pa, pb};
+  out.insert(out.end(), plans.begin() + 1, plans.end());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].step_id = i;
+  return out;
+}
+
+std::vector<float> run_plans(Backend& be, const std::vector<StepPlan>& plans, std::size_t seq) {
+  std::vector<float> all;
+  for (const StepPlan& p : plans) {
+    const StepResult r = be.step(p);
+    const auto& lg = r.seqs.at(seq).logits;
+    all.insert(all.end(), lg.begin(), lg.end());
+  }
+  return all;
+}
+
+TEST(GpuSparseModel, ChunkedPrefillEqualsWholePrompt) {
+  REQUIRE_GPU();
+  const std::string dir = model_dir("tiny", 0);
+  auto be = cuda_backend(dir);
+  const ModelConfig& mc = be->model();
+  const int V = mc.vocab_size, N = 100, P = 80, window = 8;
+  const auto ids = ids_for(N, V, 3);
+  for (Policy p : {Policy::kWindow, Policy::kSnapKv, Policy::kScored}) {
+    const SparsityProfile prof = profile(p, 48, window, 4, 1);
+    const auto plans = teacher_forcing_plans(mc, ids, prof, P);
+    const int used = teacher_forcing_pages(mc, N, prof, P);
+    ASSERT_LT(used + mc.num_hidden_layers * pages_for_slots(P), be->info().num_pages);
+    // Whole prompt in one step from the backend's scratch (no temp pages) ...
+    auto scratch = plans;
+    for (LayerSlots& ls : scratch[0].seqs[0].layers) ls.temp_pages.clear();
+    const auto whole = run_plans(*be, scratch, 0);
+    // ... vs two chunks through the temp pages.
+    const auto split = run_plans(*be, chunked(plans, P, window + 3, used), 0);
+    const double e = worst_rel_l2(split, whole, V, "chunked " + pn(p));
+    EXPECT_LE(e, kBound) << pn(p);
+    figure("sparse_chunked_vs_whole_rel_l2_" + pn(p), e);
+  }
+}
+
+// Offsets every page id of a plan's sequences by `off` and sets the sequence id.
+void shift(std::vector<StepPlan>& plans, int off, std::uint64_t id) {
+  for (StepPlan& p : plans)
+    for (SeqStep& s : p.seqs) {
+      s.seq_id = id;
+      for (LayerSlots& ls : s.layers) {
+        for (auto& pg : ls.pages) pg += off;
+        for (auto& pg : ls.temp_pages) pg += off;
+      }
+    }
+}
+
+// Mixed batch: three sequences with different policies/capacities in every step (prefill
+// step with kSelect from scratch, then decode steps) equal each sequence run alone.
+void mixed(bool graphs) {
+  const std::string dir = model_dir("tiny", 0);
+  auto be = cuda_backend(dir);
+  be->set_cuda_graphs(graphs);
+  const ModelConfig& mc = be->model();
+  const int V = mc.vocab_size, N = 90, P = 64;
+  const std::vector<SparsityProfile> profs{profile(Policy::kScored, 40, 8, 4, 1),
+                                           profile(Policy::kWindow, 48, 8, 2, 2),
+                                           profile(Policy::kSnapKv, 36, 8, 4, 1)};
+  std::vector<std::vector<StepPlan>> plans;
+  std::vector<std::vector<float>> alone;
+  int off = 0;
+  for (std::size_t k = 0; k < profs.size(); ++k) {
+    auto pl = teacher_forcing_plans(mc, ids_for(N, V, static_cast<int>(k) + 4), profs[k], P);
+    shift(pl, off, k + 1);
+    off += teacher_forcing_pages(mc, N, profs[k], P);
+    alone.push_back(run_plans(*be, pl, 0));
+    plans.push_back(std::move(pl));
+  }
+  ASSERT_LE(off, be->info().num_pages);
+  std::vector<std::vector<float>> together(profs.size());
+  for (std::size_t st = 0; st < plans[0].size(); ++st) {
+    StepPlan p;
+    p.step_id = st;
+    for (auto& pl : plans) p.seqs.push_back(pl[st].seqs[0]);
+    const StepResult r = be->step(p);
+    for (std::size_t k = 0; k < profs.size(); ++k)
+      together[k].insert(together[k].end(), r.seqs[k].logits.begin(), r.seqs[k].logits.end());
+  }
+  if (graphs) EXPECT_GE(be->graphs_captured(), 1);
+  for (std::size_t k = 0; k < profs.size(); ++k) {
+    const double e = worst_rel_l2(together[k], alone[k], V, "mixed " + std::to_string(k));
+    EXPECT_LE(e, kBound) << k;
+    figure(std::string("sparse_mixed_vs_alone_rel_l2_") + (graphs ? "graphs_" : "eager_") +
+               pn(profs[k].policy),
+           e);
+  }
+}
+
+TEST(GpuSparseModel, MixedBatchEqualsAloneEager) {
+  REQUIRE_GPU();
+  mixed(false);
+}
+TEST(GpuSparseModel, MixedBatchEqualsAloneGraphs) {
+  REQUIRE_GPU();
+  mixed(true);
+}
+
+// Graph replay of sparse decode steps equals eager execution.
+TEST(GpuSparseModel, GraphReplayEqualsEager) {
+  REQUIRE_GPU();
+  const std::string dir = model_dir("tiny", 0);
+  auto be = cuda_backend(dir);
+  const int V = be->model().vocab_size, N = 110, P = 70;
+  const auto ids = ids_for(N, V, 9);
+  for (Policy p : {Policy::kWindow, Policy::kSnapKv, Policy::kScored}) {
+    const SparsityProfile prof = profile(p, 48, 8, 4, 1);
+    be->set_cuda_graphs(false);
+    const auto eager = teacher_forced_logits(*be, ids, prof, P);
+    be->set_cuda_graphs(true);
+    const auto g = teacher_forced_logits(*be, ids, prof, P);
+    const double e = worst_rel_l2(g, eager, V, "graphs " + pn(p));
+    EXPECT_LE(e, 1e-3) << pn(p);
+    figure("sparse_graph_vs_eager_rel_l2_" + pn(p), e);
+  }
+  EXPECT_GE(be->graphs_captured(), 1);
+}
+
+}  // namespace
+}  // namespace strata::gputest

@@ -255,7 +255,9 @@ void mixed(bool graphs) {
     for (std::size_t k = 0; k < profs.size(); ++k)
       together[k].insert(together[k].end(), r.seqs[k].logits.begin(), r.seqs[k].logits.end());
   }
-  if (graphs) EXPECT_GE(be->graphs_captured(), 1);
+  if (graphs) {
+    EXPECT_GE(be->graphs_captured(), 1);
+  }
   for (std::size_t k = 0; k < profs.size(); ++k) {
     const double e = worst_rel_l2(together[k], alone[k], V, "mixed " + std::to_string(k));
     EXPECT_LE(e, kBound) << k;

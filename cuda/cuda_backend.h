@@ -6,8 +6,9 @@
 // cuda/kernels.h and cuda/attention.h, and CUDA graphs for decode-only steps per
 // batch-size bucket (eager outside the buckets).
 //
-// Layers: full-cache layers run here; a plan with sparse layers throws ConfigError
-// ("CUDA sparsity: not yet integrated") at the per-layer dispatch point (attend_layer).
+// Layers: full-cache and sparse (window/snapkv/scored) layers, the latter through the
+// cuda/sparse/ kernels (docs/cuda-backend.md "Sparse layers"); sparse decode is captured in
+// the graphs, kShrink runs eagerly.
 // Sampling: greedy rows without penalties/logit_bias/logprobs/min_tokens bans use a device
 // argmax; every other row is copied to the host and sampled by runtime/sampler.h (the
 // contract's oracle), so the results are identical to the CPU backend's.

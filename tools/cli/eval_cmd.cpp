@@ -101,7 +101,7 @@ int run(int argc, char** argv) {
     cfg.model.path = dir;
     cfg.backend.kind = "cuda";
     cfg.backend.cuda_graphs = false;
-    auto all = make_cuda_backends(cfg);
+    auto all = cuda::make_cuda_backends(cfg);
     backend = std::move(all.at(0));
 #else
     throw ConfigError("--backend", "this strata was built without CUDA");

@@ -212,6 +212,7 @@ std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s) {
     auto ex = co_await asio::this_coro::executor;
     for (int i = 0; i < o.warmup; ++i)
       co_await one_request(o, make_body(o, model, rng), pool, Clock::now());
+    if (o.on_measure_start) o.on_measure_start();
     t0 = Clock::now();
     std::exponential_distribution<double> gap(o.request_rate > 0 ? o.request_rate : 1.0);
     asio::steady_timer timer(ex);

@@ -32,6 +32,7 @@ struct LoadOptions {
   std::uint64_t seed = 0;
   double timeout_s = 600;  // per request
   std::function<void(int done, int failed, int total, double elapsed_s)> progress;
+  std::function<void()> on_measure_start;  // after the warm-up, before the first request
 };
 
 // Runs one level; returns the per-request records (warm-up excluded) and the wall time.

@@ -2,6 +2,7 @@
 // configurations, report/plots) and the roofline calculator. docs/benchmarks.md.
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -164,7 +165,8 @@ int run_serve(Args& a) {
                                                  out_dir + "/server-" + label + ".log");
         server->wait_ready(a.get_double("ready-timeout", 900));
       }
-      const auto before = parse_prometheus(http_get(o.host, o.port, "/metrics").second);
+      std::map<std::string, double> before;  // server counters after the warm-up
+      o.on_measure_start = [&] { before = parse_prometheus(http_get(o.host, o.port, "/metrics").second); };
       o.progress = [&](int done, int failed, int total, double t) {
         std::fprintf(stderr, "\r[%s c=%d] %d/%d done, %d failed, %.1fs   ", label.c_str(), level,
                      done, total, failed, t);

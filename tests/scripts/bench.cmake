@@ -5,5 +5,5 @@ if(NOT STRATA_SANITIZE STREQUAL "")
 endif()
 add_test(NAME tools_bench_vs_metrics
   COMMAND ${CMAKE_COMMAND} -DSTRATA=$<TARGET_FILE:strata> -DSRC=${CMAKE_SOURCE_DIR}
-          -DWORK=${CMAKE_BINARY_DIR}/bench_vs_metrics -P ${CMAKE_SOURCE_DIR}/tests/scripts/bench_vs_metrics.cmake)
+          -DWORK=${CMAKE_BINARY_DIR}/bench_vs_metrics -P ${CMAKE_SOURCE_DIR}/tests/scripts/bench/bench_vs_metrics.cmake)
 set_tests_properties(tools_bench_vs_metrics PROPERTIES LABELS tools TIMEOUT 300 RESOURCE_LOCK strata_api_server)

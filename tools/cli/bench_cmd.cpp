@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include "runtime/config.h"
 #include "runtime/error.h"
@@ -95,6 +96,21 @@ int run_roofline(Args& a) {
   return 0;
 }
 
+// The server's counters once it has settled: no request running and two reads equal (the
+// engine updates its statistics a moment after the last SSE event reaches the client).
+std::map<std::string, double> settled_metrics(const std::string& host, int port) {
+  std::map<std::string, double> last;
+  for (int i = 0; i < 50; ++i) {
+    auto m = parse_prometheus(http_get(host, port, "/metrics").second);
+    const bool idle =
+        m.count("vllm:num_requests_running") == 0 || m.at("vllm:num_requests_running") == 0;
+    if (idle && m == last) return m;
+    last = std::move(m);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return last;
+}
+
 int run_serve(Args& a) {
   const auto out_dir = a.get_or("out-dir", "bench-results");
   fs::create_directories(out_dir);
@@ -166,7 +182,7 @@ int run_serve(Args& a) {
         server->wait_ready(a.get_double("ready-timeout", 900));
       }
       std::map<std::string, double> before;  // server counters after the warm-up
-      o.on_measure_start = [&] { before = parse_prometheus(http_get(o.host, o.port, "/metrics").second); };
+      o.on_measure_start = [&] { before = settled_metrics(o.host, o.port); };
       o.progress = [&](int done, int failed, int total, double t) {
         std::fprintf(stderr, "\r[%s c=%d] %d/%d done, %d failed, %.1fs   ", label.c_str(), level,
                      done, total, failed, t);
@@ -178,7 +194,7 @@ int run_serve(Args& a) {
       res.config = label;
       res.concurrency = level;
       res.request_rate = o.request_rate;
-      const auto after = parse_prometheus(http_get(o.host, o.port, "/metrics").second);
+      const auto after = settled_metrics(o.host, o.port);
       for (const auto& [k, v] : after) {
         const bool counter = k.size() > 6 && k.compare(k.size() - 6, 6, "_total") == 0;
         res.server[k] = counter ? v - (before.count(k) ? before.at(k) : 0.0) : v;
@@ -226,13 +242,13 @@ int run(int argc, char** argv) {
   Args a(argc > 0 ? argc - 1 : 0, argv + (argc > 0 ? 1 : 0),
          {"help", "text", "keep-alive", "fail-on-error"});
   if (sub == "serve" && !a.flag("help")) {
-    a.expect_only({"host",          "port",         "model",       "api-key",
-                   "input",         "output",       "text",        "id-range",
-                   "warmup",        "request-rate", "duration",    "keep-alive",
-                   "seed",          "concurrency",  "num-prompts", "prompts-per-concurrency",
-                   "server-config", "serve-arg",    "strata-bin",  "kv-budget",
-                   "out-dir",       "merge",        "label",       "roofline-model",
-                   "ready-timeout", "fail-on-error"});
+    a.expect_only({"host",           "port",          "model",        "api-key",
+                   "input",          "output",        "text",         "id-range",
+                   "warmup",         "request-rate",  "duration",     "keep-alive",
+                   "seed",           "concurrency",   "num-prompts",  "prompts-per-concurrency",
+                   "min-prompts",    "server-config", "serve-arg",    "strata-bin",
+                   "kv-budget",      "out-dir",       "merge",        "label",
+                   "roofline-model", "ready-timeout", "fail-on-error"});
     return run_serve(a);
   }
   if (sub == "roofline" && !a.flag("help")) {

@@ -16,7 +16,7 @@ log=$out/run.log
 commit=$(cat "$here/COMMIT" 2>/dev/null || git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)
 { date -u; echo "commit $commit"; nvidia-smi; } >"$out/nvidia-smi.txt" 2>&1
 status_lines=()
-for t in "$bin"/gpu_*_test; do
+for t in $( [ "${STRATA_GPU_TESTS:-1}" != 0 ] && ls "$bin"/gpu_*_test ); do
   name=$(basename "$t")
   echo "=== $name" | tee -a "$log"
   start=$(date +%s)
@@ -24,7 +24,13 @@ for t in "$bin"/gpu_*_test; do
   echo "=== $name rc=$rc ($(( $(date +%s) - start )) s)" | tee -a "$log"
   echo "STATUS $name $rc" >>"$log"
 done
-if [ -x "$bin/gpu_bench" ]; then
+if [ -x "$bin/gpu_sparse_kernels_test" ] && [ "${STRATA_GPU_TESTS:-1}" != 0 ]; then
+  echo "=== sparse_bench (scoring + selection + compaction vs prefill)" | tee -a "$log"
+  timeout 120 "$bin/gpu_sparse_kernels_test" --gtest_also_run_disabled_tests \
+    --gtest_filter='SparseBench.*' --gtest_color=no >>"$log" 2>&1
+  echo "STATUS sparse_bench $?" >>"$log"
+fi
+if [ -x "$bin/gpu_bench" ] && [ "${STRATA_GPU_TESTS:-1}" != 0 ]; then
   echo "=== gpu_bench" | tee -a "$log"
   timeout "${STRATA_GPU_BENCH_TIMEOUT:-240}" "$bin/gpu_bench" all >>"$log" 2>&1
   echo "STATUS gpu_bench $?" >>"$log"

@@ -4,6 +4,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -49,15 +50,41 @@ class EngineImpl final : public Engine {
   EngineImpl(const Config& config, BackendFactory factory) : config_(config) {
     config_.validate();
     if (config_.model.path.empty()) throw ConfigError("model.path", "required: a model directory");
-    std::shared_ptr<const ModelWeights> weights = ModelWeights::load(config_.model.path);
-    model_ = weights->config();
-    tokenizer_ = Tokenizer::load(weights->tokenizer_json(), weights->tokenizer_config_json());
-    const auto chat =
-        detect_chat_format(weights->tokenizer_config_json(), config_.model.chat_template);
+    // "random:<preset>" models have no checkpoint: the backend builds the weights on the
+    // device and says what model it holds; the tokenizer comes from model.tokenizer.
+    const bool random = config_.model.path.rfind("random:", 0) == 0;
+    std::shared_ptr<const ModelWeights> weights;
+    std::string tokenizer_json, tokenizer_config;
+    if (random) {
+      if (!factory)
+        throw ConfigError("model.path", "'" + config_.model.path +
+                                            "' (weights built on the GPU) needs the CUDA backend");
+      if (config_.model.tokenizer.empty())
+        throw ConfigError("model.tokenizer", "required for '" + config_.model.path +
+                                                 "': a tokenizer.json or a directory holding one");
+      const std::filesystem::path t(config_.model.tokenizer);
+      const auto dir = std::filesystem::is_directory(t) ? t : t.parent_path();
+      tokenizer_json =
+          std::filesystem::is_directory(t) ? (t / "tokenizer.json").string() : t.string();
+      tokenizer_config = (dir / "tokenizer_config.json").string();
+    } else {
+      weights = ModelWeights::load(config_.model.path);
+      model_ = weights->config();
+      tokenizer_json = weights->tokenizer_json();
+      tokenizer_config = weights->tokenizer_config_json();
+    }
+    tokenizer_ = Tokenizer::load(tokenizer_json, tokenizer_config);
+    const auto chat = detect_chat_format(tokenizer_config, config_.model.chat_template);
 
     std::vector<std::unique_ptr<Backend>> backends;
     if (factory) {
       backends = factory(config_);
+      if (random && !backends.empty()) model_ = backends[0]->model();
+      if (tokenizer_->vocab_size() > model_.vocab_size)
+        throw ConfigError("model.tokenizer", "the tokenizer has " +
+                                                 std::to_string(tokenizer_->vocab_size()) +
+                                                 " tokens, the model's vocabulary only " +
+                                                 std::to_string(model_.vocab_size));
     } else {
       CpuBackendOptions o;
       o.threads = config_.backend.threads;

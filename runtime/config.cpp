@@ -14,46 +14,66 @@ using namespace yaml;
 namespace {
 
 void apply_model(const YAML::Node& n, ModelSection& m) {
-  check_keys(n, "model", {"path", "chat_template", "max_model_len", "seed"});
+  check_keys(n, "model", {"path", "tokenizer", "chat_template", "max_model_len", "seed"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "model." + k;
-    if (k == "path") m.path = read_string(kv.second, key);
-    else if (k == "chat_template") m.chat_template = read_enum(kv.second, key, {"auto", "llama3", "chatml", "none"});
-    else if (k == "max_model_len") m.max_model_len = read_int(kv.second, key, 0, 1 << 24);
-    else if (k == "seed") m.seed = static_cast<std::uint64_t>(read_int(kv.second, key, 0, INT64_MAX));
+    if (k == "path")
+      m.path = read_string(kv.second, key);
+    else if (k == "tokenizer")
+      m.tokenizer = read_string(kv.second, key);
+    else if (k == "chat_template")
+      m.chat_template = read_enum(kv.second, key, {"auto", "llama3", "chatml", "none"});
+    else if (k == "max_model_len")
+      m.max_model_len = read_int(kv.second, key, 0, 1 << 24);
+    else if (k == "seed")
+      m.seed = static_cast<std::uint64_t>(read_int(kv.second, key, 0, INT64_MAX));
   }
 }
 
 void apply_backend(const YAML::Node& n, BackendSection& b) {
-  check_keys(n, "backend", {"kind", "threads", "tp_size", "devices", "cuda_graphs", "graph_batch_sizes"});
+  check_keys(n, "backend",
+             {"kind", "threads", "tp_size", "devices", "cuda_graphs", "graph_batch_sizes"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "backend." + k;
-    if (k == "kind") b.kind = read_enum(kv.second, key, {"auto", "cpu", "cuda"});
-    else if (k == "threads") b.threads = static_cast<int>(read_int(kv.second, key, 0, 1024));
-    else if (k == "tp_size") b.tp_size = static_cast<int>(read_int(kv.second, key, 1, 64));
+    if (k == "kind")
+      b.kind = read_enum(kv.second, key, {"auto", "cpu", "cuda"});
+    else if (k == "threads")
+      b.threads = static_cast<int>(read_int(kv.second, key, 0, 1024));
+    else if (k == "tp_size")
+      b.tp_size = static_cast<int>(read_int(kv.second, key, 1, 64));
     else if (k == "devices") {
       b.devices.clear();
-      for (auto d : read_int_list(kv.second, key, 0, 1023)) b.devices.push_back(static_cast<int>(d));
-    } else if (k == "cuda_graphs") b.cuda_graphs = read_bool(kv.second, key);
+      for (auto d : read_int_list(kv.second, key, 0, 1023))
+        b.devices.push_back(static_cast<int>(d));
+    } else if (k == "cuda_graphs")
+      b.cuda_graphs = read_bool(kv.second, key);
     else if (k == "graph_batch_sizes") {
       b.graph_batch_sizes.clear();
-      for (auto d : read_int_list(kv.second, key, 1, 4096)) b.graph_batch_sizes.push_back(static_cast<int>(d));
+      for (auto d : read_int_list(kv.second, key, 1, 4096))
+        b.graph_batch_sizes.push_back(static_cast<int>(d));
     }
   }
 }
 
 void apply_scheduler(const YAML::Node& n, SchedulerSection& s) {
-  check_keys(n, "scheduler", {"max_num_seqs", "max_num_batched_tokens", "max_waiting", "chunked_prefill", "request_timeout_s"});
+  check_keys(n, "scheduler",
+             {"max_num_seqs", "max_num_batched_tokens", "max_waiting", "chunked_prefill",
+              "request_timeout_s"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "scheduler." + k;
-    if (k == "max_num_seqs") s.max_num_seqs = static_cast<int>(read_int(kv.second, key, 1, 4096));
-    else if (k == "max_num_batched_tokens") s.max_num_batched_tokens = static_cast<int>(read_int(kv.second, key, 16, 1 << 20));
-    else if (k == "max_waiting") s.max_waiting = static_cast<int>(read_int(kv.second, key, 0, 1 << 20));
-    else if (k == "chunked_prefill") s.chunked_prefill = read_bool(kv.second, key);
-    else if (k == "request_timeout_s") s.request_timeout_s = read_double(kv.second, key, 0, 1e7);
+    if (k == "max_num_seqs")
+      s.max_num_seqs = static_cast<int>(read_int(kv.second, key, 1, 4096));
+    else if (k == "max_num_batched_tokens")
+      s.max_num_batched_tokens = static_cast<int>(read_int(kv.second, key, 16, 1 << 20));
+    else if (k == "max_waiting")
+      s.max_waiting = static_cast<int>(read_int(kv.second, key, 0, 1 << 20));
+    else if (k == "chunked_prefill")
+      s.chunked_prefill = read_bool(kv.second, key);
+    else if (k == "request_timeout_s")
+      s.request_timeout_s = read_double(kv.second, key, 0, 1e7);
   }
 }
 
@@ -62,31 +82,47 @@ void apply_cache(const YAML::Node& n, CacheSection& c) {
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "cache." + k;
-    if (k == "kv_bytes") c.kv_bytes = read_bytes(kv.second, key);
-    else if (k == "kv_fraction") c.kv_fraction = read_double(kv.second, key, 0.01, 0.99);
-    else if (k == "cpu_kv_bytes") c.cpu_kv_bytes = read_bytes(kv.second, key);
-    else if (k == "shrink_running") c.shrink_running = read_bool(kv.second, key);
+    if (k == "kv_bytes")
+      c.kv_bytes = read_bytes(kv.second, key);
+    else if (k == "kv_fraction")
+      c.kv_fraction = read_double(kv.second, key, 0.01, 0.99);
+    else if (k == "cpu_kv_bytes")
+      c.cpu_kv_bytes = read_bytes(kv.second, key);
+    else if (k == "shrink_running")
+      c.shrink_running = read_bool(kv.second, key);
   }
 }
 
 void apply_server(const YAML::Node& n, ServerSection& s) {
-  check_keys(n, "server", {"host", "port", "served_model_name", "api_keys", "admin_token", "cors_origins",
-                           "max_body_bytes", "max_connections", "header_timeout_s", "idle_timeout_s",
-                           "shutdown_grace_s"});
+  check_keys(n, "server",
+             {"host", "port", "served_model_name", "api_keys", "admin_token", "cors_origins",
+              "max_body_bytes", "max_connections", "header_timeout_s", "idle_timeout_s",
+              "shutdown_grace_s"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "server." + k;
-    if (k == "host") s.host = read_string(kv.second, key);
-    else if (k == "port") s.port = static_cast<int>(read_int(kv.second, key, 0, 65535));
-    else if (k == "served_model_name") s.served_model_name = read_string(kv.second, key);
-    else if (k == "api_keys") s.api_keys = read_string_list(kv.second, key);
-    else if (k == "admin_token") s.admin_token = read_string(kv.second, key);
-    else if (k == "cors_origins") s.cors_origins = read_string_list(kv.second, key);
-    else if (k == "max_body_bytes") s.max_body_bytes = read_bytes(kv.second, key);
-    else if (k == "max_connections") s.max_connections = static_cast<int>(read_int(kv.second, key, 1, 1 << 20));
-    else if (k == "header_timeout_s") s.header_timeout_s = read_double(kv.second, key, 0.1, 3600);
-    else if (k == "idle_timeout_s") s.idle_timeout_s = read_double(kv.second, key, 0.1, 86400);
-    else if (k == "shutdown_grace_s") s.shutdown_grace_s = read_double(kv.second, key, 0, 3600);
+    if (k == "host")
+      s.host = read_string(kv.second, key);
+    else if (k == "port")
+      s.port = static_cast<int>(read_int(kv.second, key, 0, 65535));
+    else if (k == "served_model_name")
+      s.served_model_name = read_string(kv.second, key);
+    else if (k == "api_keys")
+      s.api_keys = read_string_list(kv.second, key);
+    else if (k == "admin_token")
+      s.admin_token = read_string(kv.second, key);
+    else if (k == "cors_origins")
+      s.cors_origins = read_string_list(kv.second, key);
+    else if (k == "max_body_bytes")
+      s.max_body_bytes = read_bytes(kv.second, key);
+    else if (k == "max_connections")
+      s.max_connections = static_cast<int>(read_int(kv.second, key, 1, 1 << 20));
+    else if (k == "header_timeout_s")
+      s.header_timeout_s = read_double(kv.second, key, 0.1, 3600);
+    else if (k == "idle_timeout_s")
+      s.idle_timeout_s = read_double(kv.second, key, 0.1, 86400);
+    else if (k == "shutdown_grace_s")
+      s.shutdown_grace_s = read_double(kv.second, key, 0, 3600);
   }
 }
 
@@ -95,12 +131,18 @@ void apply(const YAML::Node& root, Config& c) {
   check_keys(root, "", {"model", "backend", "scheduler", "cache", "sparsity", "server"});
   for (const auto& kv : root) {
     const auto k = kv.first.as<std::string>();
-    if (k == "model") apply_model(kv.second, c.model);
-    else if (k == "backend") apply_backend(kv.second, c.backend);
-    else if (k == "scheduler") apply_scheduler(kv.second, c.scheduler);
-    else if (k == "cache") apply_cache(kv.second, c.cache);
-    else if (k == "sparsity") c.sparsity = parse_sparsity_yaml(kv.second, c.sparsity);
-    else if (k == "server") apply_server(kv.second, c.server);
+    if (k == "model")
+      apply_model(kv.second, c.model);
+    else if (k == "backend")
+      apply_backend(kv.second, c.backend);
+    else if (k == "scheduler")
+      apply_scheduler(kv.second, c.scheduler);
+    else if (k == "cache")
+      apply_cache(kv.second, c.cache);
+    else if (k == "sparsity")
+      c.sparsity = parse_sparsity_yaml(kv.second, c.sparsity);
+    else if (k == "server")
+      apply_server(kv.second, c.server);
   }
 }
 
@@ -137,8 +179,8 @@ void Config::set(const std::string& dotted, const std::string& value) {
 void Config::validate() const {
   if (backend.tp_size > 1 && !backend.devices.empty() &&
       static_cast<int>(backend.devices.size()) != backend.tp_size)
-    throw ConfigError("backend.devices", "must list tp_size (" + std::to_string(backend.tp_size) +
-                                             ") devices");
+    throw ConfigError("backend.devices",
+                      "must list tp_size (" + std::to_string(backend.tp_size) + ") devices");
   if (scheduler.max_num_batched_tokens < scheduler.max_num_seqs)
     throw ConfigError("scheduler.max_num_batched_tokens", "must be >= scheduler.max_num_seqs");
   if (sparsity.enabled) sparsity.validate_fields();
@@ -149,13 +191,16 @@ Config parse_config_yaml(const std::string& text, const std::string& source) {
   try {
     apply(load_yaml(text, source), c);
   } catch (const ConfigError& e) {
-    throw ConfigError(e.key(), source + ": " + (e.key().empty() ? std::string(e.what()) : std::string(e.what())));
+    throw ConfigError(
+        e.key(), source + ": " + (e.key().empty() ? std::string(e.what()) : std::string(e.what())));
   }
   c.validate();
   return c;
 }
 
-Config load_config_file(const std::string& path) { return parse_config_yaml(read_file(path), path); }
+Config load_config_file(const std::string& path) {
+  return parse_config_yaml(read_file(path), path);
+}
 
 SparsityProfile load_sparsity_file(const std::string& path) {
   const auto root = load_yaml(read_file(path), path);

@@ -12,17 +12,20 @@
 namespace strata {
 
 struct ModelSection {
-  std::string path;                 // HF model directory, or "random:<preset>" (CUDA)
+  std::string path;  // HF model directory, or "random:<preset>" (CUDA)
+  // Tokenizer for "random:" models (weights built on the device): a tokenizer.json, or a
+  // directory holding tokenizer.json [+ tokenizer_config.json]. Ignored for directories.
+  std::string tokenizer;
   std::string chat_template = "auto";  // auto | llama3 | chatml | none
-  std::int64_t max_model_len = 0;   // 0: the model's max_position_embeddings
-  std::uint64_t seed = 0;           // random:<preset> weights
+  std::int64_t max_model_len = 0;      // 0: the model's max_position_embeddings
+  std::uint64_t seed = 0;              // random:<preset> weights
 };
 
 struct BackendSection {
   std::string kind = "auto";  // auto | cpu | cuda
   int threads = 0;            // CPU backend threads, 0 = all cores
   int tp_size = 1;
-  std::vector<int> devices;   // CUDA device ordinals; empty: 0 .. tp_size-1
+  std::vector<int> devices;  // CUDA device ordinals; empty: 0 .. tp_size-1
   bool cuda_graphs = true;
   std::vector<int> graph_batch_sizes;  // decode buckets; empty: backend default
 };
@@ -30,24 +33,24 @@ struct BackendSection {
 struct SchedulerSection {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 4096;
-  int max_waiting = 256;             // beyond it requests are refused as overloaded
+  int max_waiting = 256;  // beyond it requests are refused as overloaded
   bool chunked_prefill = true;
-  double request_timeout_s = 600;    // per-request deadline (0: none)
+  double request_timeout_s = 600;  // per-request deadline (0: none)
 };
 
 struct CacheSection {
-  std::uint64_t kv_bytes = 0;     // cap on the KV pool in bytes (0: no cap)
-  double kv_fraction = 0.9;       // fraction of free device memory after weights (CUDA)
+  std::uint64_t kv_bytes = 0;                 // cap on the KV pool in bytes (0: no cap)
+  double kv_fraction = 0.9;                   // fraction of free device memory after weights (CUDA)
   std::uint64_t cpu_kv_bytes = 512ull << 20;  // CPU backend pool size
-  bool shrink_running = false;    // live profile shrinks apply to running sequences
+  bool shrink_running = false;                // live profile shrinks apply to running sequences
 };
 
 struct ServerSection {
   std::string host = "127.0.0.1";
   int port = 8000;
-  std::string served_model_name;          // default: directory name
-  std::vector<std::string> api_keys;      // empty: inference needs no key
-  std::string admin_token;                // empty: generated at start and printed
+  std::string served_model_name;      // default: directory name
+  std::vector<std::string> api_keys;  // empty: inference needs no key
+  std::string admin_token;            // empty: generated at start and printed
   std::vector<std::string> cors_origins;
   std::uint64_t max_body_bytes = 8ull << 20;
   int max_connections = 1024;
@@ -69,7 +72,7 @@ struct Config {
   void validate() const;
 };
 
-Config load_config_file(const std::string& path);              // throws ConfigError
+Config load_config_file(const std::string& path);  // throws ConfigError
 Config parse_config_yaml(const std::string& text, const std::string& source);
 SparsityProfile load_sparsity_file(const std::string& path);  // a file holding one profile
 

@@ -1,6 +1,7 @@
 // strata serve: the OpenAI-compatible HTTP/SSE + WebSocket server with the admin console.
 // The server listens first (so /health answers 503 while the model loads), then the engine
 // is created on a loader thread and handed to the server.
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -93,6 +94,7 @@ int run(int argc, char** argv) {
   std::printf("  admin token: %s\n", server.admin_token().c_str());
   std::fflush(stdout);
 
+  std::atomic<bool> load_failed{false};
   std::thread loader([&] {
     try {
       std::shared_ptr<Engine> engine = Engine::create(config, factory);
@@ -101,13 +103,15 @@ int run(int argc, char** argv) {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "strata serve: model failed to load: %s\n", e.what());
       server.set_load_error(e.what());
+      load_failed = true;
+      server.stop();  // a server that cannot load its model exits (non-zero) for its supervisor
     }
     std::fflush(stdout);
   });
   server.run();
   loader.join();
   std::printf("strata serve: stopped\n");
-  return 0;
+  return load_failed ? 3 : 0;
 }
 
 }  // namespace

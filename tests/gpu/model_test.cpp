@@ -377,8 +377,18 @@ TEST(GpuModel, RejectsBadSparsePlansAndBadTokens) {
 TEST(GpuModel, MemoryPlanHonoursByteCap) {
   REQUIRE_GPU();
   CudaBackend be(make_config("random:tiny", 10ull << 20), 0);
-  const std::size_t page = be.info().layout.page_bytes();
-  EXPECT_EQ(be.info().num_pages, static_cast<int>((10ull << 20) / page));
+  // Accounting of cuda/cuda_backend.cpp plan_kv_pool: every page (handed out or prefill
+  // scratch) carries its fp32 slot scores, and the scratch pages (one step's tokens laid out
+  // as pages, + one per sequence) come out of the same byte cap.
+  const std::uint64_t cap = 10ull << 20;
+  const KvLayout& lay = be.info().layout;
+  const std::size_t per_page = lay.page_bytes() + lay.score_elems() * sizeof(float);
+  const std::size_t scratch = static_cast<std::size_t>(pages_for_slots(512) + 8);
+  const std::size_t total_pages = static_cast<std::size_t>(be.info().num_pages) + scratch;
+  EXPECT_LE(total_pages * per_page, cap);        // never over the cap
+  EXPECT_GT((total_pages + 1) * per_page, cap);  // as many pages as fit
+  EXPECT_EQ(be.kv_pool_bytes(), total_pages * per_page);
+  EXPECT_EQ(be.info().num_pages, static_cast<int>(cap / per_page - scratch));
   EXPECT_GT(be.info().weight_bytes, 0u);
   EXPECT_GT(be.activation_bytes(), 0u);
   figure("tiny_weight_bytes", static_cast<double>(be.info().weight_bytes));

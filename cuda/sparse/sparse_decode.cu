@@ -88,13 +88,17 @@ __global__ void __launch_bounds__(kUpdateWarps * 32) update_kernel(const DecodeP
 
   __shared__ float qs[kMaxGroup][HD];
   __shared__ float lse_s[kMaxGroup];
+  // q rows are token rows of the step's qkv buffer (row pitch q_stride); the decode
+  // attention writes its LSE in decode batch order, i.e. at this entry's index blockIdx.z.
+  const std::size_t q_pitch = p.q_stride > 0 ? static_cast<std::size_t>(p.q_stride)
+                                             : static_cast<std::size_t>(p.q_heads) * HD;
   for (int e = tid; e < group * HD; e += kUpdateWarps * 32) {
     const int h = e / HD, d = e % HD;
-    qs[h][d] = __bfloat162float(
-        p.q[(static_cast<std::size_t>(s.q_row) * p.q_heads + g * group + h) * HD + d]);
+    qs[h][d] = __bfloat162float(p.q[static_cast<std::size_t>(s.q_row) * q_pitch +
+                                    static_cast<std::size_t>(g * group + h) * HD + d]);
   }
   if (tid < group)
-    lse_s[tid] = p.lse[static_cast<std::size_t>(s.q_row) * p.q_heads + g * group + tid];
+    lse_s[tid] = p.lse[static_cast<std::size_t>(blockIdx.z) * p.q_heads + g * group + tid];
   __syncthreads();
 
   const std::int32_t* table = p.pages + s.table;

@@ -53,6 +53,7 @@ if [ -x "$bin/strata" ] && [ "${STRATA_GPU_E2E:-1}" != 0 ]; then
     timeout "${STRATA_GPU_SERVE_TIMEOUT:-300}" "$bin/strata" bench serve \
       --server-config "$here/configs/bench/llama3-8b-full.yaml" \
       --server-config "$here/configs/bench/llama3-8b-sparse.yaml" \
+      --serve-arg --set --serve-arg "model.tokenizer=$here/parity/tokenizer.json" --ready-timeout 240 \
       --input 4000 --output 500 --concurrency "${STRATA_GPU_BENCH_LEVELS:-20,64}" \
       --prompts-per-concurrency 1 --min-prompts 4 --warmup 1 --out-dir /tmp/strata-bench >>"$log" 2>&1
     echo "STATUS serve_bench $?" >>"$log"

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${STRATA_CUDA_BUILD:-build/cuda}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-targets=(gpu_bench)
+targets=(gpu_bench strata)
 for f in tests/gpu/*_test.cpp; do targets+=("gpu_$(basename "$f" .cpp)"); done
 # Other helpers' gpu_* tests are built best-effort (-k 0); ours must exist afterwards.
 cmake --build "$build" --target "${targets[@]}" -j "${STRATA_JOBS:-2}" -- -k 0 || true

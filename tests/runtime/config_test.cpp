@@ -1,8 +1,10 @@
+#include "runtime/config.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 
-#include "runtime/config.h"
 #include "runtime/error.h"
 
 namespace strata {
@@ -58,24 +60,32 @@ TEST(Config, RejectsUnknownKeysNamingThemAndTheAllowedOnes) {
 }
 
 TEST(Config, RejectsBadValuesNamingKeyAndAllowedValues) {
-  EXPECT_NE(error_of("backend: {kind: tpu}").find("backend.kind: got 'tpu' (allowed: auto, cpu, cuda)"),
+  EXPECT_NE(
+      error_of("backend: {kind: tpu}").find("backend.kind: got 'tpu' (allowed: auto, cpu, cuda)"),
+      std::string::npos);
+  EXPECT_NE(error_of("scheduler: {max_num_seqs: -1}")
+                .find("scheduler.max_num_seqs: must be in [1, 4096], got -1"),
             std::string::npos);
-  EXPECT_NE(error_of("scheduler: {max_num_seqs: -1}").find("scheduler.max_num_seqs: must be in [1, 4096], got -1"),
-            std::string::npos);
-  EXPECT_NE(error_of("scheduler: {max_num_seqs: many}").find("scheduler.max_num_seqs: must be an integer"),
+  EXPECT_NE(error_of("scheduler: {max_num_seqs: many}")
+                .find("scheduler.max_num_seqs: must be an integer"),
             std::string::npos);
   EXPECT_NE(error_of("cache: {kv_bytes: 8 parsecs}").find("cache.kv_bytes: unknown unit 'parsecs'"),
             std::string::npos);
-  EXPECT_NE(error_of("cache: {kv_fraction: 2}").find("cache.kv_fraction: must be in"), std::string::npos);
-  EXPECT_NE(error_of("server: {port: 70000}").find("server.port: must be in [0, 65535]"), std::string::npos);
-  EXPECT_NE(error_of("sparsity: {policy: lru}").find("sparsity.policy: got 'lru' (allowed: window, snapkv, scored)"),
+  EXPECT_NE(error_of("cache: {kv_fraction: 2}").find("cache.kv_fraction: must be in"),
             std::string::npos);
-  EXPECT_NE(error_of("sparsity: {pool: median}").find("sparsity.pool: got 'median' (allowed: max, avg)"),
+  EXPECT_NE(error_of("server: {port: 70000}").find("server.port: must be in [0, 65535]"),
             std::string::npos);
+  EXPECT_NE(error_of("sparsity: {policy: lru}")
+                .find("sparsity.policy: got 'lru' (allowed: window, snapkv, scored)"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of("sparsity: {pool: median}").find("sparsity.pool: got 'median' (allowed: max, avg)"),
+      std::string::npos);
   EXPECT_NE(error_of("sparsity: {capacity: 20, window: 16, sinks: 4}")
                 .find("sparsity.capacity: must be in [sinks + window + 1 = 21"),
             std::string::npos);
-  EXPECT_NE(error_of("sparsity: {pool_kernel: 4}").find("sparsity.pool_kernel: must be odd"), std::string::npos);
+  EXPECT_NE(error_of("sparsity: {pool_kernel: 4}").find("sparsity.pool_kernel: must be odd"),
+            std::string::npos);
   EXPECT_NE(error_of("model: [1, 2]").find("model: must be a mapping"), std::string::npos);
   EXPECT_NE(error_of("model: {path: x\n bad").find("invalid YAML"), std::string::npos);
   EXPECT_NE(error_of("scheduler: {max_num_seqs: 64, max_num_batched_tokens: 32}")
@@ -102,7 +112,8 @@ TEST(Config, SetOverridesOneKeyAndRejectsBadOnesWithoutChange) {
 }
 
 TEST(Config, SparsityFileReplacesTheProfile) {
-  const std::string path = ::testing::TempDir() + "/profile.yaml";
+  const std::string path =
+      ::testing::TempDir() + "/profile.yaml" + "." + std::to_string(::getpid());
   std::ofstream(path) << "full_layers: 1\npolicy: window\ncapacity: 64\nwindow: 8\nsinks: 4\n";
   const auto p = load_sparsity_file(path);
   EXPECT_TRUE(p.enabled);
@@ -118,8 +129,8 @@ TEST(Config, SparsityFileReplacesTheProfile) {
 }
 
 TEST(Config, RepoConfigsParse) {
-  for (const char* f : {"tiny-cpu.yaml", "tiny-cuda.yaml", "llama3-8b.yaml", "llama3-70b-tp2.yaml", "bench/llama3-8b-full.yaml",
-                        "bench/llama3-8b-sparse.yaml"}) {
+  for (const char* f : {"tiny-cpu.yaml", "tiny-cuda.yaml", "llama3-8b.yaml", "llama3-70b-tp2.yaml",
+                        "bench/llama3-8b-full.yaml", "bench/llama3-8b-sparse.yaml"}) {
     const std::string path = std::string(STRATA_SOURCE_DIR) + "/configs/" + f;
     EXPECT_NO_THROW(load_config_file(path)) << path;
   }

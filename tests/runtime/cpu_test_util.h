@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -27,7 +28,7 @@ inline std::shared_ptr<const ModelWeights> model(const std::string& name, MakeMo
   static std::map<std::string, std::shared_ptr<const ModelWeights>> cache;
   auto& m = cache[name];
   if (!m) {
-    o.out_dir = ::testing::TempDir() + "/strata_cpu_" + name;
+    o.out_dir = ::testing::TempDir() + "/strata_cpu_" + name + "." + std::to_string(::getpid());
     std::filesystem::remove_all(o.out_dir);
     make_model(o);
     m = ModelWeights::load(o.out_dir);

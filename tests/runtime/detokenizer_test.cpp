@@ -1,6 +1,7 @@
 #include "runtime/detokenizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <random>
@@ -17,7 +18,8 @@ const std::string kLlama3Dir =
 const std::string kFffd = "\xEF\xBF\xBD";
 
 std::unique_ptr<Tokenizer> builtin() {
-  const std::string d = ::testing::TempDir() + "/strata_detok_builtin";
+  const std::string d =
+      ::testing::TempDir() + "/strata_detok_builtin" + "." + std::to_string(::getpid());
   fs::remove_all(d);
   fs::create_directories(d);
   write_builtin_tokenizer(d);

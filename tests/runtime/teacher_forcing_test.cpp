@@ -1,6 +1,7 @@
 #include "runtime/teacher_forcing.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -204,7 +205,8 @@ double row_rel_l2(const std::vector<float>& a, const std::vector<float>& b, std:
 // On the real CPU backend: a decode tail reproduces the one-prefill logits, sparsity cannot
 // change prefill logits, and it does change the logits of decode positions.
 TEST(TeacherForcing, CpuBackendPrefillDecodeAndSparsity) {
-  const std::string dir = ::testing::TempDir() + "/strata_teacher_forcing_model";
+  const std::string dir =
+      ::testing::TempDir() + "/strata_teacher_forcing_model" + "." + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   MakeModelOptions mo;
   mo.out_dir = dir;

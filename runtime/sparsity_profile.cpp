@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
+#include <cstdint>
 #include <set>
 
 #include "runtime/error.h"
@@ -188,7 +189,10 @@ SparsityProfile parse_sparsity_yaml(const YAML::Node& node, const SparsityProfil
 namespace {
 int json_int(const json::value& v, const std::string& key, int lo, int hi) {
   if (!v.is_int64() && !v.is_uint64()) throw ConfigError(key, "must be an integer");
-  const auto x = v.to_number<std::int64_t>();
+  // A uint64 above INT64_MAX does not fit to_number<int64_t>() (which throws): clamp it.
+  const std::int64_t x = v.is_uint64() && v.as_uint64() > static_cast<std::uint64_t>(INT64_MAX)
+                             ? INT64_MAX
+                             : v.to_number<std::int64_t>();
   if (x < lo || x > hi)
     throw ConfigError(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                                "], got " + std::to_string(x));

@@ -88,6 +88,9 @@ TEST(SparsityProfile, JsonRoundTripAndErrors) {
     EXPECT_EQ(e.key(), "kv_sparsity.capacity");
   }
   EXPECT_THROW(parse_sparsity_json(boost::json::parse(R"({"nope": 1})"), base), ConfigError);
+  // Found by the API fuzzer: an integer above INT64_MAX is a ConfigError, not a crash.
+  EXPECT_THROW(parse_sparsity_json(boost::json::parse(R"({"capacity": 18446744073709551615})"), base),
+               ConfigError);
 }
 
 }  // namespace

@@ -318,7 +318,8 @@ TEST_F(ServerTest, ClientDisconnectMidStreamAbortsTheRequest) {
     s.read_some(net::buffer(tmp));  // the stream began
     EXPECT_EQ(engine_->live(), 1);
   }  // closed
-  for (int i = 0; i < 400 && engine_->live() > 0; ++i)
+  // A liveness bound, not a timing assertion: generous for loaded CI machines.
+  for (int i = 0; i < 3000 && engine_->live() > 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(engine_->live(), 0);
   EXPECT_GE(engine_->aborts.load(), 1);  // abort is idempotent; the server may repeat it
@@ -385,7 +386,8 @@ TEST_F(ServerTest, WebSocketEventsAndCancel) {
       break;
     }
   }
-  for (int i = 0; i < 400 && engine_->live() > 0; ++i)
+  // A liveness bound, not a timing assertion: generous for loaded CI machines.
+  for (int i = 0; i < 3000 && engine_->live() > 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(engine_->live(), 0);
   ws.close(beast::websocket::close_code::normal);

@@ -2,6 +2,9 @@
 # tokenizers) on a generated >= 1 MB corpus, for the real Llama-3 tokenizer.json (npm) and for
 # the built-in tokenizer of `strata make-model`. Fails on the first differing line, on any
 # decode(encode(x)) != x, and on streaming detokenization differing from decode.
+if(NOT STRATA_SANITIZE STREQUAL "")
+  return()  # needs the strata binary: release builds only (sanitizer runs cover the unit tests)
+endif()
 find_program(STRATA_NODE node)
 foreach(kind llama3 builtin)
   add_test(NAME tokenizer_parity_${kind}

@@ -39,21 +39,8 @@ ResponseMeta make_meta(const ParsedRequest& req, const std::string& id, std::int
 }
 
 const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kTimeout:
-      return "timeout";
-    case FinishReason::kError:
-      return "error";
-    case FinishReason::kNone:
-      break;
-  }
-  return "";
+  // OpenAI's field is null/absent while a choice runs; the names are the engine's.
+  return r == FinishReason::kNone ? "" : to_string(r);
 }
 
 std::string sse_data(const std::string& payload) {

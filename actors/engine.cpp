@@ -23,24 +23,6 @@
 
 namespace strata {
 
-const char* to_string(FinishReason r) {
-  switch (r) {
-    case FinishReason::kNone:
-      return "none";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kError:
-      return "error";
-    case FinishReason::kTimeout:
-      return "timeout";
-  }
-  return "unknown";
-}
-
 namespace {
 
 using namespace strata::actors;

@@ -6,6 +6,8 @@
 // A TokenStream is consumed by one client, from any thread or coroutine.
 #pragma once
 
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -13,9 +15,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/awaitable.hpp>
 
 #include "runtime/backend.h"
 #include "runtime/chat_message.h"
@@ -31,18 +30,36 @@ class Tokenizer;  // runtime/tokenizer.h
 struct Request {
   std::string id;  // assigned by intake when empty ("cmpl-…")
   // Exactly one prompt form.
-  std::optional<std::string> prompt_text;             // completions: text (BOS per model config)
+  std::optional<std::string> prompt_text;               // completions: text (BOS per model config)
   std::optional<std::vector<std::int32_t>> prompt_ids;  // completions: token ids, used verbatim
-  std::optional<std::vector<ChatMessage>> messages;   // chat: formatted with the chat template
+  std::optional<std::vector<ChatMessage>> messages;     // chat: formatted with the chat template
   SamplingParams params;
   bool random_seed = false;  // true: the request gave no seed; intake draws one into params.seed
-  int n = 1;                                          // independent choices
-  std::optional<SparsityProfile> sparsity;            // per-request override (kv_sparsity)
+  int n = 1;                 // independent choices
+  std::optional<SparsityProfile> sparsity;  // per-request override (kv_sparsity)
   std::optional<std::chrono::steady_clock::time_point> deadline;  // default: config timeout
 };
 
 enum class FinishReason : std::uint8_t { kNone, kStop, kLength, kAbort, kError, kTimeout };
-const char* to_string(FinishReason r);  // "stop", "length", "abort", "error", "timeout"
+// "stop", "length", "abort", "error", "timeout" (inline: header-only users such as the fuzz
+// target link without engine.cpp).
+constexpr const char* to_string(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kTimeout:
+      return "timeout";
+  }
+  return "none";
+}
 
 struct TokenLogprob {
   std::int32_t token = 0;
@@ -61,13 +78,13 @@ struct Usage {
 // string; the last event of each choice carries `finish` (and `usage` once per request,
 // on the event that ends the last choice).
 struct StreamEvent {
-  int index = 0;                         // choice index, 0 .. n-1
-  std::string text;                      // delta
-  std::vector<std::int32_t> token_ids;   // tokens of this delta
-  std::vector<TokenLogprob> logprobs;    // per token, when params.logprobs >= 0
+  int index = 0;                        // choice index, 0 .. n-1
+  std::string text;                     // delta
+  std::vector<std::int32_t> token_ids;  // tokens of this delta
+  std::vector<TokenLogprob> logprobs;   // per token, when params.logprobs >= 0
   FinishReason finish = FinishReason::kNone;
   std::optional<Usage> usage;
-  std::string error;                     // finish == kError: what went wrong
+  std::string error;  // finish == kError: what went wrong
 };
 
 class TokenStream {

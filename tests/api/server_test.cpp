@@ -141,8 +141,12 @@ class FakeEngine : public Engine {
           if (c + 1 == n)
             ev.usage = Usage{s->prompt_tokens(), n * r.params.max_tokens, 0.1, 1, 2, 0.5, 2.0};
         }
-        co_await s->ch.async_send(boost::system::error_code{}, ev,
-                                  net::as_tuple(net::use_awaitable));
+        // Never block on a full channel: a server that stopped reading (client gone) must
+        // still see the producer end once it aborts, as the real engine ends the stream.
+        while (!s->ch.try_send(boost::system::error_code{}, ev) && !s->aborted) {
+          t.expires_after(std::chrono::milliseconds(1));
+          co_await t.async_wait(net::as_tuple(net::use_awaitable));
+        }
       }
       t.expires_after(std::chrono::milliseconds(2));
       co_await t.async_wait(net::as_tuple(net::use_awaitable));

@@ -101,6 +101,22 @@ class TokenStream {
   int prompt_tokens_ = 0;
 };
 
+// Where the step loop's wall time goes, cumulative since start (ms; rank 0's view). A step
+// runs schedule -> plan -> dispatch -> backend -> return -> finish; the host overhead is
+// everything but device_ms (docs/actors.md "Host overhead").
+struct StepTimings {
+  std::uint64_t steps = 0;       // steps counted below
+  double schedule_ms = 0.0;      // batcher -> cache actor -> batcher: commit, release, schedule
+  double schedule_job_ms = 0.0;  // of which the job on the cache strand (page tables included)
+  double plan_ms = 0.0;      // bookkeeping of the schedule, stats publication, StepPlan assembly
+  double dispatch_ms = 0.0;  // plan handed to the rank executors -> Backend::step starts
+  double backend_ms = 0.0;   // Backend::step wall time (device and the backend's host work)
+  double device_ms = 0.0;    // StepStats::device_ms
+  double return_ms = 0.0;    // Backend::step returned -> the batcher handles the completion
+  double finish_ms = 0.0;    // tokens appended, detokenized, stops checked, events streamed
+  double wall_ms = 0.0;      // schedule start -> completion handled
+};
+
 struct EngineStats {
   int running = 0, waiting = 0, preempted = 0;
   std::uint64_t steps = 0, preemptions = 0;
@@ -114,6 +130,7 @@ struct EngineStats {
   double host_overhead = 0.0;        // share of step wall time not covered by backend work
   std::uint64_t profile_version = 0;
   SparsityProfile profile;
+  StepTimings timings;
 };
 
 // Makes the backends, one per tensor-parallel rank (rank 0 first). tools/ passes the CUDA

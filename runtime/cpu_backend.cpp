@@ -6,14 +6,17 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kv_pool.h"
 #include "runtime/cpu/thread_pool.h"
+#include "runtime/cpu/tp_comm.h"
 #include "runtime/error.h"
 #include "runtime/sampler.h"
+#include "runtime/tp_shard.h"
 
 namespace strata {
 namespace {
@@ -23,19 +26,24 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-std::vector<float> to_f32(const TensorView& t) {
-  return t.to_float();
-}
-
-// Rows of several tensors stacked into one [sum rows][cols] matrix (fused projections).
-std::vector<float> stack(std::initializer_list<const TensorView*> parts) {
-  std::vector<float> out;
-  for (const auto* p : parts) {
-    const auto f = p->to_float();
-    out.insert(out.end(), f.begin(), f.end());
+// The rank's slice of a tensor (the whole tensor at tp_size 1), fp32.
+struct Slicer {
+  const ModelConfig& cfg;
+  const TpShard& shard;
+  std::vector<float> operator()(const TensorView& t) const {
+    return read_slice_f32(t, tp_slice(cfg, shard, t.name));
   }
-  return out;
-}
+  // Rows of several tensors' slices stacked into one [sum rows][cols] matrix (fused
+  // projections).
+  std::vector<float> stack(std::initializer_list<const TensorView*> parts) const {
+    std::vector<float> out;
+    for (const auto* p : parts) {
+      const auto f = (*this)(*p);
+      out.insert(out.end(), f.begin(), f.end());
+    }
+    return out;
+  }
+};
 
 struct LayerF32 {
   std::vector<float> input_norm;  // [hidden]
@@ -53,29 +61,35 @@ std::string where(std::size_t seq, std::uint64_t id, std::size_t layer) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(std::shared_ptr<const ModelWeights> w, const CpuBackendOptions& opts)
-      : cfg_(w->config()), opts_(opts) {
+  // `comm` is null at tp_size 1.
+  CpuBackend(std::shared_ptr<const ModelWeights> w, const CpuBackendOptions& opts,
+             const TpShard& shard, std::shared_ptr<cpu::TpComm> comm)
+      : cfg_(w->config()), opts_(opts), shard_(shard), comm_(std::move(comm)) {
     const auto& c = cfg_;
-    embed_ = to_f32(w->embed());
-    if (!c.tie_word_embeddings) lm_head_ = to_f32(w->lm_head());
+    const Slicer to_f32{c, shard_};
+    embed_ = w->embed().to_float();                 // replicated: the lookup needs every row
+    if (!c.tie_word_embeddings || shard_.size > 1)  // a tied head's vocabulary slice is cut
+      lm_head_ = read_slice_f32(w->lm_head(), tp_slice(c, shard_, "lm_head.weight"));
     final_norm_ = to_f32(w->final_norm());
     layers_.resize(static_cast<std::size_t>(c.num_hidden_layers));
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       const auto& s = w->layer(l);
       auto& d = layers_[static_cast<std::size_t>(l)];
       d.input_norm = to_f32(*s.input_norm);
-      d.qkv = stack({s.q, s.k, s.v});
+      d.qkv = to_f32.stack({s.q, s.k, s.v});
       d.o = to_f32(*s.o);
       d.post_norm = to_f32(*s.post_norm);
-      d.gate_up = stack({s.gate, s.up});
+      d.gate_up = to_f32.stack({s.gate, s.up});
       d.down = to_f32(*s.down);
     }
     inv_freq_ = c.rope_inv_freq();
-    KvLayout layout{c.num_key_value_heads, c.head_dim, 4};
-    const auto pages = opts.kv_bytes / layout.page_bytes();
+    KvLayout layout{shard_.kv_heads, c.head_dim, 4};
+    // kv_bytes is the pool over all ranks: each rank holds 1/size of every page.
+    const auto pages =
+        opts.kv_bytes / (layout.page_bytes() * static_cast<std::uint64_t>(shard_.size));
     if (pages < 1)
       throw ConfigError("cache.cpu_kv_bytes",
-                        "holds no KV page (" + std::to_string(layout.page_bytes()) +
+                        "holds no KV page (" + std::to_string(layout.page_bytes() * shard_.size) +
                             " bytes each), got " + std::to_string(opts.kv_bytes));
     if (pages > static_cast<std::uint64_t>(INT32_MAX))
       throw ConfigError("cache.cpu_kv_bytes", "too many pages for int32 page ids");
@@ -87,10 +101,10 @@ class CpuBackend final : public Backend {
     for (const auto& d : layers_)
       wbytes += d.input_norm.size() + d.qkv.size() + d.o.size() + d.post_norm.size() +
                 d.gate_up.size() + d.down.size();
-    info_.name = "cpu";
+    info_.name = shard_.size == 1 ? "cpu" : "cpu-tp" + std::to_string(shard_.size);
     info_.layout = layout;
     info_.num_pages = static_cast<int>(pages);
-    info_.tp_size = 1;
+    info_.tp_size = shard_.size;
     info_.weight_bytes = wbytes * sizeof(float);
   }
 
@@ -103,11 +117,18 @@ class CpuBackend final : public Backend {
   void mark_written(const std::vector<std::int32_t>& pages, std::size_t first, std::size_t last,
                     const std::string& ctx);
   void forward(const StepPlan& plan, std::vector<float>& x);
+  // Sums the ranks' partial outputs (no-op at tp_size 1).
+  void all_reduce(std::vector<float>& v) {
+    if (comm_) comm_->all_reduce_sum(shard_.rank, v.data(), v.size());
+  }
 
   ModelConfig cfg_;
   CpuBackendOptions opts_;
+  TpShard shard_;
+  std::shared_ptr<cpu::TpComm> comm_;
   BackendInfo info_;
-  std::vector<float> embed_, lm_head_, final_norm_;  // lm_head_ empty when tied
+  // lm_head_: the rank's vocabulary slice; empty when tied at tp_size 1 (embed_ is the head).
+  std::vector<float> embed_, lm_head_, final_norm_;
   std::vector<LayerF32> layers_;
   std::vector<double> inv_freq_;
   std::unique_ptr<cpu::KvPool> kv_;
@@ -240,8 +261,10 @@ void CpuBackend::validate(const StepPlan& plan) {
 
 void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
   const auto& c = cfg_;
-  const int H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim;
-  const int nh = c.num_attention_heads, nkv = c.num_key_value_heads, I = c.intermediate_size;
+  // Local sizes: the rank's query/KV heads and intermediate rows (the whole model at tp 1).
+  const int hd = c.head_dim, H = c.hidden_size;
+  const int nh = shard_.q_heads, nkv = shard_.kv_heads, I = shard_.inter;
+  const int qd = nh * hd, kvd = nkv * hd;
   const int qkvd = qd + 2 * kvd;
   const auto T = static_cast<int>(row_pos_.size());
   const auto tn = static_cast<std::size_t>(T);
@@ -309,6 +332,7 @@ void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
       }
     });
     cpu::matmul(*pool_, attn.data(), T, w.o.data(), qd, H, tmp.data());
+    all_reduce(tmp);
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += tmp[j];
     pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
       for (auto t = b; t < e; ++t)
@@ -320,6 +344,7 @@ void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
         cpu::silu_mul(&gu[t * 2 * I], &gu[t * 2 * I + I], I, &act[t * I]);
     });
     cpu::matmul(*pool_, act.data(), T, w.down.data(), I, H, tmp.data());
+    all_reduce(tmp);
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += tmp[j];
   }
 }
@@ -343,7 +368,13 @@ StepResult CpuBackend::step(const StepPlan& plan) {
   }
   const double host_before = ms_since(t_start);
   const auto t_fwd = Clock::now();
-  forward(plan, x);
+  try {
+    forward(plan, x);
+  } catch (const std::exception& e) {
+    // Never leave the other ranks waiting in a collective.
+    if (comm_) comm_->abort("rank " + std::to_string(shard_.rank) + " failed: " + e.what());
+    throw;
+  }
 
   // Logits only for the rows somebody reads: the last row of a sampled sequence, every row
   // of a return_logits sequence.
@@ -359,12 +390,40 @@ StepResult CpuBackend::step(const StepPlan& plan) {
     }
   }
   const auto R = static_cast<int>(rows.size());
-  std::vector<float> xn(static_cast<std::size_t>(R) * H), logits(static_cast<std::size_t>(R) * V);
+  const int Vl = shard_.vocab;  // the rank's vocabulary slice (V at tp_size 1)
+  std::vector<float> xn(static_cast<std::size_t>(R) * H), logits(static_cast<std::size_t>(R) * Vl);
   for (int j = 0; j < R; ++j)
     cpu::rms_norm(&x[rows[j] * H], final_norm_.data(), H, c.rms_norm_eps,
                   &xn[static_cast<std::size_t>(j) * H]);
-  const float* head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
-  cpu::matmul(*pool_, xn.data(), R, head, H, V, logits.data());
+  const float* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
+  cpu::matmul(*pool_, xn.data(), R, head, H, Vl, logits.data());
+  if (comm_) {
+    // Rank 0 gathers [rank][R][slice] and reorders it to [R][V]; the others are done.
+    std::vector<float> parts;
+    comm_->gather(shard_.rank, logits.data(), logits.size(), shard_.rank == 0 ? &parts : nullptr);
+    if (shard_.rank != 0) {
+      StepResult res;
+      res.step_id = plan.step_id;
+      res.seqs.resize(plan.seqs.size());
+      for (std::size_t i = 0; i < plan.seqs.size(); ++i) res.seqs[i].seq_id = plan.seqs[i].seq_id;
+      res.stats.device_ms = ms_since(t_fwd);
+      res.stats.host_ms = host_before;
+      res.stats.tokens = static_cast<std::int64_t>(row_pos_.size());
+      return res;
+    }
+    logits.assign(static_cast<std::size_t>(R) * V, 0.0f);
+    std::size_t off = 0;
+    for (int r = 0; r < shard_.size; ++r) {
+      const auto sr = make_tp_shard(c, r, shard_.size);
+      for (int j = 0; j < R; ++j)
+        std::copy_n(parts.begin() +
+                        static_cast<std::ptrdiff_t>(off + static_cast<std::size_t>(j) * sr.vocab),
+                    sr.vocab,
+                    logits.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(j) * V +
+                                                                 sr.vocab_begin));
+      off += static_cast<std::size_t>(R) * sr.vocab;
+    }
+  }
   const double device_ms = ms_since(t_fwd);
 
   const auto t_host = Clock::now();
@@ -403,7 +462,28 @@ StepResult CpuBackend::step(const StepPlan& plan) {
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> weights,
                                           const CpuBackendOptions& opts) {
   if (!weights) throw InternalError("make_cpu_backend: no weights");
-  return std::make_unique<CpuBackend>(std::move(weights), opts);
+  const auto shard = make_tp_shard(weights->config(), 0, 1);
+  return std::make_unique<CpuBackend>(std::move(weights), opts, shard, nullptr);
+}
+
+std::vector<std::unique_ptr<Backend>> make_cpu_tp_backends(
+    std::shared_ptr<const ModelWeights> weights, const CpuBackendOptions& opts, int tp_size) {
+  if (!weights) throw InternalError("make_cpu_tp_backends: no weights");
+  validate_tp(weights->config(), tp_size);
+  std::vector<std::unique_ptr<Backend>> out;
+  if (tp_size == 1) {
+    out.push_back(make_cpu_backend(std::move(weights), opts));
+    return out;
+  }
+  auto comm = std::make_shared<cpu::TpComm>(tp_size);
+  CpuBackendOptions o = opts;
+  if (o.threads <= 0)
+    o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.threads = std::max(1, o.threads / tp_size);
+  for (int r = 0; r < tp_size; ++r)
+    out.push_back(std::make_unique<CpuBackend>(weights, o,
+                                               make_tp_shard(weights->config(), r, tp_size), comm));
+  return out;
 }
 
 }  // namespace strata

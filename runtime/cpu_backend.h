@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "runtime/backend.h"
 #include "runtime/model_loader.h"
@@ -23,5 +24,18 @@ struct CpuBackendOptions {
 // no page.
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> weights,
                                           const CpuBackendOptions& opts);
+
+// Tensor parallelism on the CPU (docs/tensor-parallel.md): `tp_size` rank backends over the
+// weights sharded as runtime/tp_shard.h says, sharing an in-process communicator
+// (runtime/cpu/tp_comm.h) that sums the partial O/down outputs and gathers the
+// vocabulary-split logits to rank 0. The forward pass is the CPU backend's own, on the rank's
+// heads, intermediate rows and vocabulary slice.
+// Every rank's step() must run concurrently with the others' on the same plan (one thread
+// per rank: the engine's RankExecutors); rank 0 returns the results, the other ranks return
+// the seq ids only. opts.kv_bytes is the total over the ranks (each rank holds 1/tp_size of
+// every page, so num_pages equals tp_size 1's); opts.threads is split between the ranks.
+// Throws ConfigError("backend.tp_size") when the model cannot be split tp_size ways.
+std::vector<std::unique_ptr<Backend>> make_cpu_tp_backends(
+    std::shared_ptr<const ModelWeights> weights, const CpuBackendOptions& opts, int tp_size);
 
 }  // namespace strata

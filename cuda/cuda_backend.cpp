@@ -20,6 +20,7 @@
 #include "cuda/dispatch.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
+#include "cuda/sampling.h"
 #include "cuda/sparse/sparse_kernels.h"
 #include "cuda/sparse/sparse_plan.h"
 #include "runtime/error.h"
@@ -153,6 +154,7 @@ struct CudaBackendImpl {
   BackendInfo binfo;
   cudaStream_t stream = nullptr;
   std::unique_ptr<Gemm> gemm;
+  DeviceSampler sampler;  // non-greedy rows (cuda/sampling.h)
 
   // Weights.
   std::vector<DeviceArray<bf16>> owned;  // every weight allocation
@@ -1049,22 +1051,42 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
     }
     CUDA_CHECK(cudaMemcpyAsync(h_argmax.get(), d_argmax.get(), n * sizeof(int),
                                cudaMemcpyDeviceToHost, stream));
-    // Which rows of this chunk go to the host in full?
+    // Which rows of this chunk go to the host in full (return_logits; sampling the device
+    // sampler does not cover), which are sampled on the device (cuda/sampling.h)?
     std::vector<int> need_rows;
+    std::vector<SampleRequest> dev_reqs;
+    std::vector<int> dev_index(static_cast<std::size_t>(S), -1);
     for (int i = 0; i < S; ++i) {
       const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
       const auto [r0, cnt] = lm_slot[static_cast<std::size_t>(i)];
       if (r0 < 0) continue;
-      const bool host_row = s.return_logits || (s.sample && !device_greedy(s));
-      if (!host_row) continue;
       const int last = r0 + cnt - 1;
+      const bool sampled_here = s.sample && last >= base && last < base + n;
+      const bool on_device =
+          sampled_here && s.params && !device_greedy(s) && device_sampling_supported(*s.params, V);
+      if (on_device) {
+        SampleRequest q;
+        q.logit_row = last - base;
+        q.params = s.params;
+        q.prompt = s.prompt;
+        q.output = s.output;
+        q.eos_ids = s.params->ignore_eos ? nullptr : &mc.eos_token_ids;
+        dev_index[static_cast<std::size_t>(i)] = static_cast<int>(dev_reqs.size());
+        dev_reqs.push_back(q);
+      }
+      const bool host_row = s.return_logits || (s.sample && !device_greedy(s) && !on_device);
+      if (!host_row) continue;
       for (int r = std::max(r0, base); r <= std::min(last, base + n - 1); ++r)
         need_rows.push_back(r - base);
     }
+    // Validation before anything is queued (InvalidRequest names the parameter).
+    const SampleBatch dev_batch = prepare_samples(dev_reqs, V);
     for (int r : need_rows)
       CUDA_CHECK(cudaMemcpyAsync(h_logits.get() + static_cast<std::size_t>(r) * V,
                                  logits.get() + static_cast<std::size_t>(r) * V, V * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream));
+    // After the copies (stream order): the sampler edits its rows in place.
+    sampler.run(logits.get(), V, dev_batch, stream);
     if (base + n >= lm_run) CUDA_CHECK(cudaEventRecord(ev1, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     for (int i = 0; i < S; ++i) {
@@ -1086,6 +1108,12 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
         if (!s.params) throw InternalError("CUDA backend: sample without SamplingParams");
         if (device_greedy(s)) {
           out.token = h_argmax[last - base];
+        } else if (const int j = dev_index[static_cast<std::size_t>(i)]; j >= 0) {
+          SampleOutput so =
+              finish_sample(sampler.results()[j], dev_batch.rows[static_cast<std::size_t>(j)]);
+          out.token = so.token;
+          out.logprob = so.logprob;
+          out.top = std::move(so.top);
         } else {
           std::vector<float> row_copy(
               h_logits.get() + static_cast<std::size_t>(last - base) * V,

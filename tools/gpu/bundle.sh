@@ -12,7 +12,9 @@ cmake --build "$build" --target "${targets[@]}" -j "${STRATA_JOBS:-2}" -- -k 0 |
 for t in gpu_bench gpu_kernels_test gpu_attention_test gpu_model_test gpu_sparse_model_test; do
   [ -x "$build/cuda/$t" ] || [ -x "$build/tests/$t" ] || { echo "bundle: $t did not build" >&2; exit 1; }
 done
-rm -rf .gpu-bundle
+# .gpu-bundle/evalmodel (training data made by tools/evalmodel/) is kept; the rest is remade.
+mkdir -p .gpu-bundle
+find .gpu-bundle -mindepth 1 -maxdepth 1 ! -name evalmodel -exec rm -rf {} +
 mkdir -p .gpu-bundle/bin
 cp tools/gpu/run.sh .gpu-bundle/
 git rev-parse HEAD >.gpu-bundle/COMMIT
@@ -23,7 +25,8 @@ for f in tests/gpu/*_test.cpp; do
   if [ -x "$b" ]; then cp "$b" .gpu-bundle/bin/; else echo "bundle: skipping $(basename "$b") (not built)"; fi
 done
 # End-to-end stages of run.sh: the strata binary, HF scripts, bench configs, parity inputs.
-if [ -x "$build/bin/strata" ]; then
+# STRATA_BUNDLE_E2E=0 leaves them out (a smaller bundle for focused runs).
+if [ -x "$build/bin/strata" ] && [ "${STRATA_BUNDLE_E2E:-1}" != 0 ]; then
   cp "$build/bin/strata" .gpu-bundle/bin/
   cp -r tools/hf .gpu-bundle/hf
   mkdir -p .gpu-bundle/configs && cp -r configs/bench .gpu-bundle/configs/

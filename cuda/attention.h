@@ -1,6 +1,7 @@
 // Attention kernels over the paged KV cache (runtime/kv_layout.h, bf16): FlashAttention-2
-// style prefill on tensor cores and split-KV decode with a merge kernel. LSE contract:
-// natural log, fp32, [tokens, q_heads] (prefill) / [batch, q_heads] (decode):
+// style prefill on tensor cores (two kernels, chosen at run time: see PrefillKernel) and split-KV
+// decode with a merge kernel. LSE contract: natural log, fp32, [tokens, q_heads] (prefill) /
+// [batch, q_heads] (decode):
 //   lse[q,h] = log sum_j exp(scale * q_h . k_j)   over the keys q attends to.
 // Plain C++ header.
 #pragma once
@@ -36,7 +37,17 @@ struct PrefillAttentionParams {
   int head_dim;  // 64 or 128 (dispatch.h)
   float scale;
 };
+// Two kernels implement it (docs/cuda-backend.md): kFa2, FlashAttention-2 style with the
+// fragments in registers (mma.sync m16n8k16, ldmatrix, cp.async double buffering; blocks of
+// 2 query heads x 64 rows when the GQA group size is even), and kWmma, the earlier WMMA
+// kernel (S/P/O through shared memory), kept as a fallback. The two-argument launch uses the
+// environment variable STRATA_PREFILL_ATTN=fa2|wmma (default fa2, read once; anything else
+// throws ConfigError).
+enum class PrefillKernel { kFa2, kWmma };
+PrefillKernel prefill_kernel_from_env();
+const char* prefill_kernel_name(PrefillKernel k);
 void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s);
+void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s, PrefillKernel k);
 
 // Decode: one query token per batch entry b at row q_row[b]; it attends to slots
 // 0 .. seq_len[b]-1 of its pages (valid-slot count: sparse layers use the same kernel).

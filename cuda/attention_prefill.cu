@@ -1,14 +1,18 @@
-// Prefill attention, FlashAttention-2 style on tensor cores (WMMA bf16 16x16x16, fp32
-// accumulate): one block = 64 query rows of one sequence and one query head, 4 warps of 16
-// rows; keys stream through shared memory in tiles of 64 slots read from the pages, with an
-// online softmax (log2 domain) and the O accumulator in shared memory (each warp rescales
-// and accumulates its own 16 rows). Causal, GQA (kv head = h / group), ragged batch,
-// paged prior context. Writes O (bf16) and the natural-log LSE.
+// Prefill attention: the run-time choice between the two kernels (attention.h) and the WMMA
+// kernel (PrefillKernel::kWmma; the default is the FA2 kernel of attention_prefill_fa2.cu).
+// WMMA kernel: tensor cores (WMMA bf16 16x16x16, fp32 accumulate): one block = 64 query rows of one
+// sequence and one query head, 4 warps of 16 rows; keys stream through shared memory in tiles of 64
+// slots read from the pages, with an online softmax (log2 domain) and the O accumulator in shared
+// memory (each warp rescales and accumulates its own 16 rows). Causal, GQA (kv head = h / group),
+// ragged batch, paged prior context. Writes O (bf16) and the natural-log LSE.
 #include <mma.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/attention.h"
+#include "cuda/attention_prefill_impl.h"
 #include "cuda/cuda_check.h"
 #include "cuda/dispatch.h"
 
@@ -198,13 +202,40 @@ void launch_prefill_hd(const PrefillAttentionParams& p, cudaStream_t s) {
 
 }  // namespace
 
+void launch_prefill_attention_wmma(const PrefillAttentionParams& p, cudaStream_t s) {
+  STRATA_DISPATCH_HEAD_DIM(p.head_dim, "prefill attention", HD, { launch_prefill_hd<HD>(p, s); });
+}
+
+PrefillKernel prefill_kernel_from_env() {
+  static const PrefillKernel k = [] {
+    const char* v = std::getenv("STRATA_PREFILL_ATTN");
+    const std::string s = v ? v : "";
+    if (s.empty() || s == "fa2") return PrefillKernel::kFa2;
+    if (s == "wmma") return PrefillKernel::kWmma;
+    throw ConfigError("STRATA_PREFILL_ATTN",
+                      "prefill attention kernel '" + s + "' is not one of: fa2, wmma");
+  }();
+  return k;
+}
+
+const char* prefill_kernel_name(PrefillKernel k) {
+  return k == PrefillKernel::kWmma ? "wmma" : "fa2";
+}
+
 void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s) {
+  launch_prefill_attention(p, s, prefill_kernel_from_env());
+}
+
+void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s, PrefillKernel k) {
   if (p.num_tiles == 0) return;
   if (p.kv_heads <= 0 || p.heads % p.kv_heads != 0)
     throw ConfigError("num_key_value_heads", "prefill attention: heads " + std::to_string(p.heads) +
                                                  " not a multiple of kv_heads " +
                                                  std::to_string(p.kv_heads));
-  STRATA_DISPATCH_HEAD_DIM(p.head_dim, "prefill attention", HD, { launch_prefill_hd<HD>(p, s); });
+  if (k == PrefillKernel::kWmma)
+    launch_prefill_attention_wmma(p, s);
+  else
+    launch_prefill_attention_fa2(p, s);
 }
 
 }  // namespace strata::cuda

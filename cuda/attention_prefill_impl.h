@@ -1,0 +1,14 @@
+// Internal: the two prefill attention kernels behind launch_prefill_attention (attention.h).
+// Plain C++ header.
+#pragma once
+
+#include "cuda/attention.h"
+
+namespace strata::cuda {
+
+// WMMA kernel, S/P/O round-tripping through shared memory (attention_prefill.cu).
+void launch_prefill_attention_wmma(const PrefillAttentionParams& p, cudaStream_t s);
+// FlashAttention-2 style kernel, fragments in registers (attention_prefill_fa2.cu).
+void launch_prefill_attention_fa2(const PrefillAttentionParams& p, cudaStream_t s);
+
+}  // namespace strata::cuda

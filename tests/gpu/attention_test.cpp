@@ -1,8 +1,9 @@
 // Prefill and decode attention against an fp64 CPU reference on bf16-rounded random
 // q/k/v in scattered pages. Bounds: output relative L2 <= 5e-3, LSE absolute <= 2e-3, no NaN
-// (outputs poisoned first). Sweeps: head_dim 64/128, GQA 1/2/4/8, batch, lengths incl. 1, 17,
-// 4096, chunked prefill over paged prior context, decode splits. The page size is the fixed
-// kBlockSize (16) of runtime/kv_layout.h.
+// (outputs poisoned first). Sweeps: head_dim 64/128, GQA 1/2/3/4/8, batch, lengths incl. 1,
+// 17, 4096, chunked prefill over paged prior context, decode splits. Every prefill case runs
+// both prefill kernels (PrefillKernel::kFa2 and kWmma) on the same inputs, each checked
+// against the reference. The page size is the fixed kBlockSize (16) of runtime/kv_layout.h.
 #include "cuda/attention.h"
 
 #include <gtest/gtest.h>
@@ -106,16 +107,7 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
   auto d_tq = to_device(tile_q0);
   DeviceArray<bf16> out(static_cast<std::size_t>(T) * c.heads * c.hd);
   DeviceArray<float> lse(static_cast<std::size_t>(T) * c.heads);
-  poison(out);
-  poison(lse);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));
-  launch_prefill_attention(
-      {d_q.get(), q_stride, kv.pool.get(), static_cast<long long>(kv.layout.page_elems()),
-       kv.d_table.get(), kv.table_stride, d_rs.get(), d_nq.get(), d_p0.get(), d_ts.get(),
-       d_tq.get(), static_cast<int>(tile_seq.size()), out.get(), c.heads * c.hd, lse.get(), c.heads,
-       c.kv_heads, c.hd, static_cast<float>(scale)},
-      nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<double> ref_o(out.size()), ref_lse(lse.size());
   parallel_for(T * c.heads, [&](int idx) {
     const int t = idx / c.heads, h = idx % c.heads;
@@ -131,21 +123,34 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
                ref_o.data() + (static_cast<std::size_t>(t) * c.heads + h) * c.hd,
                &ref_lse[static_cast<std::size_t>(idx)]);
   });
-  const ErrStats eo = compare(to_host_bf16(out.get(), out.size()), ref_o);
-  const auto got_lse = to_host(lse);
-  const ErrStats el = compare(std::vector<double>(got_lse.begin(), got_lse.end()), ref_lse);
-  EXPECT_EQ(eo.nan + el.nan, 0u) << tag;
-  EXPECT_LE(eo.rel_l2, 5e-3) << tag;
-  EXPECT_LE(el.max_abs, 2e-3) << tag;
-  figure("prefill_rel_l2_" + tag, eo.rel_l2);
-  figure("prefill_lse_abs_" + tag, el.max_abs);
+  for (const PrefillKernel kern : {PrefillKernel::kFa2, PrefillKernel::kWmma}) {
+    const std::string ktag = std::string(prefill_kernel_name(kern)) + "_" + tag;
+    poison(out);
+    poison(lse);
+    launch_prefill_attention(
+        {d_q.get(), q_stride, kv.pool.get(), static_cast<long long>(kv.layout.page_elems()),
+         kv.d_table.get(), kv.table_stride, d_rs.get(), d_nq.get(), d_p0.get(), d_ts.get(),
+         d_tq.get(), static_cast<int>(tile_seq.size()), out.get(), c.heads * c.hd, lse.get(),
+         c.heads, c.kv_heads, c.hd, static_cast<float>(scale)},
+        nullptr, kern);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const ErrStats eo = compare(to_host_bf16(out.get(), out.size()), ref_o);
+    const auto got_lse = to_host(lse);
+    const ErrStats el = compare(std::vector<double>(got_lse.begin(), got_lse.end()), ref_lse);
+    EXPECT_EQ(eo.nan + el.nan, 0u) << ktag;
+    EXPECT_LE(eo.rel_l2, 5e-3) << ktag;
+    EXPECT_LE(el.max_abs, 2e-3) << ktag;
+    figure("prefill_rel_l2_" + ktag, eo.rel_l2);
+    figure("prefill_lse_abs_" + ktag, el.max_abs);
+  }
 }
 
 TEST(GpuAttention, PrefillSweep) {
   REQUIRE_GPU();
   std::mt19937_64 rng(21);
   for (int hd : {64, 128}) {
-    for (auto [h, kvh] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{32, 8}, std::pair{16, 2}}) {
+    for (auto [h, kvh] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{32, 8}, std::pair{16, 2},
+                          std::pair{12, 4}, std::pair{8, 4}}) {
       const std::string tag = "hd" + std::to_string(hd) + "_g" + std::to_string(h / kvh);
       // ragged batch: 1, 17, 130 tokens from scratch
       run_prefill_case({h, kvh, hd, {1, 17, 130}, {0, 0, 0}}, rng, tag + "_ragged");
@@ -153,6 +158,16 @@ TEST(GpuAttention, PrefillSweep) {
       run_prefill_case({h, kvh, hd, {64, 33, 1}, {100, 7, 250}}, rng, tag + "_chunked");
     }
   }
+}
+
+// Ragged batch mixing fresh prompts and chunks after prior context, several 64-row tiles per
+// sequence, prior lengths on and off the 64-key tile grid (Llama-3 8B head shape).
+TEST(GpuAttention, PrefillRaggedMixed) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(25);
+  run_prefill_case({32, 8, 128, {300, 64, 129, 1, 200}, {0, 512, 31, 4000, 64}}, rng,
+                   "hd128_g4_ragged_mixed");
+  run_prefill_case({8, 1, 64, {191, 65, 17}, {0, 63, 1}}, rng, "hd64_g8_ragged_mixed");
 }
 
 TEST(GpuAttention, PrefillLong4096) {

@@ -13,10 +13,14 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "cuda/attention.h"
 
 namespace strata::cuda {
 namespace {
@@ -430,6 +434,15 @@ TEST(PrefillFrag, ReplaySingleHeadHd64) {
 
 TEST(PrefillFrag, ReplayPairedHeadsHd128) {
   replay_case<128, 2, 2>(2, 1, {129, 5}, {0, 77});
+}
+
+// The run-time kernel choice (no GPU needed): fa2 unless STRATA_PREFILL_ATTN says wmma.
+TEST(PrefillKernelChoice, EnvironmentDefaultIsFa2) {
+  const char* v = std::getenv("STRATA_PREFILL_ATTN");
+  const std::string s = v ? v : "";
+  EXPECT_EQ(prefill_kernel_from_env(), s == "wmma" ? PrefillKernel::kWmma : PrefillKernel::kFa2);
+  EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kFa2), "fa2");
+  EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kWmma), "wmma");
 }
 
 }  // namespace

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <span>
 #include <sstream>
@@ -23,10 +26,13 @@
 #include "cuda/sampling.h"
 #include "cuda/sparse/sparse_kernels.h"
 #include "cuda/sparse/sparse_plan.h"
+#include "cuda/tp/nccl_comm.h"
+#include "cuda/tp/tp_backends.h"
 #include "runtime/error.h"
 #include "runtime/make_model.h"
 #include "runtime/model_loader.h"
 #include "runtime/sampler.h"
+#include "runtime/tp_shard.h"
 
 namespace strata::cuda {
 
@@ -204,7 +210,16 @@ struct CudaBackendImpl {
   std::map<std::pair<int, int>, int> graph_splits;
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
 
-  CudaBackendImpl(const Config& c, int dev);
+  // Tensor parallelism (docs/tensor-parallel.md): this rank's shard; `mc` holds the rank's
+  // LOCAL head and intermediate counts (full vocabulary and hidden size), full_mc the model.
+  CudaTpRank tp;
+  TpShard shard;
+  ModelConfig full_mc;
+  DeviceArray<float> logits_local, logits_parts;  // tp > 1: [rows][vocab_slice], [tp][rows][slice]
+  // lm_head rows -> logits[n][V] (all-gathered over the vocabulary split when tp > 1).
+  void lm_logits(int n);
+
+  CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank);
   ~CudaBackendImpl();
 
   bf16* alloc_weight(std::size_t n) {
@@ -215,6 +230,7 @@ struct CudaBackendImpl {
   void random_tensor(bf16* dst, const std::string& name, std::size_t n, float scale, float offset);
   void allocate_workspace();
   void plan_kv_pool();
+  void tune_decode_gemms();
 
   // Forward over the metadata already in the device buffers.
   // work: eager sparse work per layer (nullptr: none; never inside a graph). sparse_decode:
@@ -230,7 +246,8 @@ struct CudaBackendImpl {
   }
 };
 
-CudaBackendImpl::CudaBackendImpl(const Config& c, int dev) : cfg(c), device(dev) {
+CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
+    : cfg(c), device(dev), tp(tp_rank) {
   int n = 0;
   CUDA_CHECK(cudaGetDeviceCount(&n));
   if (dev < 0 || dev >= n)
@@ -248,7 +265,11 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev) : cfg(c), device(dev)
         "num_key_value_heads",
         "CUDA backend: GQA ratio " + std::to_string(mc.gqa_ratio()) + " > 8 is not supported");
   allocate_workspace();
-  plan_kv_pool();
+  if (tp.size > 1) {
+    logits_local = DeviceArray<float>(static_cast<std::size_t>(logit_rows) * shard.vocab_slice);
+    logits_parts =
+        DeviceArray<float>(static_cast<std::size_t>(tp.size) * logit_rows * shard.vocab_slice);
+  }
   use_graphs = cfg.backend.cuda_graphs;
   if (!cfg.backend.graph_batch_sizes.empty()) {
     buckets = cfg.backend.graph_batch_sizes;
@@ -257,9 +278,11 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev) : cfg(c), device(dev)
   }
   std::erase_if(buckets, [&](int b) { return b <= 0 || b > max_seqs; });
   std::sort(buckets.begin(), buckets.end());
-  binfo.name = "cuda";
-  binfo.layout = KvLayout{mc.num_key_value_heads, mc.head_dim, 2};
-  binfo.tp_size = 1;
+  tune_decode_gemms();  // before the KV pool takes the free memory (temporary buffers)
+  plan_kv_pool();
+  binfo.name = tp.size == 1 ? "cuda" : "cuda-tp" + std::to_string(tp.size);
+  binfo.layout = KvLayout{mc.num_key_value_heads, mc.head_dim, 2};  // local KV heads
+  binfo.tp_size = tp.size;
 }
 
 CudaBackendImpl::~CudaBackendImpl() {
@@ -287,6 +310,13 @@ void CudaBackendImpl::build_weights() {
     mw = ModelWeights::load(cfg.model.path);
     mc = mw->config();
   }
+  full_mc = mc;
+  shard = make_tp_shard(mc, tp.rank, tp.size);  // ConfigError when mc cannot be split
+  if (tp.size > 1) {
+    mc.num_attention_heads = shard.q_heads;
+    mc.num_key_value_heads = shard.kv_heads;
+    mc.intermediate_size = shard.inter;
+  }
   const std::size_t h = mc.hidden_size, in = mc.intermediate_size, V = mc.vocab_size;
   q_dim = mc.q_dim(), kv_dim = mc.kv_dim(), qkv_dim = q_dim + 2 * kv_dim;
   // Weight upload: tensor by HF name into dst (n elements), converted to bf16 on the host.
@@ -306,12 +336,20 @@ void CudaBackendImpl::build_weights() {
     CUDA_CHECK(cudaMemcpy(dst, src, n * 2, cudaMemcpyHostToDevice));
     by_name[name] = {dst, n};
   };
-  auto tensor = [&](bf16* dst, const std::string& name, std::size_t n, float scale, float offset) {
-    if (random)
-      random_tensor(dst, name, n, scale, offset);
-    else
-      upload(dst, name, n);
-  };
+  std::function<void(bf16*, const std::string&, std::size_t, float, float)> tensor =
+      [&](bf16* dst, const std::string& name, std::size_t n, float scale, float offset) {
+        if (random)
+          random_tensor(dst, name, n, scale, offset);
+        else
+          upload(dst, name, n);
+      };
+  if (tp.size > 1) tensor = tp::sliced_weight_loader(std::move(tensor), tp::SliceContext{
+                                 full_mc, shard, random, mw.get(), stream,
+                                 [this](bf16* d, const std::string& nm, std::size_t n, float sc,
+                                        float off) { random_tensor(d, nm, n, sc, off); },
+                                 [this](const std::string& nm, const bf16* d, std::size_t n) {
+                                   by_name[nm] = {d, n};
+                                 }});
   const float lin = 1.0f / std::sqrt(static_cast<float>(h));
   embed = alloc_weight(V * h);
   tensor(embed, "model.embed_tokens.weight", V * h, 1.0f, 0.0f);
@@ -339,7 +377,17 @@ void CudaBackendImpl::build_weights() {
   }
   final_norm = alloc_weight(h);
   tensor(final_norm, "model.norm.weight", h, 0.1f, 1.0f);
-  if (mc.tie_word_embeddings) {
+  if (tp.size > 1) {
+    // The rank's vocabulary slice, padded with zero rows to vocab_slice (equal all-gathers).
+    const std::size_t vs = shard.vocab_slice, vl = shard.vocab;
+    lm_head = alloc_weight(vs * h);
+    CUDA_CHECK(cudaMemsetAsync(lm_head, 0, vs * h * 2, stream));
+    if (mc.tie_word_embeddings)
+      CUDA_CHECK(cudaMemcpyAsync(lm_head, embed + static_cast<std::size_t>(shard.vocab_begin) * h,
+                                 vl * h * 2, cudaMemcpyDeviceToDevice, stream));
+    else if (vl > 0)
+      tensor(lm_head, "lm_head.weight", vl * h, lin, 0.0f);
+  } else if (mc.tie_word_embeddings) {
     lm_head = embed;
   } else {
     lm_head = alloc_weight(V * h);
@@ -410,6 +458,41 @@ void CudaBackendImpl::allocate_workspace() {
   std::size_t after_free = 0;
   CUDA_CHECK(cudaMemGetInfo(&after_free, &total));
   activation_bytes = before_free > after_free ? before_free - after_free : 0;
+}
+
+// Decode GEMM autotuning (cuda/gemm.h): every linear layer shape at every graph bucket's row
+// count (the decode graphs run exactly those T), for models of >= 1 GiB of weights (where
+// decode is weight-bandwidth bound; small test models keep bit-identical eager/graph GEMMs).
+// STRATA_GEMM_AUTOTUNE=0 keeps cuBLAS's defaults, =1 tunes any model. The choices are logged
+// on stderr, one line per shape and row count.
+void CudaBackendImpl::tune_decode_gemms() {
+  const char* env = std::getenv("STRATA_GEMM_AUTOTUNE");
+  const std::string mode = env ? env : "";
+  if (mode == "0" || buckets.empty() || layers.empty()) return;
+  if (mode != "1" && binfo.weight_bytes < (1ull << 30)) return;
+  const int H = mc.hidden_size, I = mc.intermediate_size, V = mc.vocab_size;
+  const LayerDev& w = layers.front();
+  const std::vector<GemmShape> shapes = {{"qkv", qkv_dim, H, false, w.qkv},
+                                         {"o", H, q_dim, false, w.o},
+                                         {"gate_up", 2 * I, H, false, w.gate_up},
+                                         {"down", H, I, false, w.down},
+                                         {"lm_head", V, H, true, lm_head}};
+  std::vector<int> rows;
+  for (int b : buckets)
+    if (b <= std::min(max_tokens, logit_rows)) rows.push_back(b);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<GemmTuneResult> res = gemm->autotune(shapes, rows, 1000.0);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr,
+               "strata cuda: decode GEMM autotune %.0f ms, %d of %zu (shape, rows) use cublasLt\n",
+               ms, gemm->tuned_count(), res.size());
+  for (const GemmTuneResult& r : res)
+    std::fprintf(stderr,
+                 "strata cuda:   %-8s N=%-6d K=%-6d T=%-4d default %8.1f us -> %8.1f us  %s (%d "
+                 "candidates, %d rejected)\n",
+                 r.name.c_str(), r.N, r.K, r.T, r.default_us, r.best_us, r.chosen.c_str(),
+                 r.candidates, r.rejected);
 }
 
 void CudaBackendImpl::plan_kv_pool() {
@@ -547,18 +630,32 @@ void CudaBackendImpl::forward(int T, int S_dec, int num_tiles, int num_splits, i
     // Live shrink after the layer's own work (step 5).
     if (lw && lw->shr.num_seqs > 0) CUDA_CHECK(sparse::launch_sparse_shrink(lw->shr, stream));
     gemm->linear(attn.get(), w.o, delta.get(), T, H, q_dim);
+    if (tp.comm) tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
     launch_rmsnorm({resid.get(), delta.get(), w.post_norm, normed.get(), nullptr, T, H, eps},
                    stream);
     gemm->linear(normed.get(), w.gate_up, gu.get(), T, 2 * I, H);
     launch_swiglu({gu.get(), act.get(), T, I}, stream);
     gemm->linear(act.get(), w.down, delta.get(), T, H, I);
+    if (tp.comm) tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
   }
   // Final norm only for the rows whose logits are needed (first chunk; step() loops more).
   const int n = std::min(n_lm_rows, logit_rows);
   launch_rmsnorm(
       {resid.get(), delta.get(), final_norm, lm_normed.get(), d_lm_rows.get(), n, H, eps}, stream);
-  gemm->linear_f32out(lm_normed.get(), lm_head, logits.get(), n, V, H);
+  lm_logits(n);
   if (argmax_all) launch_argmax({logits.get(), d_argmax.get(), n, V}, stream);
+}
+
+void CudaBackendImpl::lm_logits(int n) {
+  const int H = mc.hidden_size, V = mc.vocab_size;
+  if (!tp.comm) {
+    gemm->linear_f32out(lm_normed.get(), lm_head, logits.get(), n, V, H);
+    return;
+  }
+  const int vs = shard.vocab_slice;
+  gemm->linear_f32out(lm_normed.get(), lm_head, logits_local.get(), n, vs, H);
+  tp::gather_vocab_logits(*tp.comm, full_mc, logits_local.get(), logits_parts.get(), logits.get(),
+                          n, stream);
 }
 
 StepResult CudaBackendImpl::step(const StepPlan& plan) {
@@ -1046,7 +1143,7 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
       launch_rmsnorm({resid.get(), delta.get(), final_norm, lm_normed.get(), d_lm_rows.get() + base,
                       n, H, static_cast<float>(mc.rms_norm_eps)},
                      stream);
-      gemm->linear_f32out(lm_normed.get(), lm_head, logits.get(), n, V, H);
+      lm_logits(n);
       launch_argmax({logits.get(), d_argmax.get(), n, V}, stream);
     }
     CUDA_CHECK(cudaMemcpyAsync(h_argmax.get(), d_argmax.get(), n * sizeof(int),
@@ -1088,6 +1185,8 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
     // After the copies (stream order): the sampler edits its rows in place.
     sampler.run(logits.get(), V, dev_batch, stream);
     if (base + n >= lm_run) CUDA_CHECK(cudaEventRecord(ev1, stream));
+    // tp > 1: bounded wait, so a rank that died mid-step fails this one instead of hanging.
+    if (tp.comm) tp.comm->wait(stream, std::chrono::seconds(120));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     for (int i = 0; i < S; ++i) {
       const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
@@ -1145,14 +1244,14 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
   return result;
 }
 
-CudaBackend::CudaBackend(const Config& config, int device)
-    : impl_(std::make_unique<CudaBackendImpl>(config, device)) {}
+CudaBackend::CudaBackend(const Config& config, int device, CudaTpRank tp)
+    : impl_(std::make_unique<CudaBackendImpl>(config, device, tp)) {}
 CudaBackend::~CudaBackend() = default;
 const BackendInfo& CudaBackend::info() const {
   return impl_->binfo;
 }
 const ModelConfig& CudaBackend::model() const {
-  return impl_->mc;
+  return impl_->full_mc;  // the whole model (impl_->mc holds this rank's local counts)
 }
 StepResult CudaBackend::step(const StepPlan& plan) {
   return impl_->step(plan);
@@ -1182,9 +1281,7 @@ std::size_t CudaBackend::kv_pool_bytes() const {
 }
 
 std::vector<std::unique_ptr<Backend>> make_cuda_backends(const Config& config) {
-  if (config.backend.tp_size != 1)
-    throw ConfigError("backend.tp_size", "the CUDA backend supports tp_size 1 so far (got " +
-                                             std::to_string(config.backend.tp_size) + ")");
+  if (config.backend.tp_size != 1) return tp::make_cuda_tp_backends(config);
   const int dev = config.backend.devices.empty() ? 0 : config.backend.devices.front();
   std::vector<std::unique_ptr<Backend>> out;
   out.push_back(std::make_unique<CudaBackend>(config, dev));

@@ -1,7 +1,13 @@
 #include "cuda/gemm.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <sstream>
 #include <string>
 
+#include "cuda/kernels.h"
 #include "runtime/error.h"
 
 #define CUBLAS_CHECK(call)                                                                   \
@@ -14,14 +20,26 @@
 
 namespace strata::cuda {
 
-Gemm::Gemm(cudaStream_t stream, std::size_t workspace_bytes) : workspace_(workspace_bytes) {
+Gemm::Gemm(cudaStream_t stream, std::size_t workspace_bytes)
+    : stream_(stream), workspace_(workspace_bytes) {
   CUBLAS_CHECK(cublasCreate(&handle_));
   CUBLAS_CHECK(cublasSetStream(handle_, stream));
   CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.get(), workspace_.bytes()));
   CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
+  CUBLAS_CHECK(cublasLtCreate(&lt_));
+}
+
+void Gemm::destroy(LtPlan& p) {
+  if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+  if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+  if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+  if (p.op) cublasLtMatmulDescDestroy(p.op);
+  p = LtPlan{};
 }
 
 Gemm::~Gemm() {
+  for (auto& [k, p] : plans_) destroy(p);
+  if (lt_) cublasLtDestroy(lt_);
   if (handle_) cublasDestroy(handle_);
 }
 
@@ -35,16 +53,241 @@ void gemm_ex(cublasHandle_t h, const void* x, const void* w, void* y, cudaDataTy
                             CUDA_R_16BF, K, &beta, y, ytype, N, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
 }
+
+// cublasLt descriptors of the same column-major view: A = W as K x N (ld K, op T),
+// B = X as K x T (ld K), C = D = Y as N x T (ld N).
+cublasStatus_t make_lt_descs(int T, int N, int K, bool f32out, cublasLtMatmulDesc_t* op,
+                             cublasLtMatrixLayout_t* a, cublasLtMatrixLayout_t* b,
+                             cublasLtMatrixLayout_t* c) {
+  cublasStatus_t st = cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+  st = cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t));
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  st = cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n));
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  st = cublasLtMatrixLayoutCreate(a, CUDA_R_16BF, K, N, K);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  st = cublasLtMatrixLayoutCreate(b, CUDA_R_16BF, K, T, K);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  return cublasLtMatrixLayoutCreate(c, f32out ? CUDA_R_32F : CUDA_R_16BF, N, T, N);
+}
+
+std::string describe(const cublasLtMatmulAlgo_t& algo) {
+  int id = 0;
+  std::uint32_t tile = 0, stages = 0;
+  std::int32_t splitk = 1;
+  std::size_t w = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                       &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                       sizeof(stages), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                       sizeof(splitk), &w);
+  std::ostringstream o;
+  o << "lt algo=" << id << " tile=" << tile << " stages=" << stages << " splitk=" << splitk;
+  return o.str();
+}
+
 }  // namespace
+
+void Gemm::run(const void* x, const __nv_bfloat16* w, void* y, bool f32out, int T, int N, int K) {
+  if (T == 0) return;
+  if (!plans_.empty()) {
+    auto it = plans_.find(Key{N, K, T, f32out});
+    if (it != plans_.end()) {
+      const float alpha = 1.0f, beta = 0.0f;
+      const LtPlan& p = it->second;
+      CUBLAS_CHECK(cublasLtMatmul(lt_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
+                                  workspace_.get(), workspace_.bytes(), stream_));
+      return;
+    }
+  }
+  gemm_ex(handle_, x, w, y, f32out ? CUDA_R_32F : CUDA_R_16BF, T, N, K);
+}
 
 void Gemm::linear(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int T, int N,
                   int K) {
-  gemm_ex(handle_, x, w, y, CUDA_R_16BF, T, N, K);
+  run(x, w, y, false, T, N, K);
 }
 
 void Gemm::linear_f32out(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int T, int N,
                          int K) {
-  gemm_ex(handle_, x, w, y, CUDA_R_32F, T, N, K);
+  run(x, w, y, true, T, N, K);
+}
+
+std::vector<GemmTuneResult> Gemm::autotune(const std::vector<GemmShape>& shapes,
+                                           const std::vector<int>& rows, double budget_ms) {
+  std::vector<GemmTuneResult> out;
+  if (shapes.empty() || rows.empty()) return out;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  int max_t = 0, max_k = 0, max_n = 0;
+  for (int t : rows) max_t = std::max(max_t, t);
+  for (const auto& s : shapes) max_k = std::max(max_k, s.K), max_n = std::max(max_n, s.N);
+  if (max_t <= 0) return out;
+  DeviceArray<__nv_bfloat16> x(static_cast<std::size_t>(max_t) * max_k);
+  DeviceArray<float> y_ref(static_cast<std::size_t>(max_t) * max_n),
+      y_try(static_cast<std::size_t>(max_t) * max_n);
+  DeviceArray<double> sums(2);
+  launch_random_fill(
+      {x.get(), static_cast<long long>(x.size()), 0x7e57ull, 0x9e3779b9ull, 1.0f, 0.0f}, stream_);
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const std::size_t ws = workspace_.bytes();
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &ws, sizeof(ws)));
+  constexpr int kWarm = 1, kRuns = 3, kHeuristics = 8;
+  // Median of kRuns event-timed calls (us), or a negative value when a call fails.
+  auto time_us = [&](const std::function<cublasStatus_t()>& f) -> double {
+    for (int i = 0; i < kWarm; ++i)
+      if (f() != CUBLAS_STATUS_SUCCESS) return -1.0;
+    std::vector<float> t;
+    for (int i = 0; i < kRuns; ++i) {
+      CUDA_CHECK(cudaEventRecord(e0, stream_));
+      if (f() != CUBLAS_STATUS_SUCCESS) return -1.0;
+      CUDA_CHECK(cudaEventRecord(e1, stream_));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return 1e3 * t[t.size() / 2];
+  };
+  // Relative L2 distance of y_try to y_ref over n outputs.
+  auto rel_l2 = [&](bool f32, long long n) {
+    CUDA_CHECK(cudaMemsetAsync(sums.get(), 0, 2 * sizeof(double), stream_));
+    launch_diff_norms(y_try.get(), y_ref.get(), f32, n, sums.get(), stream_);
+    double h[2] = {0, 0};
+    CUDA_CHECK(cudaMemcpyAsync(h, sums.get(), sizeof(h), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (!std::isfinite(h[0]) || !std::isfinite(h[1]) || h[1] <= 0) return 1.0;
+    return std::sqrt(h[0] / h[1]);
+  };
+
+  bool out_of_time = false;
+  for (const GemmShape& s : shapes) {
+    for (int T : rows) {
+      if (T <= 0) continue;
+      GemmTuneResult r;
+      r.name = s.name, r.N = s.N, r.K = s.K, r.T = T, r.f32out = s.f32out;
+      r.chosen = "default";
+      const cudaDataType_t yt = s.f32out ? CUDA_R_32F : CUDA_R_16BF;
+      const long long n_out = static_cast<long long>(T) * s.N;
+      // The default: reference output and time.
+      gemm_ex(handle_, x.get(), s.w, y_ref.get(), yt, T, s.N, s.K);
+      r.default_us = time_us([&] {
+        const float alpha = 1.0f, beta = 0.0f;
+        return cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, s.N, T, s.K, &alpha, s.w,
+                            CUDA_R_16BF, s.K, x.get(), CUDA_R_16BF, s.K, &beta, y_ref.get(), yt,
+                            s.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      });
+      r.best_us = r.default_us;
+      if (out_of_time || elapsed_ms() > budget_ms) {
+        out_of_time = true;
+        r.chosen = "default (tuning budget spent)";
+        out.push_back(r);
+        continue;
+      }
+      LtPlan plan;
+      if (make_lt_descs(T, s.N, s.K, s.f32out, &plan.op, &plan.a, &plan.b, &plan.c) !=
+          CUBLAS_STATUS_SUCCESS) {
+        destroy(plan);
+        r.chosen = "default (cublasLt descriptors failed)";
+        out.push_back(r);
+        continue;
+      }
+      cublasLtMatmulHeuristicResult_t heur[kHeuristics] = {};
+      int found = 0;
+      if (cublasLtMatmulAlgoGetHeuristic(lt_, plan.op, plan.a, plan.b, plan.c, plan.c, pref,
+                                         kHeuristics, heur, &found) != CUBLAS_STATUS_SUCCESS)
+        found = 0;
+      // Candidates: the heuristic's list, plus split-K 2/4/8 variants of its top 3 where the
+      // algorithm supports split K.
+      std::vector<cublasLtMatmulAlgo_t> cands;
+      for (int i = 0; i < found; ++i)
+        if (heur[i].state == CUBLAS_STATUS_SUCCESS && heur[i].workspaceSize <= ws)
+          cands.push_back(heur[i].algo);
+      const std::size_t base = cands.size();
+      for (std::size_t i = 0; i < std::min<std::size_t>(base, 3); ++i) {
+        std::int32_t splitk_ok = 0;
+        std::uint32_t schemes = 0;
+        std::size_t wr = 0;
+        if (cublasLtMatmulAlgoCapGetAttribute(&cands[i], CUBLASLT_ALGO_CAP_SPLITK_SUPPORT,
+                                              &splitk_ok, sizeof(splitk_ok),
+                                              &wr) != CUBLAS_STATUS_SUCCESS ||
+            !splitk_ok)
+          continue;
+        cublasLtMatmulAlgoCapGetAttribute(&cands[i], CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK,
+                                          &schemes, sizeof(schemes), &wr);
+        std::uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+        if (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+          scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        else if (schemes & CUBLASLT_REDUCTION_SCHEME_INPLACE)
+          scheme = CUBLASLT_REDUCTION_SCHEME_INPLACE;
+        else
+          continue;
+        for (std::int32_t k : {2, 4, 8}) {
+          cublasLtMatmulAlgo_t a = cands[i];
+          if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &k,
+                                                   sizeof(k)) != CUBLAS_STATUS_SUCCESS ||
+              cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                   &scheme,
+                                                   sizeof(scheme)) != CUBLAS_STATUS_SUCCESS)
+            continue;
+          cublasLtMatmulHeuristicResult_t chk{};
+          if (cublasLtMatmulAlgoCheck(lt_, plan.op, plan.a, plan.b, plan.c, plan.c, &a, &chk) !=
+                  CUBLAS_STATUS_SUCCESS ||
+              chk.workspaceSize > ws)
+            continue;
+          cands.push_back(a);
+        }
+      }
+      int best = -1;
+      for (std::size_t i = 0; i < cands.size(); ++i) {
+        ++r.candidates;
+        const float alpha = 1.0f, beta = 0.0f;
+        auto call = [&] {
+          return cublasLtMatmul(lt_, plan.op, &alpha, s.w, plan.a, x.get(), plan.b, &beta,
+                                y_try.get(), plan.c, y_try.get(), plan.c, &cands[i],
+                                workspace_.get(), ws, stream_);
+        };
+        const double us = time_us(call);
+        // Its output must agree with the default's (bf16 rounding differences only).
+        if (us < 0 || rel_l2(s.f32out, n_out) > 1e-2) {
+          ++r.rejected;
+          cudaGetLastError();  // a failed launch must not poison later checks
+          continue;
+        }
+        if (us < r.best_us) r.best_us = us, best = static_cast<int>(i);
+      }
+      // Keep a cublasLt algorithm only when it beats the default by more than the noise.
+      if (best >= 0 && r.best_us < 0.97 * r.default_us) {
+        plan.algo = cands[static_cast<std::size_t>(best)];
+        r.chosen = describe(plan.algo);
+        auto key = Key{s.N, s.K, T, s.f32out};
+        auto it = plans_.find(key);
+        if (it != plans_.end()) destroy(it->second), plans_.erase(it);
+        plans_.emplace(key, plan);
+      } else {
+        r.best_us = r.default_us;
+        destroy(plan);
+      }
+      out.push_back(r);
+    }
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return out;
 }
 
 }  // namespace strata::cuda

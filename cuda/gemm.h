@@ -1,17 +1,50 @@
 // Linear layers through cuBLAS: y[T, N] = x[T, K] . W[N, K]^T (HF weight layout, row-major),
 // bf16 inputs, fp32 accumulation, bf16 or fp32 output. A fixed workspace is given to cuBLAS
 // so calls can be captured in CUDA graphs. One Gemm per device/stream, not thread-safe.
+//
+// Decode-sized GEMMs can be autotuned (docs/cuda-backend.md "GEMMs"): autotune() times
+// cuBLAS's default against the top cublasLt heuristic algorithms (and split-K variants of
+// them) for given shapes and row counts, keeps a cublasLt algorithm only when it is faster and
+// its output agrees with the default's, and later calls with exactly that (N, K, T, output
+// type) use it.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "cuda/device_buffer.h"
 
 namespace strata::cuda {
+
+// One weight of a tuning run: y[T, N] = x[T, K] . w^T.
+struct GemmShape {
+  std::string name;
+  int N = 0, K = 0;
+  bool f32out = false;
+  const __nv_bfloat16* w = nullptr;  // [N, K] on the device
+};
+struct GemmTuneResult {
+  std::string name;
+  int N = 0, K = 0, T = 0;
+  bool f32out = false;
+  double default_us = 0.0;  // cublasGemmEx, CUBLAS_GEMM_DEFAULT
+  double best_us = 0.0;     // the kept choice (default_us when the default won)
+  int candidates = 0;       // cublasLt algorithms timed
+  int rejected = 0;         // candidates that failed to run or disagreed with the default
+  std::string chosen;       // "default" or "lt algo=.. tile=.. stages=.. splitk=.."
+};
+
+// sums[0] += sum (a - ref)^2, sums[1] += sum ref^2 over n elements (bf16 or fp32).
+void launch_diff_norms(const void* a, const void* ref, bool f32, long long n, double* sums,
+                       cudaStream_t s);
 
 class Gemm {
  public:
@@ -24,9 +57,28 @@ class Gemm {
               int K);
   void linear_f32out(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int T, int N, int K);
 
+  // Tunes every shape at every row count of `rows` (outside graph capture; synchronises the
+  // stream). Stops early, keeping the defaults, once `budget_ms` of wall time is spent.
+  // Temporary device buffers: rows.max * (K.max * 2 + N.max * 8) bytes.
+  std::vector<GemmTuneResult> autotune(const std::vector<GemmShape>& shapes,
+                                       const std::vector<int>& rows, double budget_ms = 1000.0);
+  int tuned_count() const { return static_cast<int>(plans_.size()); }
+
  private:
+  struct LtPlan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int, int, int, bool>;  // N, K, T, f32out
+  void run(const void* x, const __nv_bfloat16* w, void* y, bool f32out, int T, int N, int K);
+  static void destroy(LtPlan& p);
+
+  cudaStream_t stream_ = nullptr;
   cublasHandle_t handle_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
   DeviceArray<unsigned char> workspace_;
+  std::map<Key, LtPlan> plans_;
 };
 
 }  // namespace strata::cuda

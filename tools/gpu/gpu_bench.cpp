@@ -6,10 +6,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -203,6 +205,56 @@ void bench_gemm(int T) {
   figure("bench_layer_gemms_t" + std::to_string(T) + "_frac_copy_bw", bw / kCopyBw);
 }
 
+// Decode GEMM autotuning (cuda/gemm.h) on the 8B layer shapes + lm_head: default cuBLAS vs
+// the kept choice per row count, and the layer's four GEMMs as a fraction of copy bandwidth.
+void bench_gemm_tune() {
+  const int H = 4096, I = 14336, V = 128256;
+  struct Shape {
+    const char* name;
+    int N, K;
+    bool f32;
+  };
+  const Shape shapes[] = {{"qkv", 6144, H, false},
+                          {"o", H, H, false},
+                          {"gate_up", 2 * I, H, false},
+                          {"down", H, I, false},
+                          {"lm_head", V, H, true}};
+  std::vector<DeviceArray<bf16>> ws;
+  std::vector<GemmShape> gs;
+  for (const auto& sh : shapes) {
+    ws.emplace_back(static_cast<std::size_t>(sh.N) * sh.K);
+    fill_random(ws.back().get(), ws.back().size(), 6);
+    gs.push_back({sh.name, sh.N, sh.K, sh.f32, ws.back().get()});
+  }
+  Gemm g(nullptr);
+  const std::vector<int> rows = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto res = g.autotune(gs, rows, 5000.0);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("decode GEMM autotune: %.0f ms for %zu (shape, rows), %d use cublasLt\n", ms,
+              res.size(), g.tuned_count());
+  figure("bench_gemm_tune_startup_ms", ms);
+  std::map<int, double> layer_def, layer_best;
+  for (const auto& r : res) {
+    std::printf("  %-8s N=%-6d K=%-6d T=%-4d default %8.1f us -> %8.1f us  %s (%d cand, %d rej)\n",
+                r.name.c_str(), r.N, r.K, r.T, r.default_us, r.best_us, r.chosen.c_str(),
+                r.candidates, r.rejected);
+    const std::string key = "bench_gemm_tune_" + r.name + "_t" + std::to_string(r.T);
+    figure(key + "_default_us", r.default_us);
+    figure(key + "_best_us", r.best_us);
+    if (r.name != "lm_head") layer_def[r.T] += r.default_us, layer_best[r.T] += r.best_us;
+  }
+  const double bytes = 2.0 * (6144.0 * H + 1.0 * H * H + 2.0 * I * H + 1.0 * H * I);
+  for (int T : {64, 128}) {
+    if (!layer_def.count(T)) continue;
+    const double d = bytes / (layer_def[T] * 1e-6), b = bytes / (layer_best[T] * 1e-6);
+    std::printf("layer GEMMs T=%d: default %.1f%% of 4.27 TB/s, tuned %.1f%%\n", T,
+                100 * d / kCopyBw, 100 * b / kCopyBw);
+    figure("bench_layer_gemms_t" + std::to_string(T) + "_tuned_frac_copy_bw", b / kCopyBw);
+  }
+}
+
 // Whole 8B-shaped model: decode step (batch 64, ctx 4096, full cache) and a 4000-token prefill.
 void bench_model() {
   Config c;
@@ -321,6 +373,7 @@ int main(int argc, char** argv) {
       bench_prefill_attention(1, 4096);
       bench_prefill_attention(8, 4096);
     }
+    if (what == "all" || what == "gemm-tune") bench_gemm_tune();
     if (what == "all" || what == "model") bench_model();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_bench: %s\n", e.what());

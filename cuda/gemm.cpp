@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -94,7 +95,11 @@ std::string describe(const cublasLtMatmulAlgo_t& algo) {
 
 void Gemm::run(const void* x, const __nv_bfloat16* w, void* y, bool f32out, int T, int N, int K) {
   if (T == 0) return;
-  if (!plans_.empty()) {
+  // Tuned plans assume the heuristics' default 256-byte pointer alignment.
+  const auto aligned = [](const void* p) {
+    return (reinterpret_cast<std::uintptr_t>(p) & 255) == 0;
+  };
+  if (!plans_.empty() && aligned(x) && aligned(w) && aligned(y)) {
     auto it = plans_.find(Key{N, K, T, f32out});
     if (it != plans_.end()) {
       const float alpha = 1.0f, beta = 0.0f;

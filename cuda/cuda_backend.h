@@ -24,11 +24,21 @@
 namespace strata::cuda {
 
 struct CudaBackendImpl;
+namespace tp {
+class NcclComm;
+}
+
+// This backend as one rank of a tensor-parallel group (docs/tensor-parallel.md): it holds
+// the rank's shard (runtime/tp_shard.h) and all-reduces/all-gathers through `comm`.
+struct CudaTpRank {
+  int rank = 0, size = 1;
+  tp::NcclComm* comm = nullptr;  // size > 1; outlives the backend
+};
 
 class CudaBackend : public Backend {
  public:
   // Throws ConfigError / ModelError / InternalError. `device`: CUDA ordinal.
-  CudaBackend(const Config& config, int device);
+  CudaBackend(const Config& config, int device, CudaTpRank tp = {});
   ~CudaBackend() override;
 
   const BackendInfo& info() const override;
@@ -48,8 +58,9 @@ class CudaBackend : public Backend {
   std::unique_ptr<CudaBackendImpl> impl_;
 };
 
-// One backend per tensor-parallel rank (only tp_size 1 so far: anything else throws
-// ConfigError("backend.tp_size")).
+// One backend per tensor-parallel rank: tp_size 1 is the single-GPU backend; tp_size > 1
+// builds one sharded backend per GPU joined by NCCL (cuda/tp/tp_backends.h; compiled, not
+// yet run on GPUs).
 std::vector<std::unique_ptr<Backend>> make_cuda_backends(const Config& config);
 
 // Parses "random:<preset>[,key=value...]" into a model shape (ConfigError on bad input).

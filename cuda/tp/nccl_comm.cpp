@@ -1,0 +1,183 @@
+#include "cuda/tp/nccl_comm.h"
+
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "cuda/cuda_check.h"
+#include "runtime/error.h"
+
+#ifdef STRATA_HAVE_NCCL
+#include <nccl.h>
+static_assert(sizeof(ncclUniqueId) == strata::kTpIdBytes, "NCCL unique id size");
+#endif
+
+namespace strata::cuda::tp {
+
+using Clock = std::chrono::steady_clock;
+
+#ifdef STRATA_HAVE_NCCL
+
+struct NcclCommImpl {
+  ncclComm_t comm = nullptr;
+  int rank = 0, size = 1, device = 0;
+  bool aborted = false;
+
+  std::string who() const {
+    return "NCCL rank " + std::to_string(rank) + " of " + std::to_string(size) + " (device " +
+           std::to_string(device) + ")";
+  }
+  [[noreturn]] void fail(const std::string& what) {
+    if (comm && !aborted) {
+      ncclCommAbort(comm);
+      aborted = true;
+      comm = nullptr;
+    }
+    throw InternalError(who() + ": " + what);
+  }
+  // A non-blocking call returned `r`: poll until it completed (or failed / timed out).
+  void settle(ncclResult_t r, const char* call, Clock::time_point deadline) {
+    while (r == ncclInProgress) {
+      if (Clock::now() > deadline) fail(std::string(call) + " did not complete in time");
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) break;
+    }
+    if (r != ncclSuccess)
+      fail(std::string(call) + ": " + ncclGetErrorString(r) + " (" +
+           (comm ? ncclGetLastError(comm) : "") + ")");
+  }
+  void live() const {
+    if (aborted || !comm) throw InternalError(who() + ": the communicator was aborted");
+  }
+};
+
+bool have_nccl() {
+  return true;
+}
+
+TpUniqueId make_unique_id() {
+  ncclUniqueId id;
+  const auto r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess)
+    throw InternalError(std::string("ncclGetUniqueId: ") + ncclGetErrorString(r));
+  TpUniqueId out;
+  std::memcpy(out.data(), &id, kTpIdBytes);
+  return out;
+}
+
+NcclComm::NcclComm(const TpUniqueId& id, int rank, int size, int device,
+                   std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<NcclCommImpl>()) {
+  auto& m = *impl_;
+  m.rank = rank;
+  m.size = size;
+  m.device = device;
+  CUDA_CHECK(cudaSetDevice(device));
+  ncclUniqueId nid;
+  std::memcpy(&nid, id.data(), kTpIdBytes);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const auto deadline = Clock::now() + timeout;
+  const auto r = ncclCommInitRankConfig(&m.comm, size, nid, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    m.comm = nullptr;
+    throw InternalError(m.who() + ": ncclCommInitRankConfig: " + ncclGetErrorString(r));
+  }
+  try {
+    m.settle(r, "joining the communicator (are all ranks up?)", deadline);
+  } catch (const InternalError& e) {
+    throw ConfigError("backend.tp_size", e.what());
+  }
+}
+
+NcclComm::~NcclComm() {
+  if (impl_ && impl_->comm && !impl_->aborted) ncclCommDestroy(impl_->comm);
+}
+
+int NcclComm::rank() const {
+  return impl_->rank;
+}
+int NcclComm::size() const {
+  return impl_->size;
+}
+
+void NcclComm::all_reduce_bf16(void* data, std::size_t count, cudaStream_t stream) {
+  impl_->live();
+  const auto r = ncclAllReduce(data, data, count, ncclBfloat16, ncclSum, impl_->comm, stream);
+  impl_->settle(r, "ncclAllReduce", Clock::now() + std::chrono::seconds(60));
+}
+
+void NcclComm::all_gather_f32(const float* send, float* recv, std::size_t count,
+                              cudaStream_t stream) {
+  impl_->live();
+  const auto r = ncclAllGather(send, recv, count, ncclFloat32, impl_->comm, stream);
+  impl_->settle(r, "ncclAllGather", Clock::now() + std::chrono::seconds(60));
+}
+
+void NcclComm::wait(cudaStream_t stream, std::chrono::milliseconds timeout) {
+  impl_->live();
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto q = cudaStreamQuery(stream);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) CUDA_CHECK(q);
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(impl_->comm, &async);
+    if (async != ncclSuccess && async != ncclInProgress)
+      impl_->fail(std::string("collective failed: ") + ncclGetErrorString(async));
+    if (Clock::now() > deadline)
+      impl_->fail("a step's collectives did not finish within " + std::to_string(timeout.count()) +
+                  " ms (another rank stopped?)");
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void NcclComm::abort() {
+  if (impl_->comm && !impl_->aborted) {
+    ncclCommAbort(impl_->comm);
+    impl_->aborted = true;
+    impl_->comm = nullptr;
+  }
+}
+
+#else  // no NCCL in this build
+
+struct NcclCommImpl {};
+
+namespace {
+[[noreturn]] void no_nccl() {
+  throw ConfigError("backend.tp_size",
+                    "tensor parallelism on GPUs needs NCCL; this build has none");
+}
+}  // namespace
+
+bool have_nccl() {
+  return false;
+}
+TpUniqueId make_unique_id() {
+  no_nccl();
+}
+NcclComm::NcclComm(const TpUniqueId&, int, int, int, std::chrono::milliseconds) {
+  no_nccl();
+}
+NcclComm::~NcclComm() = default;
+int NcclComm::rank() const {
+  no_nccl();
+}
+int NcclComm::size() const {
+  no_nccl();
+}
+void NcclComm::all_reduce_bf16(void*, std::size_t, cudaStream_t) {
+  no_nccl();
+}
+void NcclComm::all_gather_f32(const float*, float*, std::size_t, cudaStream_t) {
+  no_nccl();
+}
+void NcclComm::wait(cudaStream_t, std::chrono::milliseconds) {
+  no_nccl();
+}
+void NcclComm::abort() {}
+
+#endif
+
+}  // namespace strata::cuda::tp

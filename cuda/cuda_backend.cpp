@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -228,6 +230,7 @@ struct CudaBackendImpl {
   void random_tensor(bf16* dst, const std::string& name, std::size_t n, float scale, float offset);
   void allocate_workspace();
   void plan_kv_pool();
+  void tune_decode_gemms();
 
   // Forward over the metadata already in the device buffers.
   // work: eager sparse work per layer (nullptr: none; never inside a graph). sparse_decode:
@@ -267,7 +270,6 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
     logits_parts =
         DeviceArray<float>(static_cast<std::size_t>(tp.size) * logit_rows * shard.vocab_slice);
   }
-  plan_kv_pool();
   use_graphs = cfg.backend.cuda_graphs;
   if (!cfg.backend.graph_batch_sizes.empty()) {
     buckets = cfg.backend.graph_batch_sizes;
@@ -276,6 +278,8 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
   }
   std::erase_if(buckets, [&](int b) { return b <= 0 || b > max_seqs; });
   std::sort(buckets.begin(), buckets.end());
+  tune_decode_gemms();  // before the KV pool takes the free memory (temporary buffers)
+  plan_kv_pool();
   binfo.name = tp.size == 1 ? "cuda" : "cuda-tp" + std::to_string(tp.size);
   binfo.layout = KvLayout{mc.num_key_value_heads, mc.head_dim, 2};  // local KV heads
   binfo.tp_size = tp.size;
@@ -456,6 +460,43 @@ void CudaBackendImpl::allocate_workspace() {
   std::size_t after_free = 0;
   CUDA_CHECK(cudaMemGetInfo(&after_free, &total));
   activation_bytes = before_free > after_free ? before_free - after_free : 0;
+}
+
+// Decode GEMM autotuning (cuda/gemm.h): every linear layer shape at every graph bucket's row
+// count (the decode graphs run exactly those T), for models of >= 1 GiB of weights (where
+// decode is weight-bandwidth bound; small test models keep bit-identical eager/graph GEMMs).
+// STRATA_GEMM_AUTOTUNE=0 keeps cuBLAS's defaults, =1 tunes any model. The choices are logged
+// on stderr, one line per shape and row count.
+void CudaBackendImpl::tune_decode_gemms() {
+  const char* env = std::getenv("STRATA_GEMM_AUTOTUNE");
+  const std::string mode = env ? env : "";
+  if (mode == "0" || buckets.empty() || layers.empty()) return;
+  if (mode != "1" && binfo.weight_bytes < (1ull << 30)) return;
+  const int H = mc.hidden_size, I = mc.intermediate_size, V = mc.vocab_size;
+  const LayerDev& w = layers.front();
+  const std::vector<GemmShape> shapes = {{"qkv", qkv_dim, H, false, w.qkv},
+                                         {"o", H, q_dim, false, w.o},
+                                         {"gate_up", 2 * I, H, false, w.gate_up},
+                                         {"down", H, I, false, w.down},
+                                         // tp > 1: the rank's vocabulary slice of rows
+                                         {"lm_head", tp.size > 1 ? shard.vocab_slice : V, H,
+                                          true, lm_head}};
+  std::vector<int> rows;
+  for (int b : buckets)
+    if (b <= std::min(max_tokens, logit_rows)) rows.push_back(b);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<GemmTuneResult> res = gemm->autotune(shapes, rows, 1000.0);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr,
+               "strata cuda: decode GEMM autotune %.0f ms, %d of %zu (shape, rows) use cublasLt\n",
+               ms, gemm->tuned_count(), res.size());
+  for (const GemmTuneResult& r : res)
+    std::fprintf(stderr,
+                 "strata cuda:   %-8s N=%-6d K=%-6d T=%-4d default %8.1f us -> %8.1f us  %s (%d "
+                 "candidates, %d rejected)\n",
+                 r.name.c_str(), r.N, r.K, r.T, r.default_us, r.best_us, r.chosen.c_str(),
+                 r.candidates, r.rejected);
 }
 
 void CudaBackendImpl::plan_kv_pool() {

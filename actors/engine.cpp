@@ -74,7 +74,9 @@ class EngineImpl final : public Engine {
       if (config_.cache.kv_bytes > 0 && config_.cache.kv_bytes < o.kv_bytes) {
         o.kv_bytes = config_.cache.kv_bytes;
       }
-      backends.push_back(make_cpu_backend(weights, o));
+      // tp_size > 1: one rank backend per RankExecutor over an in-process communicator
+      // (docs/tensor-parallel.md); ConfigError when the model cannot be split that way.
+      backends = make_cpu_tp_backends(weights, o, config_.backend.tp_size);
     }
     if (backends.empty()) throw ConfigError("backend", "the backend factory made no backend");
     int num_pages = backends[0]->info().num_pages;

@@ -10,6 +10,8 @@
 
 #include "runtime/cpu/tp_comm.h"
 #include "runtime/error.h"
+#include "runtime/teacher_forcing.h"
+#include "runtime/tp_group.h"
 #include "runtime/tp_shard.h"
 #include "tests/runtime/cpu_test_util.h"
 
@@ -363,6 +365,44 @@ TEST(CpuTp, BadPlanThrowsOnEveryRankWithoutHanging) {
   EXPECT_THROW(step_all(two, test::plan_of({bad})), InternalError);
   const auto r = step_all(two, test::plan_of({st}));
   EXPECT_EQ(r.seqs[0].logits.size(), 10u * static_cast<std::size_t>(w->config().vocab_size));
+}
+
+// make_tp_group drives the ranks as one Backend (what `strata generate --force-ids --tp-size`
+// uses): teacher forcing through it equals TP=1, and a failing plan fails the group.
+TEST(CpuTp, GroupTeacherForcingEqualsTp1) {
+  auto w = test::tiny();
+  const auto& c = w->config();
+  auto one = make_cpu_backend(w, pool_opts());
+  auto group = make_tp_group(make_cpu_tp_backends(w, pool_opts(), 2));
+  EXPECT_EQ(group->info().tp_size, 2);
+  const auto ids = test::tokens(80, c.vocab_size, 71);
+  for (bool sparse : {false, true}) {
+    SparsityProfile prof;
+    if (sparse) {
+      prof.enabled = true;
+      prof.full_layers = 2;
+      prof.policy = Policy::kSnapKv;
+      prof.capacity = 32;
+      prof.window = 8;
+      prof.sinks = 2;
+    }
+    // Prefill 40, then 40 teacher-forced decodes (which see the sparse KV when sparse).
+    const auto ref = teacher_forced_logits(*one, ids, prof, 40);
+    const auto got = teacher_forced_logits(*group, ids, prof, 40);
+    ASSERT_EQ(got.size(), ref.size());
+    double mx = 0, err = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      mx = std::max(mx, std::abs(static_cast<double>(ref[i])));
+      err = std::max(err, std::abs(static_cast<double>(got[i]) - ref[i]));
+    }
+    EXPECT_LE(err, kTol * mx) << (sparse ? "sparse" : "dense");
+  }
+  StepPlan bad;
+  SeqStep st;
+  st.seq_id = 1;
+  st.tokens = {1};
+  bad.seqs.push_back(st);  // no layer states
+  EXPECT_THROW(group->step(bad), InternalError);
 }
 
 }  // namespace

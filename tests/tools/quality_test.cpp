@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "runtime/cpu_backend.h"
+#include "runtime/error.h"
 #include "runtime/make_model.h"
 #include "runtime/model_loader.h"
+#include "runtime/teacher_forcing.h"
 #include "runtime/tokenizer.h"
 
 namespace strata::bench {
@@ -103,6 +106,115 @@ TEST_F(Quality, FullVsItselfIsZeroChangeAndLargeCapacityEqualsFull) {
   EXPECT_NE(s.nll, ref.nll);
   EXPECT_GT(s.compression, 1.5);
   EXPECT_NEAR(s.sparse_compression, 64.0 / 16.0, 1e-12);
+}
+
+// The shared prefill (one full-cache prefill per token sequence, then each run's final chunk
+// with kSelect and its decode steps, runs batched as sequences of one step) gives logits
+// bit-identical to running each profile from scratch — for every policy, with and without
+// full layers, for both retrieval modes (two prefill lengths over the same ids), batched or
+// one run per step.
+TEST_F(Quality, SharedPrefillIsBitIdenticalToFromScratch) {
+  const auto set = make_eval_set(*tok_, 200, 0, 1, 16, 5);
+  const auto& ids = set.retrieval_window[0].ids;
+  const int p_window = set.retrieval_window[0].prefill_len;
+  const int p_followup = set.retrieval_followup[0].prefill_len;
+  ASSERT_EQ(set.retrieval_followup[0].ids, ids);
+  std::vector<SparsityProfile> profiles{SparsityProfile{}};
+  for (Policy p : {Policy::kWindow, Policy::kSnapKv, Policy::kScored})
+    for (int fl : {0, 1}) profiles.push_back(profile(p, 40, fl));
+  profiles.push_back(profile(Policy::kScored, 100, 1));  // capacity 100 < 200: still kSelect
+  profiles.push_back(profile(Policy::kScored, 512, 0));  // holds the whole prompt: from scratch
+  std::vector<ForcedRun> runs;
+  for (int prefill : {p_followup, p_window})
+    for (std::size_t i = 0; i < profiles.size(); ++i)
+      runs.push_back({static_cast<int>(i), prefill});
+  const auto vocab = static_cast<std::size_t>(backend_->model().vocab_size);
+  for (int max_batch : {0, 1}) {
+    const auto shared = shared_teacher_forcing(*backend_, ids, profiles, runs, max_batch);
+    ASSERT_EQ(shared.size(), runs.size());
+    int differs_from_full = 0;
+    std::vector<float> full_followup;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      const auto& r = runs[i];
+      const auto& pr = profiles[static_cast<std::size_t>(r.profile)];
+      const auto scratch = teacher_forced_logits(*backend_, ids, pr, r.prefill_len);
+      const auto& got = shared[i];
+      SCOPED_TRACE("run " + std::to_string(i) + " (" + to_string(pr.policy) + ", " +
+                   std::to_string(pr.full_layers) + " full, capacity " +
+                   std::to_string(pr.capacity) + ", prefill " + std::to_string(r.prefill_len) +
+                   ", max_batch " + std::to_string(max_batch) + ")");
+      const bool from_scratch = r.profile == static_cast<int>(profiles.size()) - 1;
+      if (from_scratch) {
+        EXPECT_EQ(got.first_row, 0);
+      } else {
+        // Sharing happened: a whole number of pages before the last window, and every row the
+        // measures read (>= prefill_len - 1) is there.
+        EXPECT_GT(got.first_row, 0);
+        EXPECT_EQ(got.first_row % kBlockSize, 0);
+        EXPECT_LE(got.first_row, r.prefill_len - 8);
+      }
+      const std::size_t off = static_cast<std::size_t>(got.first_row) * vocab;
+      ASSERT_EQ(got.logits.size(), scratch.size() - off);
+      EXPECT_EQ(
+          std::memcmp(got.logits.data(), scratch.data() + off, got.logits.size() * sizeof(float)),
+          0);
+      // The comparison is not vacuous: compressing changes the decode rows' logits.
+      const std::size_t last = (ids.size() - 1) * vocab;
+      if (r.profile == 0 && r.prefill_len == p_followup)
+        full_followup.assign(scratch.begin() + static_cast<std::ptrdiff_t>(last), scratch.end());
+      if (r.prefill_len == p_followup && r.profile > 0 && !from_scratch &&
+          !std::equal(full_followup.begin(), full_followup.end(),
+                      scratch.begin() + static_cast<std::ptrdiff_t>(last)))
+        ++differs_from_full;
+    }
+    EXPECT_GE(differs_from_full, 6);
+  }
+}
+
+TEST_F(Quality, SharedAndPerProfileEvaluationGiveTheSameScores) {
+  const auto set = make_eval_set(*tok_, 160, 1, 2, 12, 9);
+  std::vector<SparsityProfile> profiles{SparsityProfile{}, SparsityProfile{}};
+  for (Policy p : {Policy::kWindow, Policy::kSnapKv, Policy::kScored})
+    profiles.push_back(profile(p, 32, 1));
+  EvalRunOptions shared, scratch;
+  scratch.share_prefill = false;
+  int calls = 0;
+  shared.progress = [&](int done, int total) {
+    ++calls;
+    EXPECT_LE(done, total);
+    EXPECT_EQ(total, 1 + 2 * 2);
+  };
+  const auto a = evaluate_profiles(*backend_, set, profiles, 0, shared);
+  const auto b = evaluate_profiles(*backend_, set, profiles, 0, scratch);
+  EXPECT_EQ(calls, 3);  // one document, two retrieval facts (both modes share their ids)
+  ASSERT_EQ(a.size(), profiles.size());
+  for (std::size_t i = 0; i < profiles.size(); ++i) {
+    SCOPED_TRACE("profile " + std::to_string(i));
+    EXPECT_EQ(a[i].nll, b[i].nll);
+    EXPECT_EQ(a[i].agreement, b[i].agreement);
+    EXPECT_EQ(a[i].retrieval_window, b[i].retrieval_window);
+    EXPECT_EQ(a[i].retrieval_followup, b[i].retrieval_followup);
+    EXPECT_EQ(a[i].compression, b[i].compression);
+    EXPECT_EQ(a[i].argmax, b[i].argmax);
+    // And the one-profile from-scratch evaluate() agrees too.
+    const auto one = evaluate(*backend_, set, profiles[i], &b[0]);
+    EXPECT_EQ(one.nll, a[i].nll);
+    EXPECT_EQ(one.agreement, a[i].agreement);
+  }
+  // The full cache against itself: zero change.
+  EXPECT_EQ(a[1].nll, a[0].nll);
+  EXPECT_EQ(a[1].agreement, 1.0);
+  EXPECT_EQ(a[0].compression, 1.0);
+  EXPECT_GT(a[2].compression, 1.5);
+}
+
+TEST_F(Quality, SharedTeacherForcingRejectsBadRuns) {
+  const std::vector<std::int32_t> ids(64, 5);
+  const std::vector<SparsityProfile> profiles{SparsityProfile{}};
+  EXPECT_THROW(shared_teacher_forcing(*backend_, ids, profiles, {{1, 10}}), InvalidRequest);
+  EXPECT_THROW(shared_teacher_forcing(*backend_, ids, profiles, {{0, 65}}), InvalidRequest);
+  EXPECT_THROW(shared_teacher_forcing(*backend_, ids, profiles, {{0, 0}}), InvalidRequest);
+  EXPECT_THROW(shared_teacher_forcing(*backend_, {}, profiles, {{0, 1}}), InvalidRequest);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,9 +53,54 @@ struct EvalScores {
   std::vector<std::vector<std::int32_t>> argmax;  // per document: continuation argmaxes
 };
 
-// Runs one profile over the set. `reference` (may be null) gives the argmaxes to agree with.
+// Runs one profile over the set, every case from scratch (teacher_forced_logits: one prefill
+// step, then one decode step per later token). `reference` (may be null) gives the argmaxes
+// to agree with.
 EvalScores evaluate(Backend& backend, const EvalSet& set, const SparsityProfile& profile,
                     const EvalScores* reference);
+
+// Shared prefill. Every measure only reads rows >= prefill_len - 1, and a prefill is dense
+// whatever the profile: up to the final chunk, where sparse layers select (kSelect), the K/V
+// of every layer and every hidden state are the same for the full cache and every profile. So
+// the prefill of ids[0, S) is run once with the full cache into shared pages, S = the largest
+// multiple of 16 <= prefill_len - (largest window), and each run continues with its own
+// final prefill chunk ids[S, prefill_len) (sparse layers: temp_pages = the shared pages of
+// [0, S) + private pages for [S, prefill_len), kSelect; full layers: the shared pages + private
+// pages from slot S on) and its decode steps — plain StepPlans through Backend::step, the runs
+// of one prefill length batched as separate sequences of one step. Shared pages are never
+// written by a run, so runs do not disturb one another. The CPU backend computes every row
+// with the same arithmetic whatever the chunking and batching (row-wise matmul, attention
+// over keys in slot order), so the logits are bit-identical to teacher_forced_logits
+// (tests/tools/quality_test.cpp checks it). Runs with a sparse layer whose capacity is at least
+// the prefill (no kSelect: the prefill itself updates scores) run from scratch.
+struct ForcedRun {
+  int profile = 0;      // index into the profiles
+  int prefill_len = 0;  // 0 < prefill_len <= ids.size()
+};
+struct ForcedLogits {
+  int first_row = 0;  // logits of rows [first_row, ids.size()); first_row <= prefill_len - 1
+  std::vector<float> logits;  // [ids.size() - first_row][vocab]
+};
+// `max_batch` caps the sequences of one step (0: as many as the KV pool holds).
+std::vector<ForcedLogits> shared_teacher_forcing(Backend& backend,
+                                                 const std::vector<std::int32_t>& ids,
+                                                 const std::vector<SparsityProfile>& profiles,
+                                                 const std::vector<ForcedRun>& runs,
+                                                 int max_batch = 0);
+
+// Runs every profile over the set; result i belongs to profiles[i]. Agreement is measured
+// against the argmaxes of profiles[reference] (reference < 0: agreement 1). share_prefill
+// selects shared_teacher_forcing (the retrieval case's two modes share one prefill too: same
+// ids) or the from-scratch path of evaluate(); both give the same scores. `progress` (may be
+// null) is called after each case with (cases done, cases).
+struct EvalRunOptions {
+  bool share_prefill = true;
+  int max_batch = 0;
+  std::function<void(int, int)> progress;
+};
+std::vector<EvalScores> evaluate_profiles(Backend& backend, const EvalSet& set,
+                                          const std::vector<SparsityProfile>& profiles,
+                                          int reference, const EvalRunOptions& opts = {});
 
 // Compression by the cache manager's accounting for a sequence of `n` tokens of which
 // `prefill` are prefilled (KvCacheManager::usage().compression after the last step).

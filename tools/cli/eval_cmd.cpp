@@ -1,9 +1,13 @@
 // strata eval: quality under sparsity (tools/bench/quality.h, docs/quality.md).
+#include <algorithm>
 #include <boost/json.hpp>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "runtime/config.h"
@@ -44,14 +48,193 @@ std::vector<double> numbers(const std::string& s, const std::string& key) {
   return out;
 }
 
+// One result row (also the eval.json row).
 struct Row {
   std::string policy;
   int full_layers = 0;
   double ratio = 1;  // requested sparse-layer compression (context / capacity)
   int context = 0;
-  EvalScores scores;
-  double ppl_change = 0, window_loss = 0, followup_loss = 0;
+  int capacity = 0;
+  double sparse_compression = 1, overall_compression = 1;
+  double ppl = 0, ppl_change = 0, agreement = 1;
+  double retrieval_window = 0, retrieval_followup = 0;
+  int retrieval_n = 0, docs = 0, scored_tokens = 0;
 };
+
+json::object to_json(const Row& r) {
+  return json::object{{"policy", r.policy},
+                      {"full_layers", r.full_layers},
+                      {"context", r.context},
+                      {"capacity", r.capacity},
+                      {"requested_sparse_compression", r.ratio},
+                      {"sparse_compression", r.sparse_compression},
+                      {"overall_compression", r.overall_compression},
+                      {"ppl", r.ppl},
+                      {"ppl_change", r.ppl_change},
+                      {"agreement", r.agreement},
+                      {"retrieval_window", r.retrieval_window},
+                      {"retrieval_followup", r.retrieval_followup},
+                      {"retrieval_cases", r.retrieval_n},
+                      {"documents", r.docs},
+                      {"scored_tokens", r.scored_tokens}};
+}
+
+Row row_from_json(const json::value& v) {
+  const auto& o = v.as_object();
+  auto num = [&](const char* k) { return json::value_to<double>(o.at(k)); };
+  Row r;
+  r.policy = json::value_to<std::string>(o.at("policy"));
+  r.full_layers = static_cast<int>(num("full_layers"));
+  r.context = static_cast<int>(num("context"));
+  r.capacity = o.contains("capacity") ? static_cast<int>(num("capacity")) : 0;
+  r.ratio = num("requested_sparse_compression");
+  r.sparse_compression = num("sparse_compression");
+  r.overall_compression = num("overall_compression");
+  r.ppl = num("ppl");
+  r.ppl_change = num("ppl_change");
+  r.agreement = num("agreement");
+  r.retrieval_window = num("retrieval_window");
+  r.retrieval_followup = num("retrieval_followup");
+  r.retrieval_n = o.contains("retrieval_cases") ? static_cast<int>(num("retrieval_cases")) : 0;
+  r.docs = o.contains("documents") ? static_cast<int>(num("documents")) : 0;
+  r.scored_tokens = o.contains("scored_tokens") ? static_cast<int>(num("scored_tokens")) : 0;
+  return r;
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+std::string pct(double v) {
+  return fmt("%.0f %%", 100 * v);
+}
+std::string signed_pct(double v) {
+  std::string s = fmt("%+.1f %%", 100 * v);
+  if (s[0] == '-') s = "−" + s.substr(1);  // typographic minus, as docs/quality.md writes it
+  return s;
+}
+std::string ctx_name(int c) {
+  return c % 1024 == 0 ? std::to_string(c / 1024) + "k" : std::to_string(c);
+}
+
+// 95 % Wilson interval half-width at accuracy p over n cases (the widest, p = 0.5, if p < 0).
+double wilson_half(double p, int n) {
+  if (n <= 0) return 1;
+  const double z = 1.959964, nn = n;
+  const double d = 1 + z * z / nn;
+  return z * std::sqrt(p * (1 - p) / nn + z * z / (4 * nn * nn)) / d;
+}
+
+// The docs/quality.md results table: rows policy × full layers × sparse ratio, columns per
+// context (retrieval in window, follow-up), then Δppl and agreement per context.
+std::string markdown_table(const std::vector<Row>& rows, const std::string& command) {
+  std::set<int> ctx_set;
+  for (const auto& r : rows) ctx_set.insert(r.context);
+  const std::vector<int> ctxs(ctx_set.begin(), ctx_set.end());
+  auto find = [&](const std::string& pol, int fl, double ratio, int ctx) -> const Row* {
+    for (const auto& r : rows)
+      if (r.policy == pol && r.context == ctx &&
+          (pol == "full" || (r.full_layers == fl && r.ratio == ratio)))
+        return &r;
+    return nullptr;
+  };
+  auto both = [&](const std::vector<const Row*>& rs, auto f) {
+    std::string s;
+    for (std::size_t i = 0; i < rs.size(); ++i) s += (i ? " / " : "") + (rs[i] ? f(*rs[i]) : "–");
+    return s;
+  };
+  std::string ctx_list;
+  for (std::size_t i = 0; i < ctxs.size(); ++i) ctx_list += (i ? " / " : "") + ctx_name(ctxs[i]);
+  std::ostringstream md;
+  md << "| policy | full layers | sparse × | overall × (" << ctx_list << ")";
+  for (int c : ctxs) md << " | retrieval " << ctx_name(c) << ": in window | follow-up";
+  md << " | Δppl (" << ctx_list << ") | agreement (" << ctx_list << ") |\n|---|---|---|---";
+  for (std::size_t i = 0; i < ctxs.size(); ++i) md << "|---|---";
+  md << "|---|---|\n";
+  std::vector<std::tuple<std::string, int, double>> keys;  // in first-seen order
+  for (const auto& r : rows) {
+    std::tuple<std::string, int, double> k{r.policy, r.policy == "full" ? -1 : r.full_layers,
+                                           r.policy == "full" ? 1 : r.ratio};
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  }
+  int n_min = 1 << 30, docs = 0, scored = 0;
+  for (const auto& [pol, fl, ratio] : keys) {
+    std::vector<const Row*> rs;
+    for (int c : ctxs) rs.push_back(find(pol, fl, ratio, c));
+    for (auto* r : rs)
+      if (r) n_min = std::min(n_min, r->retrieval_n), docs = r->docs, scored = r->scored_tokens;
+    if (pol == "full") {
+      md << "| full cache | all | 1 | 1";
+      for (auto* r : rs)
+        md << " | " << (r ? pct(r->retrieval_window) : "–") << " | "
+           << (r ? pct(r->retrieval_followup) : "–");
+      md << " | ppl " << both(rs, [](const Row& r) { return fmt("%.3g", r.ppl); })
+         << " | 100 % |\n";
+      continue;
+    }
+    md << "| " << pol << " | " << fl << " | " << fmt("%g", ratio) << " | "
+       << both(rs, [](const Row& r) { return fmt("%.2f", r.overall_compression); });
+    for (auto* r : rs)
+      md << " | " << (r ? pct(r->retrieval_window) : "–") << " | "
+         << (r ? pct(r->retrieval_followup) : "–");
+    md << " | " << both(rs, [](const Row& r) { return signed_pct(r.ppl_change); }) << " | "
+       << both(rs, [](const Row& r) { return pct(r.agreement); }) << " |\n";
+  }
+  md << "\nRetrieval: exact match over " << n_min << " facts per context and mode (95 % interval "
+     << "at most ±" << fmt("%.0f", 100 * wilson_half(0.5, n_min)) << " points, Wilson; ±"
+     << fmt("%.0f", 100 * wilson_half(0.9, n_min)) << " near 90 %). Δppl and agreement: " << docs
+     << " documents × " << scored
+     << " continuation tokens per context. Overall × = full-cache KV bytes ÷ bytes held, all "
+        "layers (the cache's accounting).\n";
+  if (!command.empty()) md << "\n`" << command << "`\n";
+  return md.str();
+}
+
+void write_outputs(const std::string& out_dir, const std::string& model,
+                   const std::vector<Row>& rows, const std::string& command) {
+  fs::create_directories(out_dir);
+  std::printf("%-7s %5s %6s %6s %7s %8s %8s %9s %9s %9s %9s\n", "policy", "full", "ctx", "cap",
+              "sparse×", "overall×", "ppl", "Δppl", "agree", "ret.win", "ret.f-up");
+  json::array jrows;
+  std::map<std::string, Series> win, fu;
+  for (const auto& r : rows) {
+    std::printf("%-7s %5d %6d %6d %7.1f %8.2f %8.3f %+8.2f%% %8.1f%% %8.1f%% %8.1f%%\n",
+                r.policy.c_str(), r.full_layers, r.context, r.capacity, r.sparse_compression,
+                r.overall_compression, r.ppl, 100 * r.ppl_change, 100 * r.agreement,
+                100 * r.retrieval_window, 100 * r.retrieval_followup);
+    jrows.push_back(to_json(r));
+    if (r.policy == "full") continue;
+    const std::string key =
+        r.policy + " / " + std::to_string(r.full_layers) + " / " + std::to_string(r.context);
+    const std::string name =
+        r.policy + ", " + std::to_string(r.full_layers) + " full, " + ctx_name(r.context);
+    win[key].name = fu[key].name = name;
+    win[key].points.emplace_back(r.overall_compression, r.retrieval_window);
+    fu[key].points.emplace_back(r.overall_compression, r.retrieval_followup);
+  }
+  std::ofstream(out_dir + "/eval.json")
+      << json::serialize(json::object{{"model", model}, {"command", command}, {"rows", jrows}})
+      << "\n";
+  auto plot = [&](const std::string& file, const std::string& title,
+                  std::map<std::string, Series>& m) {
+    std::vector<Series> series;
+    for (auto& [k, s] : m) {
+      std::sort(s.points.begin(), s.points.end());
+      series.push_back(s);
+    }
+    std::ofstream(out_dir + "/" + file)
+        << svg_line_chart(title, "overall KV compression (x)", "exact match", series);
+  };
+  plot("retrieval_vs_compression.svg", "Retrieval (question in window) vs overall compression",
+       win);
+  plot("followup_vs_compression.svg", "Retrieval (follow-up question) vs overall compression", fu);
+  std::ofstream(out_dir + "/quality_table.md") << markdown_table(rows, command);
+  std::printf(
+      "results: %s/{eval.json, quality_table.md, retrieval_vs_compression.svg, "
+      "followup_vs_compression.svg}\n",
+      out_dir.c_str());
+}
 
 int run(int argc, char** argv) {
   Args a(argc, argv, {"help"});
@@ -60,12 +243,39 @@ int run(int argc, char** argv) {
         "strata eval --model DIR [--backend cpu|cuda] [--contexts 512,1024] [--ratios 2,4,10,20]\n"
         "  [--policies window,snapkv,scored] [--full-layers 0,1,2] [--window 32] [--sinks 4]\n"
         "  [--pool max|avg] [--docs 4] [--retrieval 8] [--scored-tokens 128] [--seed 1]\n"
-        "  [--threads N] [--out-dir DIR]\n");
+        "  [--threads N] [--share-prefill on|off] [--max-batch N] [--out-dir DIR]\n"
+        "strata eval --from-json a.json[,b.json...] [--out-dir DIR]\n"
+        "  (re-make the table, plots and quality_table.md from earlier eval.json files)\n");
     return 0;
   }
   a.expect_only({"help", "model", "backend", "contexts", "ratios", "policies", "full-layers",
                  "window", "sinks", "pool", "docs", "retrieval", "scored-tokens", "seed", "threads",
-                 "out-dir"});
+                 "out-dir", "share-prefill", "max-batch", "from-json"});
+  std::string command = "strata eval";
+  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
+  const auto out_dir = a.get_or("out-dir", "eval-results");
+
+  if (a.get("from-json")) {
+    std::vector<Row> rows;
+    std::string model;
+    for (const auto& path : split(a.get_or("from-json", ""))) {
+      std::ifstream in(path);
+      if (!in) throw ConfigError("--from-json", "cannot read '" + path + "'");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      json::value v;
+      try {
+        v = json::parse(ss.str());
+        model = json::value_to<std::string>(v.at("model"));
+        for (const auto& r : v.at("rows").as_array()) rows.push_back(row_from_json(r));
+      } catch (const std::exception& e) {
+        throw ConfigError("--from-json", "'" + path + "' is not an eval.json: " + e.what());
+      }
+    }
+    write_outputs(out_dir, model, rows, "");
+    return 0;
+  }
+
   const auto dir = a.get_or("model", "");
   if (dir.empty()) throw ConfigError("--model", "required: a model directory");
   auto weights = std::shared_ptr<const ModelWeights>(ModelWeights::load(dir));
@@ -74,16 +284,27 @@ int run(int argc, char** argv) {
   const auto contexts = numbers(a.get_or("contexts", "512"), "--contexts");
   const auto ratios = numbers(a.get_or("ratios", "2,4,10,20"), "--ratios");
   const auto policies = split(a.get_or("policies", "window,snapkv,scored"));
+  for (const auto& pol : policies)
+    if (pol != "window" && pol != "snapkv" && pol != "scored")
+      throw ConfigError("--policies", "got '" + pol + "' (allowed: window, snapkv, scored)");
   const auto fulls = numbers(a.get_or("full-layers", "0,1,2"), "--full-layers");
   const int window = static_cast<int>(a.get_int("window", 32)),
             sinks = static_cast<int>(a.get_int("sinks", 4));
   const int docs = static_cast<int>(a.get_int("docs", 4)),
             retr = static_cast<int>(a.get_int("retrieval", 8));
   const int scored = static_cast<int>(a.get_int("scored-tokens", 128));
-  const auto out_dir = a.get_or("out-dir", "eval-results");
-  fs::create_directories(out_dir);
+  const auto share = a.get_or("share-prefill", "on");
+  if (share != "on" && share != "off")
+    throw ConfigError("--share-prefill", "got '" + share + "' (allowed: on, off)");
+  EvalRunOptions ro;
+  ro.share_prefill = share == "on";
+  ro.max_batch = static_cast<int>(a.get_int("max-batch", 0));
+  const auto pool = a.get_or("pool", "max");
+  if (pool != "max" && pool != "avg")
+    throw ConfigError("--pool", "got '" + pool + "' (allowed: max, avg)");
 
-  // The backend: sized for the longest sequence under the full cache.
+  // The backend: the full cache of the longest sequence plus every run's private pages of a
+  // shared-prefill batch (bounded by --max-batch; the pool only reserves address space).
   const int longest =
       static_cast<int>(*std::max_element(contexts.begin(), contexts.end())) + scored + 64;
   std::unique_ptr<Backend> backend;
@@ -91,9 +312,9 @@ int run(int argc, char** argv) {
   if (kind == "cpu") {
     CpuBackendOptions o;
     o.threads = static_cast<int>(a.get_int("threads", 0));
-    o.kv_bytes = static_cast<std::uint64_t>(2.5 * longest * model.num_hidden_layers) *
-                     (2ull * model.num_key_value_heads * model.head_dim * 4) +
-                 (64ull << 20);
+    const std::uint64_t slot_bytes = 2ull * model.num_key_value_heads * model.head_dim * 4;
+    o.kv_bytes = static_cast<std::uint64_t>(2.5 * longest * model.num_hidden_layers) * slot_bytes +
+                 (256ull << 20);
     backend = make_cpu_backend(weights, o);
   } else if (kind == "cuda") {
 #ifdef STRATA_WITH_CUDA
@@ -110,23 +331,17 @@ int run(int argc, char** argv) {
     throw ConfigError("--backend", "got '" + kind + "' (allowed: cpu, cuda)");
   }
 
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   std::vector<Row> rows;
-  json::array jrows;
-  std::map<std::string, Series> plot;
   for (double ctxd : contexts) {
     const int ctx = static_cast<int>(ctxd);
     const auto set = make_eval_set(*tok, ctx, docs, retr, scored,
                                    static_cast<std::uint64_t>(a.get_int("seed", 1)));
-    SparsityProfile full;  // enabled = false
-    std::fprintf(stderr, "eval: context %d, full cache...\n", ctx);
-    Row base{"full", model.num_hidden_layers, 1, ctx, evaluate(*backend, set, full, nullptr)};
-    const auto ref = base.scores;
-    // The reference against itself: the harness's own arithmetic must give zero change.
-    const auto again = evaluate(*backend, set, full, &ref);
-    if (std::abs(again.nll - ref.nll) > 1e-9 || again.agreement != 1.0 ||
-        again.retrieval_window != ref.retrieval_window || std::abs(again.compression - 1.0) > 1e-12)
-      throw InternalError("eval: full cache vs itself is not a zero change");
-    rows.push_back(base);
+    // Profiles: the full cache twice (the reference against itself: the harness's own
+    // arithmetic must give zero change), then every sparse configuration.
+    std::vector<SparsityProfile> profiles(2);  // enabled = false
+    std::vector<Row> meta;
     for (const auto& pol : policies) {
       for (double fl : fulls) {
         for (double r : ratios) {
@@ -135,57 +350,61 @@ int run(int argc, char** argv) {
           p.full_layers = static_cast<int>(fl);
           p.window = window;
           p.sinks = sinks;
-          p.pool = a.get_or("pool", "max") == "avg" ? PoolKind::kAvg : PoolKind::kMax;
+          p.pool = pool == "avg" ? PoolKind::kAvg : PoolKind::kMax;
           p.capacity = std::max(static_cast<int>(std::lround(ctx / r)), sinks + window + 1);
           p.policy = pol == "window"   ? Policy::kWindow
                      : pol == "snapkv" ? Policy::kSnapKv
                                        : Policy::kScored;
-          if (pol != "window" && pol != "snapkv" && pol != "scored")
-            throw ConfigError("--policies", "got '" + pol + "' (allowed: window, snapkv, scored)");
-          std::fprintf(stderr, "eval: context %d, %s, %d full layers, %.0fx...\n", ctx, pol.c_str(),
-                       p.full_layers, r);
-          Row row{pol, p.full_layers, r, ctx, evaluate(*backend, set, p, &ref)};
-          row.ppl_change = row.scores.ppl / ref.ppl - 1;
-          row.window_loss = ref.retrieval_window - row.scores.retrieval_window;
-          row.followup_loss = ref.retrieval_followup - row.scores.retrieval_followup;
-          auto& s =
-              plot[pol + " / " + std::to_string(p.full_layers) + " full / " + std::to_string(ctx)];
-          s.name = pol + ", " + std::to_string(p.full_layers) + " full, ctx " + std::to_string(ctx);
-          s.points.emplace_back(row.scores.compression, row.scores.retrieval_window);
-          rows.push_back(row);
+          profiles.push_back(p);
+          Row m;
+          m.policy = pol;
+          m.full_layers = p.full_layers;
+          m.ratio = r;
+          m.capacity = p.capacity;
+          meta.push_back(m);
         }
       }
     }
+    const auto tc = Clock::now();
+    ro.progress = [&](int done, int total) {
+      const double s = std::chrono::duration<double>(Clock::now() - tc).count();
+      std::fprintf(stderr, "eval: context %d: %d/%d cases, %.0f s (%.0f s left for this context)\n",
+                   ctx, done, total, s, s / done * (total - done));
+    };
+    std::fprintf(stderr,
+                 "eval: context %d: %zu profiles (full cache twice + %zu sparse), %s prefill\n",
+                 ctx, profiles.size(), meta.size(), ro.share_prefill ? "shared" : "per-profile");
+    const auto scores = evaluate_profiles(*backend, set, profiles, 0, ro);
+    const auto& ref = scores[0];
+    const auto& again = scores[1];
+    if (std::abs(again.nll - ref.nll) > 1e-9 || again.agreement != 1.0 ||
+        again.retrieval_window != ref.retrieval_window ||
+        again.retrieval_followup != ref.retrieval_followup ||
+        std::abs(again.compression - 1.0) > 1e-12 || std::abs(ref.compression - 1.0) > 1e-12)
+      throw InternalError("eval: full cache vs itself is not a zero change");
+    auto fill = [&](Row r, const EvalScores& s) {
+      r.context = ctx;
+      r.sparse_compression = s.sparse_compression;
+      r.overall_compression = s.compression;
+      r.ppl = s.ppl;
+      r.ppl_change = s.ppl / ref.ppl - 1;
+      r.agreement = s.agreement;
+      r.retrieval_window = s.retrieval_window;
+      r.retrieval_followup = s.retrieval_followup;
+      r.retrieval_n = retr;
+      r.docs = docs;
+      r.scored_tokens = scored;
+      return r;
+    };
+    Row full;
+    full.policy = "full";
+    full.full_layers = model.num_hidden_layers;
+    rows.push_back(fill(full, ref));
+    for (std::size_t i = 0; i < meta.size(); ++i) rows.push_back(fill(meta[i], scores[i + 2]));
   }
-  std::printf("%-7s %5s %6s %7s %8s %8s %9s %9s %9s %9s %9s\n", "policy", "full", "ctx", "sparse×",
-              "overall×", "ppl", "Δppl", "agree", "ret.win", "ret.f-up", "Δret.win");
-  for (const auto& r : rows) {
-    std::printf("%-7s %5d %6d %7.1f %8.2f %8.3f %+8.2f%% %8.1f%% %8.1f%% %8.1f%% %+8.1f%%\n",
-                r.policy.c_str(), r.full_layers, r.context, r.scores.sparse_compression,
-                r.scores.compression, r.scores.ppl, 100 * r.ppl_change, 100 * r.scores.agreement,
-                100 * r.scores.retrieval_window, 100 * r.scores.retrieval_followup,
-                -100 * r.window_loss);
-    jrows.push_back(json::object{{"policy", r.policy},
-                                 {"full_layers", r.full_layers},
-                                 {"context", r.context},
-                                 {"requested_sparse_compression", r.ratio},
-                                 {"sparse_compression", r.scores.sparse_compression},
-                                 {"overall_compression", r.scores.compression},
-                                 {"ppl", r.scores.ppl},
-                                 {"ppl_change", r.ppl_change},
-                                 {"agreement", r.scores.agreement},
-                                 {"retrieval_window", r.scores.retrieval_window},
-                                 {"retrieval_followup", r.scores.retrieval_followup}});
-  }
-  std::ofstream(out_dir + "/eval.json")
-      << json::serialize(json::object{{"model", dir}, {"rows", jrows}}) << "\n";
-  std::vector<Series> series;
-  for (auto& [k, s] : plot) series.push_back(s);
-  std::ofstream(out_dir + "/retrieval_vs_compression.svg")
-      << svg_line_chart("Retrieval (question in window) vs overall compression",
-                        "overall KV compression (x)", "exact match", series);
-  std::printf("results: %s/eval.json, %s/retrieval_vs_compression.svg\n", out_dir.c_str(),
-              out_dir.c_str());
+  std::fprintf(stderr, "eval: %.0f s in all\n",
+               std::chrono::duration<double>(Clock::now() - t0).count());
+  write_outputs(out_dir, dir, rows, command);
   return 0;
 }
 

@@ -101,7 +101,7 @@ def _worker_loop(data_dir, seed, tasks, results):
             n, b = task
             buf = array.array("H")
             for _ in range(b):
-                buf.extend(S.sample(n))
+                buf.extend(S.sample(n + 1))
             results.put((n, b, buf.tobytes()))
     except Exception:  # the parent falls back to in-process generation
         results.put(("error", traceback.format_exc()))
@@ -149,7 +149,7 @@ class Batches:
             self.pending += 1
 
     def get(self, n, b, depth):
-        """ids of shape (b', n'+1) as bytes + shape; n', b' may be a previous phase's."""
+        """(n', b', bytes of b' x (n' + 1) uint16 ids); n', b' may be a previous phase's."""
         if self.ok:
             self.prefetch(n, b, depth)
             try:
@@ -163,7 +163,7 @@ class Batches:
                 self.ok = False
         buf = array.array("H")
         for _ in range(b):
-            buf.extend(self.local.sample(n))
+            buf.extend(self.local.sample(n + 1))
         return n, b, buf.tobytes()
 
     def close(self):
@@ -427,6 +427,7 @@ def main():
     last_log = last_save = time.time()
     last_tokens = 0
     depth = max(4, len(batches.procs))
+    diverged = False
     try:
         while True:
             now = time.time()
@@ -438,7 +439,7 @@ def main():
             n = phase_len(frac)
             b = max(1, round(a.tokens_per_step / n))
             n_got, b_got, raw = batches.get(n, b, depth)
-            arr = np.frombuffer(raw, dtype=np.uint16).reshape(b_got, n_got).astype(np.int64)
+            arr = np.frombuffer(raw, dtype=np.uint16).reshape(b_got, n_got + 1).astype(np.int64)
             x = torch.from_numpy(arr)
             if device.type == "cuda":
                 try:
@@ -460,12 +461,13 @@ def main():
             loss_sum += loss.detach()
             loss_n += 1
             step += 1
-            tokens += b_got * (n_got - 1)
+            tokens += b_got * n_got
             now = time.time()
             if a.dry_run or now - last_log >= a.log_every:
                 lv = float(loss_sum.item()) / max(1, loss_n)
                 if not math.isfinite(lv):
                     log(f"loss is {lv} at step {step}: stopping (last checkpoint kept)")
+                    diverged = True
                     break
                 tps = (tokens - last_tokens) / max(1e-9, now - last_log)
                 ev = heldout_eval()
@@ -483,6 +485,10 @@ def main():
                 last_log = time.time()
                 last_tokens = tokens
             if not a.dry_run and now - last_save >= a.save_every:
+                if not bool(torch.isfinite(loss.detach()).item()):
+                    log(f"loss is not finite at step {step}: stopping (last checkpoint kept)")
+                    diverged = True
+                    break
                 save_checkpoint(f"step {step}")
                 last_save = time.time()
     except Exception:
@@ -492,6 +498,11 @@ def main():
         batches.close()
 
     # ---- final save, summary and check.json ----------------------------------------------
+    if diverged:
+        metrics["diverged_at_step"] = step
+        write_metrics()
+        log("diverged: the last saved checkpoint stays; no final save, no check.json")
+        return
     save_checkpoint(f"final, step {step}")
     ev = heldout_eval()
     metrics["final"] = {"step": step, "tokens": tokens, "train_s": round(time.time() - train_start, 1),

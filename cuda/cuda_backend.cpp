@@ -26,7 +26,7 @@
 #include "cuda/sampling.h"
 #include "cuda/sparse/sparse_kernels.h"
 #include "cuda/sparse/sparse_plan.h"
-#include "cuda/tp/nccl_comm.h"
+#include "cuda/tp/collectives.h"
 #include "cuda/tp/tp_backends.h"
 #include "runtime/error.h"
 #include "runtime/make_model.h"
@@ -271,6 +271,7 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
         DeviceArray<float>(static_cast<std::size_t>(tp.size) * logit_rows * shard.vocab_slice);
   }
   use_graphs = cfg.backend.cuda_graphs;
+  if (tp.comm && !tp.comm->capturable()) use_graphs = false;  // host-staged collectives
   if (!cfg.backend.graph_batch_sizes.empty()) {
     buckets = cfg.backend.graph_batch_sizes;
   } else {
@@ -369,12 +370,12 @@ void CudaBackendImpl::build_weights() {
     tensor(d.qkv + q_dim * h, p + "self_attn.k_proj.weight", kv_dim * h, lin, 0.0f);
     tensor(d.qkv + (q_dim + kv_dim) * h, p + "self_attn.v_proj.weight", kv_dim * h, lin, 0.0f);
     tensor(d.o, p + "self_attn.o_proj.weight", h * q_dim,
-           1.0f / std::sqrt(static_cast<float>(q_dim)), 0.0f);
+           1.0f / std::sqrt(static_cast<float>(full_mc.q_dim())), 0.0f);  // whole-model scale
     tensor(d.post_norm, p + "post_attention_layernorm.weight", h, 0.1f, 1.0f);
     tensor(d.gate_up, p + "mlp.gate_proj.weight", in * h, lin, 0.0f);
     tensor(d.gate_up + in * h, p + "mlp.up_proj.weight", in * h, lin, 0.0f);
-    tensor(d.down, p + "mlp.down_proj.weight", h * in, 1.0f / std::sqrt(static_cast<float>(in)),
-           0.0f);
+    tensor(d.down, p + "mlp.down_proj.weight", h * in,
+           1.0f / std::sqrt(static_cast<float>(full_mc.intermediate_size)), 0.0f);
     layers.push_back(d);
   }
   final_norm = alloc_weight(h);

@@ -25,14 +25,14 @@ namespace strata::cuda {
 
 struct CudaBackendImpl;
 namespace tp {
-class NcclComm;
+class Collectives;
 }
 
 // This backend as one rank of a tensor-parallel group (docs/tensor-parallel.md): it holds
 // the rank's shard (runtime/tp_shard.h) and all-reduces/all-gathers through `comm`.
 struct CudaTpRank {
   int rank = 0, size = 1;
-  tp::NcclComm* comm = nullptr;  // size > 1; outlives the backend
+  tp::Collectives* comm = nullptr;  // size > 1 (NCCL or host-staged); outlives the backend
 };
 
 class CudaBackend : public Backend {

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "cuda/tp/collectives.h"
 #include "runtime/tp_rendezvous.h"
 
 namespace strata::cuda::tp {
@@ -31,25 +32,27 @@ TpUniqueId make_unique_id();
 
 struct NcclCommImpl;
 
-class NcclComm {
+class NcclComm final : public Collectives {
  public:
   // Joins the group as `rank` of `size` on CUDA device `device` (made current here). The
   // ranks of one process call this concurrently, each from its own thread.
   NcclComm(const TpUniqueId& id, int rank, int size, int device,
            std::chrono::milliseconds timeout = std::chrono::seconds(120));
-  ~NcclComm();
+  ~NcclComm() override;
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
-  int rank() const;
-  int size() const;
+  int rank() const override;
+  int size() const override;
+  bool capturable() const override { return true; }
   // Enqueued on `stream` (capturable): data[0..count) := sum over ranks, bf16.
-  void all_reduce_bf16(void* data, std::size_t count, cudaStream_t stream);
+  void all_reduce_bf16(void* data, std::size_t count, cudaStream_t stream) override;
   // Enqueued on `stream`: recv[r * count .. (r+1) * count) := rank r's send[0..count), fp32.
-  void all_gather_f32(const float* send, float* recv, std::size_t count, cudaStream_t stream);
+  void all_gather_f32(const float* send, float* recv, std::size_t count,
+                      cudaStream_t stream) override;
   // Blocks until `stream` has finished, at most `timeout`, watching for NCCL errors; aborts
   // the communicator and throws InternalError on a timeout or an error.
-  void wait(cudaStream_t stream, std::chrono::milliseconds timeout);
+  void wait(cudaStream_t stream, std::chrono::milliseconds timeout) override;
   // Aborts the communicator (idempotent); every later call throws.
   void abort();
 

@@ -91,8 +91,8 @@ WeightFn sliced_weight_loader(WeightFn whole, SliceContext ctx) {
   };
 }
 
-void gather_vocab_logits(NcclComm& comm, const ModelConfig& full, const float* local, float* parts,
-                         float* logits, int rows, cudaStream_t stream) {
+void gather_vocab_logits(Collectives& comm, const ModelConfig& full, const float* local,
+                         float* parts, float* logits, int rows, cudaStream_t stream) {
   const int size = comm.size();
   const TpShard me = make_tp_shard(full, comm.rank(), size);
   const std::size_t vs = static_cast<std::size_t>(me.vocab_slice), V = full.vocab_size;

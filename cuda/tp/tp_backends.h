@@ -23,7 +23,7 @@ class ModelWeights;
 
 namespace strata::cuda::tp {
 
-class NcclComm;
+class Collectives;
 
 // Writes weight `name` (n elements of the rank's slice) to dst; scale/offset: random init.
 using WeightFn = std::function<void(__nv_bfloat16* dst, const std::string& name, std::size_t n,
@@ -47,8 +47,8 @@ WeightFn sliced_weight_loader(WeightFn whole, SliceContext ctx);
 // logits[rows][V] := the ranks' [rows][vocab_slice] lm_head outputs, all-gathered into
 // parts ([tp][rows][vocab_slice]) and copied to their vocabulary columns (stream-ordered,
 // capturable).
-void gather_vocab_logits(NcclComm& comm, const ModelConfig& full, const float* local, float* parts,
-                         float* logits, int rows, cudaStream_t stream);
+void gather_vocab_logits(Collectives& comm, const ModelConfig& full, const float* local,
+                         float* parts, float* logits, int rows, cudaStream_t stream);
 
 // backend.tp_size ranks in this process: one CudaBackend per GPU (backend.devices or
 // 0..tp_size-1), each built on a thread of its own with its NCCL communicator (ncclCommInit

@@ -92,4 +92,22 @@ void TpComm::gather(int rank, const float* data, std::size_t n, std::vector<floa
   barrier(rank, "gather");
 }
 
+void TpComm::all_gather(int rank, const float* data, std::size_t n, std::vector<float>& out) {
+  if (size_ == 1) {
+    out.assign(data, data + n);
+    return;
+  }
+  {
+    std::lock_guard lk(mu_);
+    ptr_[static_cast<std::size_t>(rank)] = data;
+    len_[static_cast<std::size_t>(rank)] = n;
+  }
+  barrier(rank, "all-gather");
+  out.clear();
+  for (int r = 0; r < size_; ++r)
+    out.insert(out.end(), ptr_[static_cast<std::size_t>(r)],
+               ptr_[static_cast<std::size_t>(r)] + len_[static_cast<std::size_t>(r)]);
+  barrier(rank, "all-gather");
+}
+
 }  // namespace strata::cpu

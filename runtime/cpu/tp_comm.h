@@ -29,6 +29,8 @@ class TpComm {
   // Rank 0 gets every rank's data concatenated in rank order in *out (sizes may differ);
   // other ranks pass out = nullptr.
   void gather(int rank, const float* data, std::size_t n, std::vector<float>* out);
+  // Every rank gets every rank's data concatenated in rank order in *out (sizes may differ).
+  void all_gather(int rank, const float* data, std::size_t n, std::vector<float>& out);
   // Marks the communicator failed (first reason kept) and wakes every waiter.
   void abort(const std::string& why);
   bool aborted() const;

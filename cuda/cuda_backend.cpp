@@ -871,18 +871,14 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
       for (int l = 0; l < L; ++l) {
         const LayerSlots& ls = s.layers[static_cast<std::size_t>(l)];
         const std::size_t at = static_cast<std::size_t>(l) * max_seqs + S_dec;
+        const sparse::DecodeLayerMeta m =
+            sparse::decode_layer_meta(ls, s.start, (k * L + l) * pmax, row);
+        h_seq_len[at] = m.seq_len;
+        h_slots[at] = m.slot;
+        h_dec_seqs[at] = m.seq;
         if (ls.rule.sparse()) {
-          const int att = ls.ring_full() ? ls.rule.capacity : ls.valid + 1;
-          h_seq_len[at] = att;
-          h_slots[at] = ls.decode_slot();
-          h_dec_seqs[at] =
-              sparse::make_decode_seq(ls.rule, ls.valid, ls.ring_pos, (k * L + l) * pmax, row);
-          dec_max_slots = std::max(dec_max_slots, att);
+          dec_max_slots = std::max(dec_max_slots, m.seq_len);
           sparse_decode = true;
-        } else {
-          h_seq_len[at] = s.start + 1;
-          h_slots[at] = s.start;
-          h_dec_seqs[at] = sparse::DecodeSeq{};
         }
       }
       ++S_dec;

@@ -106,6 +106,23 @@ DecodeSeq make_decode_seq(const LayerRule& rule, int valid, int ring_pos, int ta
   return s;
 }
 
+DecodeLayerMeta decode_layer_meta(const LayerSlots& ls, int position, int table, int q_row) {
+  DecodeLayerMeta m;
+  if (!ls.rule.sparse()) {
+    STRATA_CHECK(position >= 0, "decode at position " + std::to_string(position));
+    m.seq_len = position + 1;
+    m.slot = position;
+    return m;  // m.seq: policy 0, skipped by the resolve/update kernels
+  }
+  // The update kernel recomputes these from DecodeSeq (attended: C once the ring is full,
+  // else valid + 1; new slot: C - ring + ring_pos, else valid): the same arithmetic as
+  // LayerSlots, so attention, K/V write and score update agree on every slot.
+  m.seq_len = ls.ring_full() ? ls.rule.capacity : ls.valid + 1;
+  m.slot = ls.decode_slot();
+  m.seq = make_decode_seq(ls.rule, ls.valid, ls.ring_pos, table, q_row);
+  return m;
+}
+
 ShrinkSeq make_shrink_seq(const LayerRule& rule, int valid, int ring_pos, int shrink_to, int table,
                           std::int64_t stage_off) {
   STRATA_CHECK(rule.sparse(), "shrink on a full layer");

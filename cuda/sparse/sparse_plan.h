@@ -10,6 +10,7 @@
 
 #include "cuda/sparse/sparse_kernels.h"
 #include "runtime/sparsity_profile.h"
+#include "runtime/step_plan.h"
 
 namespace strata::cuda::sparse {
 
@@ -46,6 +47,17 @@ PrefillPlan plan_sparse_prefill(const std::vector<PrefillInput>& inputs, int kv_
 
 // One sequence of one sparse layer in a decode step.
 DecodeSeq make_decode_seq(const LayerRule& rule, int valid, int ring_pos, int table, int q_row);
+
+// Everything the decode kernels read for one sequence in one layer (full or sparse), from its
+// LayerSlots before the step: the slots decode attention attends ([0, seq_len)), the slot
+// the new token's K/V goes to, and the DecodeSeq of the resolve/update kernels (policy 0 for
+// a full layer). position: the decode token's position (= slots held by a full layer).
+struct DecodeLayerMeta {
+  int seq_len = 0;
+  int slot = 0;
+  DecodeSeq seq;
+};
+DecodeLayerMeta decode_layer_meta(const LayerSlots& ls, int position, int table, int q_row);
 
 // One sequence of one sparse layer to shrink, from its state after this step's own work.
 // stage_off: offset (slots) of its kv_heads * shrink_to staging slots.

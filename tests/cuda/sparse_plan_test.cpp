@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "runtime/error.h"
 
 namespace strata::cuda::sparse {
@@ -107,6 +110,96 @@ TEST(SparsePlan, DecodeSeqMirrorsLayerSlots) {
   EXPECT_EQ(s.q_row, 3);
   EXPECT_THROW(make_decode_seq(scored(512), 513, 0, 0, 0), InternalError);
   EXPECT_THROW(make_decode_seq(scored(512), 512, 32, 0, 0), InternalError);
+}
+
+LayerRule rule_of(Policy p, int capacity, int sinks, int window) {
+  LayerRule r;
+  r.policy = p;
+  r.capacity = capacity;
+  r.sinks = sinks;
+  r.window = window;
+  r.ring = p == Policy::kScored ? window : p == Policy::kWindow ? capacity - sinks : 0;
+  return r;
+}
+
+// What the update/resolve kernels derive from a DecodeSeq (cuda/sparse/sparse_decode.cu).
+int kernel_attended(const DecodeSeq& s) {
+  const bool full = s.ring > 0 && s.valid == s.capacity;
+  return full ? s.capacity : s.valid + 1;
+}
+int kernel_new_slot(const DecodeSeq& s) {
+  const bool full = s.ring > 0 && s.valid == s.capacity;
+  return full ? s.capacity - s.ring + s.ring_pos : s.valid;
+}
+
+// Decode metadata along a whole decode run (direct fill from a short prompt, then the ring /
+// appends): attention length, K/V slot and the kernels' own view agree with LayerSlots at
+// every step, the ring writes every ring slot once per cycle and nothing else.
+TEST(SparsePlan, DecodeLayerMetaFollowsLayerSlots) {
+  for (Policy p : {Policy::kWindow, Policy::kSnapKv, Policy::kScored}) {
+    LayerSlots ls;
+    ls.rule = rule_of(p, 48, 4, 8);
+    ls.valid = 30;  // a 30-token prompt that fits
+    std::vector<int> writes(200, 0);
+    for (int step = 0; step < 150; ++step) {
+      const int pos = 30 + step;
+      const DecodeLayerMeta m = decode_layer_meta(ls, pos, 96, 5);
+      SCOPED_TRACE(std::string(to_string(p)) + " step " + std::to_string(step));
+      EXPECT_EQ(m.slot, ls.decode_slot());
+      EXPECT_EQ(m.seq_len, ls.ring_full() ? 48 : ls.valid + 1);
+      EXPECT_LT(m.slot, m.seq_len);  // the new token is attended
+      EXPECT_EQ(kernel_attended(m.seq), m.seq_len);
+      EXPECT_EQ(kernel_new_slot(m.seq), m.slot);
+      EXPECT_EQ(m.seq.table, 96);
+      EXPECT_EQ(m.seq.q_row, 5);
+      EXPECT_EQ(m.seq.policy, static_cast<int>(p));
+      if (p != Policy::kSnapKv) {
+        EXPECT_LE(m.seq_len, 48);
+      } else {
+        EXPECT_EQ(m.slot, pos);  // 30 prompt slots + appends: slot = position
+      }
+      ++writes[static_cast<std::size_t>(m.slot)];
+      ls.advance_decode();
+    }
+    // Slots [30, 48) filled once; then the ring: window over [4, 48), scored over [40, 48).
+    if (p == Policy::kWindow) {
+      for (int j = 0; j < 4; ++j) EXPECT_EQ(writes[j], 0) << "sink " << j;
+      // 150 writes: 18 fill [30, 48), then 132 = 3 cycles of the 44-slot ring.
+      for (int j = 4; j < 48; ++j) EXPECT_EQ(writes[j], 3 + (j >= 30 ? 1 : 0)) << j;
+    } else if (p == Policy::kScored) {
+      for (int j = 0; j < 40; ++j) EXPECT_EQ(writes[j], j >= 30 ? 1 : 0) << j;
+      // 132 ring writes over 8 slots: 16 full cycles + 4.
+      for (int j = 40; j < 48; ++j) EXPECT_EQ(writes[j], 1 + 16 + (j - 40 < 4 ? 1 : 0)) << j;
+    }
+  }
+  // A full layer attends every position and writes the token at its position.
+  LayerSlots full;
+  full.valid = 77;
+  const DecodeLayerMeta f = decode_layer_meta(full, 77, 0, 2);
+  EXPECT_EQ(f.seq_len, 78);
+  EXPECT_EQ(f.slot, 77);
+  EXPECT_EQ(f.seq.policy, 0);
+}
+
+// After a kSelect (valid = C, ring_pos 0), the first decode step of a ring policy writes the
+// oldest ring slot: scored C - alpha, window the first non-sink slot.
+TEST(SparsePlan, DecodeLayerMetaAfterSelection) {
+  LayerSlots sc;
+  sc.rule = rule_of(Policy::kScored, 512, 4, 32);
+  sc.valid = 512;
+  const auto m = decode_layer_meta(sc, 4000, 0, 0);
+  EXPECT_EQ(m.slot, 480);
+  EXPECT_EQ(m.seq_len, 512);
+  sc.ring_pos = 31;
+  EXPECT_EQ(decode_layer_meta(sc, 4031, 0, 0).slot, 511);
+  LayerSlots w;
+  w.rule = rule_of(Policy::kWindow, 64, 4, 32);
+  w.valid = 64;
+  EXPECT_EQ(decode_layer_meta(w, 100, 0, 0).slot, 4);
+  w.ring_pos = 59;
+  EXPECT_EQ(decode_layer_meta(w, 159, 0, 0).slot, 63);
+  w.ring_pos = 60;  // outside the ring
+  EXPECT_THROW(decode_layer_meta(w, 160, 0, 0), InternalError);
 }
 
 }  // namespace

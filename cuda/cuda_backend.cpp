@@ -528,7 +528,14 @@ void CudaBackendImpl::plan_kv_pool() {
   const std::size_t with_scratch = n_pages + scratch_pages;
   kv_pool = DeviceArray<bf16>(with_scratch * layout.page_elems());
   score_pool = DeviceArray<float>(with_scratch * layout.score_elems());
-  CUDA_CHECK(cudaMemsetAsync(score_pool.get(), 0, score_pool.bytes(), stream));
+  // The pool starts as zeros (K/V and scores), so results never depend on what the device
+  // memory held before. STRATA_CUDA_POOL_POISON=1 fills it with NaN bits instead: every read
+  // of a slot that was never written (K/V, or a sparse layer's score) then turns into NaN
+  // logits (tests/gpu/sparse_model_test.cpp, NoReadOfUnwrittenSlots).
+  const char* poison_env = std::getenv("STRATA_CUDA_POOL_POISON");
+  const int fill = poison_env && std::string(poison_env) == "1" ? 0xFF : 0;
+  CUDA_CHECK(cudaMemsetAsync(kv_pool.get(), fill, kv_pool.bytes(), stream));
+  CUDA_CHECK(cudaMemsetAsync(score_pool.get(), fill, score_pool.bytes(), stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   kv_bytes = kv_pool.bytes() + score_pool.bytes();
   binfo.num_pages = static_cast<int>(n_pages);

@@ -6,8 +6,9 @@
   python3 tools/evalmodel/train.py --data .gpu-bundle/evalmodel --out /tmp/x --dry-run  # CPU
 
 Model: transformers' LlamaForCausalLM (16 layers, hidden 256, 4 query heads x 64, 2 KV heads,
-MLP 512, tied embeddings, vocab 2048, RoPE theta 500000, max_position_embeddings 16384),
-about 9.97 M parameters (19.9 MB in fp16). SDPA attention, bf16 autocast, fused AdamW, no
+MLP 320, tied embeddings, vocab 2048, RoPE theta 500000, max_position_embeddings 16384),
+7.61 M parameters: 15.2 MB in fp16, one safetensors file under the 16 MiB a file the GPU
+machine returns. SDPA attention, bf16 autocast, fused AdamW, no
 torch.compile. Data: synth.py sequences generated on the fly by worker processes from
 pieces.json + natural.u16 (prepare.py); sequence length grows with elapsed time (--phases).
 LR: linear warm-up then cosine, on elapsed time. The whole run, imports included, ends by
@@ -71,7 +72,7 @@ def parse_args():
     ap.add_argument("--workers", type=int, default=0, help="data worker processes (0: auto)")
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--intermediate", type=int, default=512)
+    ap.add_argument("--intermediate", type=int, default=320)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--head-dim", type=int, default=64)
@@ -285,6 +286,8 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.3f} M parameters ({n_params * 2 / 1e6:.2f} MB fp16), "
         f"attn {getattr(cfg, '_attn_implementation', '?')}")
+    if n_params * 2 > 16 * 2**20 - 65536:
+        log("WARNING: the fp16 weights exceed 16 MiB: the GPU machine will not return the file")
 
     try:
         cfg_dict = json.loads(json.dumps(cfg.to_dict(), default=str))

@@ -266,6 +266,9 @@ def main():
             model.tie_weights()
         except Exception:
             pass
+    if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
+        log("lm_head not tied after tie_weights(); tying by hand")
+        model.lm_head.weight = model.model.embed_tokens.weight
     tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     if not tied:
         fatal("lm_head is not tied to embed_tokens")

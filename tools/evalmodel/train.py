@@ -93,6 +93,10 @@ def _worker_init(data_dir, seed):
 
 def _worker_loop(data_dir, seed, tasks, results):
     try:
+        try:
+            os.nice(5)  # the training process (kernel launches) goes first
+        except OSError:
+            pass
         _worker_init(data_dir, seed)
         S = _W["S"]
         while True:
@@ -204,7 +208,11 @@ def main():
         a.log_every = a.save_every = 0.0
 
     # Worker processes fork before torch touches CUDA.
-    workers = a.workers or (0 if a.dry_run else max(2, min(12, (os.cpu_count() or 4) - 3)))
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except Exception:
+        cpus = os.cpu_count() or 4
+    workers = a.workers or (0 if a.dry_run else max(2, min(12, cpus - 3)))
     batches = Batches(a.data, a.seed, workers, meta, natural)
     log(f"data workers: {len(batches.procs)}")
 

@@ -212,14 +212,23 @@ PrefillKernel prefill_kernel_from_env() {
     const std::string s = v ? v : "";
     if (s.empty() || s == "fa2") return PrefillKernel::kFa2;
     if (s == "wmma") return PrefillKernel::kWmma;
+    if (s == "fa2_single") return PrefillKernel::kFa2Single;
     throw ConfigError("STRATA_PREFILL_ATTN",
-                      "prefill attention kernel '" + s + "' is not one of: fa2, wmma");
+                      "prefill attention kernel '" + s + "' is not one of: fa2, fa2_single, wmma");
   }();
   return k;
 }
 
 const char* prefill_kernel_name(PrefillKernel k) {
-  return k == PrefillKernel::kWmma ? "wmma" : "fa2";
+  switch (k) {
+    case PrefillKernel::kWmma:
+      return "wmma";
+    case PrefillKernel::kFa2Single:
+      return "fa2_single";
+    case PrefillKernel::kFa2:
+      break;
+  }
+  return "fa2";
 }
 
 void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s) {
@@ -235,7 +244,7 @@ void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s, P
   if (k == PrefillKernel::kWmma)
     launch_prefill_attention_wmma(p, s);
   else
-    launch_prefill_attention_fa2(p, s);
+    launch_prefill_attention_fa2(p, s, k == PrefillKernel::kFa2);
 }
 
 }  // namespace strata::cuda

@@ -337,9 +337,10 @@ void launch_fa2(const PrefillAttentionParams& p, cudaStream_t s) {
 
 }  // namespace
 
-void launch_prefill_attention_fa2(const PrefillAttentionParams& p, cudaStream_t s) {
+void launch_prefill_attention_fa2(const PrefillAttentionParams& p, cudaStream_t s,
+                                  bool pair_heads) {
   // Pair two query heads of one KV group per block when the group size allows it.
-  const bool pair = (p.heads / p.kv_heads) % 2 == 0;
+  const bool pair = pair_heads && (p.heads / p.kv_heads) % 2 == 0;
   STRATA_DISPATCH_HEAD_DIM(p.head_dim, "prefill attention (fa2)", HD, {
     if (pair)
       launch_fa2<HD, 2, 2>(p, s);

@@ -8,7 +8,8 @@ namespace strata::cuda {
 
 // WMMA kernel, S/P/O round-tripping through shared memory (attention_prefill.cu).
 void launch_prefill_attention_wmma(const PrefillAttentionParams& p, cudaStream_t s);
-// FlashAttention-2 style kernel, fragments in registers (attention_prefill_fa2.cu).
-void launch_prefill_attention_fa2(const PrefillAttentionParams& p, cudaStream_t s);
+// FlashAttention-2 style kernel, fragments in registers (attention_prefill_fa2.cu); blocks
+// of two query heads when pair_heads and the GQA group size is even, else one.
+void launch_prefill_attention_fa2(const PrefillAttentionParams& p, cudaStream_t s, bool pair_heads);
 
 }  // namespace strata::cuda

@@ -440,9 +440,13 @@ TEST(PrefillFrag, ReplayPairedHeadsHd128) {
 TEST(PrefillKernelChoice, EnvironmentDefaultIsFa2) {
   const char* v = std::getenv("STRATA_PREFILL_ATTN");
   const std::string s = v ? v : "";
-  EXPECT_EQ(prefill_kernel_from_env(), s == "wmma" ? PrefillKernel::kWmma : PrefillKernel::kFa2);
+  const PrefillKernel want = s == "wmma"         ? PrefillKernel::kWmma
+                             : s == "fa2_single" ? PrefillKernel::kFa2Single
+                                                 : PrefillKernel::kFa2;
+  EXPECT_EQ(prefill_kernel_from_env(), want);
   EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kFa2), "fa2");
   EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kWmma), "wmma");
+  EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kFa2Single), "fa2_single");
 }
 
 }  // namespace

@@ -2,8 +2,8 @@
 // q/k/v in scattered pages. Bounds: output relative L2 <= 5e-3, LSE absolute <= 2e-3, no NaN
 // (outputs poisoned first). Sweeps: head_dim 64/128, GQA 1/2/3/4/8, batch, lengths incl. 1,
 // 17, 4096, chunked prefill over paged prior context, decode splits. Every prefill case runs
-// both prefill kernels (PrefillKernel::kFa2 and kWmma) on the same inputs, each checked
-// against the reference. The page size is the fixed kBlockSize (16) of runtime/kv_layout.h.
+// every prefill kernel (PrefillKernel::kFa2, kFa2Single, kWmma) on the same inputs, each
+// checked against the reference. The page size is the fixed kBlockSize (16) of runtime/kv_layout.h.
 #include "cuda/attention.h"
 
 #include <gtest/gtest.h>
@@ -123,7 +123,8 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
                ref_o.data() + (static_cast<std::size_t>(t) * c.heads + h) * c.hd,
                &ref_lse[static_cast<std::size_t>(idx)]);
   });
-  for (const PrefillKernel kern : {PrefillKernel::kFa2, PrefillKernel::kWmma}) {
+  for (const PrefillKernel kern :
+       {PrefillKernel::kFa2, PrefillKernel::kFa2Single, PrefillKernel::kWmma}) {
     const std::string ktag = std::string(prefill_kernel_name(kern)) + "_" + tag;
     poison(out);
     poison(lse);

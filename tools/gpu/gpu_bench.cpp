@@ -22,6 +22,7 @@
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
+#include "cuda/sampling.h"
 #include "runtime/config.h"
 #include "runtime/kv_layout.h"
 #include "runtime/sparsity_profile.h"
@@ -207,6 +208,60 @@ void bench_gemm(int T) {
       "layer GEMMs (cuBLAS) T=%d: %.3f ms for %.3g GB of weights, %.2f TB/s = %.1f%% of 4.27\n", T,
       ms, bytes / 1e9, bw / 1e12, 100 * bw / kCopyBw);
   figure("bench_layer_gemms_t" + std::to_string(T) + "_frac_copy_bw", bw / kCopyBw);
+}
+
+// Device sampler (cuda/sampling.h): one launch over batch-64 rows of the Llama-3 vocabulary,
+// per parameter set (the rows are re-uploaded before each run: the sampler edits in place).
+void bench_sampling() {
+  const int B = 64, V = 128256;
+  std::vector<float> h(static_cast<std::size_t>(B) * V);
+  std::uint64_t z = 88172645463325252ull;
+  for (auto& v : h) {  // xorshift + Box-Muller-free approximation: sum of uniforms, std ~2
+    double acc = 0;
+    for (int k = 0; k < 4; ++k) {
+      z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+      acc += static_cast<double>(z >> 11) * 0x1.0p-53;
+    }
+    v = static_cast<float>((acc - 2.0) * 3.46);
+  }
+  DeviceArray<float> d(h.size()), src(h.size());
+  CUDA_CHECK(cudaMemcpy(src.get(), h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<std::int32_t> prompt(2000), output(200);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>((i * 7919) % V);
+  for (std::size_t i = 0; i < output.size(); ++i) output[i] = static_cast<int>((i * 104729) % V);
+  struct Cfg {
+    const char* name;
+    SamplingParams p;
+  };
+  std::vector<Cfg> cfgs(5);
+  cfgs[0].name = "temp1", cfgs[0].p.temperature = 1.0f;
+  cfgs[1].name = "topk50", cfgs[1].p.top_k = 50;
+  cfgs[2].name = "topp09", cfgs[2].p.top_p = 0.9f;
+  cfgs[3].name = "topk50_topp09_minp005_logprobs5", cfgs[3].p.top_k = 50, cfgs[3].p.top_p = 0.9f,
+  cfgs[3].p.min_p = 0.05f, cfgs[3].p.logprobs = 5;
+  cfgs[4].name = "penalties_topp09_logprobs20", cfgs[4].p.top_p = 0.9f,
+  cfgs[4].p.repetition_penalty = 1.1f, cfgs[4].p.frequency_penalty = 0.5f,
+  cfgs[4].p.presence_penalty = 0.5f, cfgs[4].p.logprobs = 20;
+  DeviceSampler sampler;
+  for (const Cfg& c : cfgs) {
+    std::vector<SampleRequest> reqs(B);
+    for (int r = 0; r < B; ++r)
+      reqs[static_cast<std::size_t>(r)] = {r, &c.p, &prompt, &output, nullptr};
+    const SampleBatch batch = prepare_samples(reqs, V);
+    const double ms = median_ms(
+        [&] {
+          CUDA_CHECK(cudaMemcpyAsync(d.get(), src.get(), d.bytes(), cudaMemcpyDeviceToDevice));
+          sampler.run(d.get(), V, batch, nullptr);
+        },
+        2, 10);
+    const double copy_ms = median_ms(
+        [&] {
+          CUDA_CHECK(cudaMemcpyAsync(d.get(), src.get(), d.bytes(), cudaMemcpyDeviceToDevice));
+        },
+        2, 10);
+    std::printf("device sampler, 64 rows x 128256, %s: %.3f ms\n", c.name, ms - copy_ms);
+    figure(std::string("bench_sampling_b64_") + c.name + "_ms", ms - copy_ms);
+  }
 }
 
 // Decode GEMM autotuning (cuda/gemm.h) on the 8B layer shapes + lm_head: default cuBLAS vs
@@ -512,6 +567,7 @@ int main(int argc, char** argv) {
       bench_prefill_attention(8, 4096);
     }
     if (what == "all" || what == "gemm-tune") bench_gemm_tune();
+    if (what == "all" || what == "sampling") bench_sampling();
     if (what == "all" || what == "model") bench_model();
     if (what == "all" || what == "sparse") bench_sparse();  // issue 9 (well under 60 s)
   } catch (const std::exception& e) {

@@ -12,7 +12,9 @@
 #include "runtime/error.h"
 #include "runtime/model_loader.h"
 #include "runtime/teacher_forcing.h"
+#include "runtime/tp_group.h"
 #include "tools/cli/command.h"
+#include "tools/cli/tp_flags.h"
 
 namespace strata::cli {
 namespace {
@@ -60,14 +62,16 @@ int teacher_force(const Config& cfg, const std::string& ids_text, const std::str
   CpuBackendOptions o;
   o.threads = cfg.backend.threads;
   o.kv_bytes = cfg.cache.cpu_kv_bytes;
-  auto backend = make_cpu_backend(w, o);
+  // --tp-size N: N ranks over the sharded weights, run together (logits gathered on rank 0).
+  auto backend = make_tp_group(make_cpu_tp_backends(w, o, cfg.backend.tp_size));
   const auto t0 = std::chrono::steady_clock::now();
   const auto logits = teacher_forced_logits(*backend, ids, cfg.sparsity);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_npy(out, logits, ids.size(), static_cast<std::size_t>(vocab));
   std::fprintf(stderr,
-               "teacher forcing: %zu tokens, logits [%zu][%d] -> %s (%.3f s, sparsity %s)\n",
-               ids.size(), ids.size(), vocab, out.c_str(), s, cfg.sparsity.enabled ? "on" : "off");
+               "teacher forcing: %zu tokens, logits [%zu][%d] -> %s (%.3f s, sparsity %s, tp %d)\n",
+               ids.size(), ids.size(), vocab, out.c_str(), s, cfg.sparsity.enabled ? "on" : "off",
+               cfg.backend.tp_size);
   return 0;
 }
 
@@ -83,12 +87,16 @@ int run(int argc, char** argv) {
         "strata generate --model DIR --force-ids 1,2,3 --dump-logits FILE.npy [--sparsity FILE]\n"
         "Streams the generated text to stdout; usage, timings and the KV compression ratio\n"
         "go to stderr. --chat formats --prompt as one user message with the chat template.\n"
-        "Teacher forcing writes fp32 logits [n][vocab] (.npy) of the CPU backend.\n");
+        "%s"
+        "Teacher forcing writes fp32 logits [n][vocab] (.npy) of the CPU backend.\n"
+        "--tp-size N runs N tensor-parallel CPU ranks in this process (docs/tensor-parallel.md).\n",
+        kTpFlagsHelp);
     return 0;
   }
-  a.expect_only({"help", "chat", "ignore-eos", "model", "config", "sparsity", "prompt", "ids",
-                 "max-tokens", "temperature", "top-p", "top-k", "seed", "stop", "set", "n",
-                 "force-ids", "dump-logits"});
+  a.expect_only({"help",    "chat",    "ignore-eos", "model",       "config",    "sparsity",
+                 "prompt",  "ids",     "max-tokens", "temperature", "top-p",     "top-k",
+                 "seed",    "stop",    "set",        "n",           "force-ids", "dump-logits",
+                 "tp-size", "tp-rank", "tp-master",  "tp-timeout"});
   Config cfg;
   if (auto f = a.get("config")) cfg = load_config_file(*f);
   if (auto m = a.get("model")) cfg.model.path = *m;
@@ -100,6 +108,14 @@ int run(int argc, char** argv) {
     cfg.set(kv.substr(0, eq), kv.substr(eq + 1));
   }
   if (cfg.model.path.empty()) throw ConfigError("--model", "required: the model directory");
+  const TpFlags tp = read_tp_flags(a, cfg);
+  if (tp.rank) {
+    tp_rendezvous_from_flags(tp);  // fails with a message naming a missing rank
+    throw ConfigError("--tp-rank",
+                      "the rendezvous succeeded, but running the ranks as separate processes is "
+                      "not built yet (docs/tensor-parallel.md); use --tp-size " +
+                          std::to_string(tp.size) + " in one process");
+  }
 
   const auto force = a.get("force-ids");
   const auto dump = a.get("dump-logits");

@@ -12,6 +12,7 @@
 #include "runtime/config.h"
 #include "runtime/error.h"
 #include "tools/cli/command.h"
+#include "tools/cli/tp_flags.h"
 
 #if defined(STRATA_WITH_CUDA) && __has_include("cuda/cuda_backend.h") && \
                                                __has_include(<cuda_runtime_api.h>)
@@ -47,14 +48,20 @@ int run(int argc, char** argv) {
         "strata serve [--config FILE] [--model DIR] [--host ADDR] [--port N] [--sparsity FILE]\n"
         "  [--set key=value]... [--admin-token TOKEN] [--api-key KEY]... [--served-model-name "
         "NAME]\n"
+        "%s"
         "Serves the OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models),\n"
         "WebSocket /v1/ws, /health, /metrics, /tokenize, /detokenize and the admin console "
         "/admin.\n"
-        "--port 0 picks a free port. Binds 127.0.0.1 unless told otherwise.\n");
+        "--port 0 picks a free port. Binds 127.0.0.1 unless told otherwise.\n"
+        "--tp-size N runs N tensor-parallel ranks in this process (docs/tensor-parallel.md).\n",
+        kTpFlagsHelp);
     return 0;
   }
-  a.expect_only({"help", "config", "model", "host", "port", "sparsity", "set", "admin-token",
-                 "api-key", "served-model-name"});
+  std::vector<std::string> known = {"help",    "config",           "model", "host",
+                                    "port",    "sparsity",         "set",   "admin-token",
+                                    "api-key", "served-model-name"};
+  known.insert(known.end(), kTpFlagNames.begin(), kTpFlagNames.end());
+  a.expect_only(known);
   Config config;
   if (auto f = a.get("config")) config = load_config_file(*f);
   if (auto m = a.get("model")) config.model.path = *m;
@@ -71,7 +78,20 @@ int run(int argc, char** argv) {
   if (auto n = a.get("served-model-name")) config.server.served_model_name = *n;
   if (config.model.path.empty())
     throw ConfigError("model.path", "required (--model DIR or the config file)");
+  const TpFlags tp = read_tp_flags(a, config);
   config.validate();
+  if (tp.rank) {
+    // Separate processes per rank: the id rendezvous is built (it fails with a message
+    // naming a missing rank, never hangs); forwarding step plans to the other processes is not.
+    tp_rendezvous_from_flags(tp);
+    throw ConfigError("--tp-rank",
+                      "the rendezvous succeeded (" + std::to_string(tp.size) +
+                          " ranks joined), but running the ranks as separate processes is not "
+                          "built yet (step plans are not forwarded between processes, see "
+                          "docs/tensor-parallel.md); run every rank in one process with "
+                          "--tp-size " +
+                          std::to_string(tp.size));
+  }
 
   api::ServerOptions opt;
   opt.server = config.server;

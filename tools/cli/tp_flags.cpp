@@ -1,0 +1,61 @@
+#include "tools/cli/tp_flags.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "runtime/error.h"
+
+namespace strata::cli {
+
+TpFlags read_tp_flags(const Args& a, Config& config) {
+  TpFlags f;
+  f.size = config.backend.tp_size;
+  if (a.get("tp-size")) {
+    const auto n = a.get_int("tp-size", 1);
+    if (n < 1 || n > 64)
+      throw ConfigError("--tp-size", "must be in [1, 64], got " + std::to_string(n));
+    f.size = static_cast<int>(n);
+  }
+  if (a.get("tp-timeout")) {
+    f.timeout_s = a.get_double("tp-timeout", 120);
+    if (!(f.timeout_s > 0)) throw ConfigError("--tp-timeout", "must be > 0 seconds");
+  }
+  const bool has_rank = a.get("tp-rank").has_value(), has_master = a.get("tp-master").has_value();
+  if (has_rank != has_master)
+    throw ConfigError(has_rank ? "--tp-master" : "--tp-rank",
+                      "multi-process tensor parallelism needs both --tp-rank and --tp-master");
+  if (has_rank) {
+    const auto r = a.get_int("tp-rank", 0);
+    if (f.size < 2) throw ConfigError("--tp-size", "--tp-rank needs --tp-size >= 2");
+    if (r < 0 || r >= f.size)
+      throw ConfigError("--tp-rank",
+                        std::to_string(r) + " outside [0, " + std::to_string(f.size) + ")");
+    f.rank = static_cast<int>(r);
+    f.master = parse_tp_endpoint(*a.get("tp-master"));
+    if (f.master->port == 0) throw ConfigError("--tp-master", "needs a port other than 0");
+  }
+  config.backend.tp_size = f.size;
+  config.validate();
+  return f;
+}
+
+TpUniqueId tp_rendezvous_from_flags(const TpFlags& f) {
+  if (!f.rank || !f.master) throw InternalError("tp_rendezvous_from_flags: not multi-process");
+  const auto timeout = std::chrono::milliseconds(static_cast<long long>(f.timeout_s * 1000));
+  if (*f.rank > 0) {
+    std::fprintf(stderr, "tensor parallel: rank %d of %d joining %s:%u\n", *f.rank, f.size,
+                 f.master->host.c_str(), f.master->port);
+    return tp_rendezvous_join(*f.master, *f.rank, f.size, timeout);
+  }
+  // The id is opaque here; a CUDA build fills it with ncclGetUniqueId before serving it.
+  TpUniqueId id;
+  std::random_device rd;
+  for (auto& b : id) b = static_cast<std::uint8_t>(rd());
+  std::fprintf(stderr, "tensor parallel: rank 0 of %d waiting for %d rank(s) on %s:%u\n", f.size,
+               f.size - 1, f.master->host.c_str(), f.master->port);
+  tp_rendezvous_serve(*f.master, f.size, id, timeout);
+  return id;
+}
+
+}  // namespace strata::cli

@@ -135,7 +135,9 @@ TEST(GpuSparseModel, LargeCapacityEqualsFullCache) {
 // amplifies a small numerical difference (vs_cpu).
 std::string perturbed_dir(const std::string& dir, double eps) {
   namespace fs = std::filesystem;
-  const std::string out = dir + "_eps";
+  std::ostringstream name;
+  name << dir << "_eps" << eps;
+  const std::string out = name.str();
   if (!fs::exists(out + "/config.json")) {
     fs::create_directories(out);
     for (const auto& e : fs::directory_iterator(dir)) {
@@ -168,52 +170,61 @@ std::string perturbed_dir(const std::string& dir, double eps) {
 // flipped decision (a few percent on the logits after it) is expected, not a bug. Their
 // bound: 2 * amp_p * e0, with e0 the GPU's full-cache error against the CPU and amp_p the
 // amplification of a small perturbation under policy p, measured on the GPU with the same
-// model under another rms_norm_eps: amp_p = (eps run vs run, policy p) / (same, full cache).
-// A wrong rule or wrong metadata gives errors well above that; the exact rules are held by
-// gpu_sparse_kernels_test (CPU selector on the GPU's scores, resolve bit-exact).
+// model under other rms_norm_eps values: amp_p = max over eps of (eps run vs run, policy p) /
+// (same, full cache). Whether a given perturbation flips a near-tie is hit or miss, hence
+// several. A wrong rule or wrong metadata gives errors well above that; the exact rules are
+// held by gpu_sparse_kernels_test (CPU selector on the GPU's scores, resolve bit-exact).
 void vs_cpu(const std::string& preset, int layers, int N, int P, int C, int window, int sinks,
-            const std::string& tag) {
+            const std::string& tag, const std::vector<double>& eps_list) {
   const std::string dir = model_dir(preset, layers);
   auto be = cuda_backend(dir);
-  auto be_eps = cuda_backend(perturbed_dir(dir, 5e-3));
   CpuBackendOptions co;
   co.kv_bytes = 1ull << 30;
   auto cpu = make_cpu_backend(std::shared_ptr<const ModelWeights>(ModelWeights::load(dir)), co);
   const int V = be->model().vocab_size;
   const auto ids = ids_for(N, V, 2);
+  const std::vector<Policy> policies{Policy::kWindow, Policy::kSnapKv, Policy::kScored};
   SparsityProfile off;
   const auto g_full = teacher_forced_logits(*be, ids, off, P);
   const double e0 =
       worst_rel_l2(g_full, teacher_forced_logits(*cpu, ids, off, P), V, tag + " full");
-  const double d_full =
-      worst_rel_l2(teacher_forced_logits(*be_eps, ids, off, P), g_full, V, tag + " eps full");
   EXPECT_LE(e0, kBound) << tag << " full cache";
   figure("sparse_vs_cpu_rel_l2_" + tag + "_full", e0);
-  figure("sparse_eps_rel_l2_" + tag + "_full", d_full);
-  for (Policy p : {Policy::kWindow, Policy::kSnapKv, Policy::kScored}) {
-    const SparsityProfile prof = profile(p, C, window, sinks, 1);
-    const auto g = teacher_forced_logits(*be, ids, prof, P);
-    const auto c = teacher_forced_logits(*cpu, ids, prof, P);
-    const double e = worst_rel_l2(g, c, V, tag + " " + pn(p));
-    const double d =
-        worst_rel_l2(teacher_forced_logits(*be_eps, ids, prof, P), g, V, tag + " eps " + pn(p));
-    const double amp = d / std::max(d_full, 1e-12);
-    const double bound = p == Policy::kWindow ? kBound : std::max(kBound, 2.0 * amp * e0);
-    EXPECT_LE(e, bound) << tag << " " << pn(p) << " (amplification " << amp << ")";
+  std::vector<std::vector<float>> g;
+  for (Policy p : policies)
+    g.push_back(teacher_forced_logits(*be, ids, profile(p, C, window, sinks, 1), P));
+  std::vector<double> amp(policies.size(), 0.0);
+  for (double eps : eps_list) {
+    auto be_eps = cuda_backend(perturbed_dir(dir, eps));
+    const double d_full =
+        worst_rel_l2(teacher_forced_logits(*be_eps, ids, off, P), g_full, V, tag + " eps full");
+    for (std::size_t k = 0; k < policies.size(); ++k) {
+      const SparsityProfile prof = profile(policies[k], C, window, sinks, 1);
+      const double d = worst_rel_l2(teacher_forced_logits(*be_eps, ids, prof, P), g[k], V,
+                                    tag + " eps " + pn(policies[k]));
+      amp[k] = std::max(amp[k], d / std::max(d_full, 1e-12));
+    }
+  }
+  for (std::size_t k = 0; k < policies.size(); ++k) {
+    const Policy p = policies[k];
+    const auto c = teacher_forced_logits(*cpu, ids, profile(p, C, window, sinks, 1), P);
+    const double e = worst_rel_l2(g[k], c, V, tag + " " + pn(p));
+    const double bound = p == Policy::kWindow ? kBound : std::max(kBound, 2.0 * amp[k] * e0);
+    EXPECT_LE(e, bound) << tag << " " << pn(p) << " (amplification " << amp[k] << ")";
     figure("sparse_vs_cpu_rel_l2_" + tag + "_" + pn(p), e);
-    figure("sparse_eps_amplification_" + tag + "_" + pn(p), amp);
+    figure("sparse_eps_amplification_" + tag + "_" + pn(p), amp[k]);
   }
 }
 
 TEST(GpuSparseModel, TinyMatchesCpuBackend) {
   REQUIRE_GPU();
   // C = 48 < prompt 80: kSelect from scratch, then 40 decodes fill and cycle the ring.
-  vs_cpu("tiny", 0, 120, 80, 48, 8, 4, "tiny");
+  vs_cpu("tiny", 0, 120, 80, 48, 8, 4, "tiny", {3e-3, 6e-3, 1.2e-2});
 }
 
 TEST(GpuSparseModel, Llama8BWidth4LayersMatchesCpuBackend) {
   REQUIRE_GPU();
-  vs_cpu("llama3-8b", 4, 72, 56, 40, 8, 4, "llama8b_4layers");
+  vs_cpu("llama3-8b", 4, 72, 56, 40, 8, 4, "llama8b_4layers", {5e-3, 1e-2});
 }
 
 // Splits step 0 of a teacher-forcing schedule (prefill of P ids, kSelect from scratch) into

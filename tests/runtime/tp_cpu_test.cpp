@@ -219,6 +219,9 @@ TEST(TpComm, AllReduceGatherAndAbort) {
         comm.all_reduce_sum(r, data[r].data(), data[r].size());
         std::vector<float> mine(static_cast<std::size_t>(r + 1), static_cast<float>(r));
         comm.gather(r, mine.data(), mine.size(), r == 0 ? &gathered : nullptr);
+        std::vector<float> everyone;
+        comm.all_gather(r, mine.data(), mine.size(), everyone);
+        EXPECT_EQ(everyone, (std::vector<float>{0, 1, 1, 2, 2, 2}));
       }
     });
   for (auto& t : th) t.join();

@@ -87,7 +87,7 @@ TEST(TpRendezvous, RanksStartedBeforeRankZeroRetry) {
 }
 
 TEST(TpRendezvous, MissingRankStopsRankZeroWithAMessage) {
-  Master m(3, some_id(1), 300ms);
+  Master m(3, some_id(1), 1000ms);
   EXPECT_EQ(tp_rendezvous_join({"127.0.0.1", m.bound}, 1, 3, 5s), some_id(1));
   const auto msg = message_of([&] { m.done.get(); });
   EXPECT_NE(msg.find("rank(s) 2 of 3"), std::string::npos) << msg;
@@ -106,7 +106,7 @@ TEST(TpRendezvous, NobodyListeningTimesOut) {
 }
 
 TEST(TpRendezvous, MismatchedSizeAndDuplicateRankAreRefused) {
-  Master m(3, some_id(5), 1500ms);
+  Master m(3, some_id(5), 20s);
   const TpEndpoint at{"127.0.0.1", m.bound};
   auto msg = message_of([&] { tp_rendezvous_join(at, 1, 4, 5s); });
   EXPECT_NE(msg.find("group size differs"), std::string::npos) << msg;

@@ -486,7 +486,15 @@ void CudaBackendImpl::tune_decode_gemms() {
   for (int b : buckets)
     if (b <= std::min(max_tokens, logit_rows)) rows.push_back(b);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<GemmTuneResult> res = gemm->autotune(shapes, rows, 1000.0);
+  std::vector<GemmTuneResult> res;
+  try {
+    res = gemm->autotune(shapes, rows, 1000.0);
+  } catch (const std::exception& e) {  // tuning is an optimisation: keep what was verified
+    cudaGetLastError();
+    std::fprintf(stderr, "strata cuda: decode GEMM autotune stopped (%s); %d plans kept\n",
+                 e.what(), gemm->tuned_count());
+    return;
+  }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr,

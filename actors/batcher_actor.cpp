@@ -196,6 +196,12 @@ void BatcherActor::on_step_done(RankCompletion c) {
   auto plan = std::move(plan_);
   plan_.reset();
   const auto now = Clock::now();
+  StepTimings& tm = stats_.timings;
+  if (rank0_) {
+    tm.dispatch_ms += ms_between(dispatched_, rank0_->started);
+    tm.backend_ms += rank0_->wall_ms;
+    tm.return_ms += ms_between(rank0_->finished, now);
+  }
   std::string error;
   if (step_error_) {
     try {
@@ -261,11 +267,20 @@ void BatcherActor::on_step_done(RankCompletion c) {
     if (!s.stop.stopped()) ev.text += s.stop.push(s.detok->finish()) + s.stop.flush();
     finish_seq(s, fin, std::move(ev));
   }
-  if (error.empty()) device_ms_total_ += rank0_->result.stats.device_ms;
-  wall_ms_total_ += ms_between(step_started_, Clock::now());
+  if (error.empty()) {
+    device_ms_total_ += rank0_->result.stats.device_ms;
+    tm.device_ms += rank0_->result.stats.device_ms;
+  }
+  const auto end = Clock::now();
+  wall_ms_total_ += ms_between(step_started_, end);
+  tm.wall_ms += ms_between(step_started_, end);
+  tm.finish_ms += ms_between(now, end);
+  ++tm.steps;
   rank0_.reset();
   ++stats_.steps;
   batch_seqs_total_ += plan->seqs.size();
+  // Every rank has dropped its reference before completing (RankExecutor::run): recycle.
+  if (plan.use_count() == 1) spare_plan_ = std::move(plan);
 }
 
 asio::awaitable<void> BatcherActor::kick() {
@@ -298,9 +313,20 @@ asio::awaitable<void> BatcherActor::kick() {
   }
   const auto t0 = Clock::now();
   const auto released_ids = in.release;
-  auto job = [in = std::move(in)](KvCacheManager& m) { return schedule_step(m, in); };
+  // The recycled plan's page-table buffers go to the cache actor, which exports into them.
+  std::shared_ptr<StepPlan> plan = std::move(spare_plan_);
+  if (plan) {
+    in.spare_layers.reserve(plan->seqs.size());
+    for (auto& st : plan->seqs) in.spare_layers.push_back(std::move(st.layers));
+  } else {
+    plan = std::make_shared<StepPlan>();
+  }
+  auto job = [in = std::move(in)](KvCacheManager& m) mutable { return schedule_step(m, in); };
   auto ask = deps_.cache->ask(std::move(job));
   ScheduleOutput out = co_await std::move(ask);
+  const auto t1 = Clock::now();
+  stats_.timings.schedule_ms += ms_between(t0, t1);
+  stats_.timings.schedule_job_ms += out.job_ms;
 
   for (const auto& [id, usage] : out.released) {
     auto it = seqs_.find(id);
@@ -341,37 +367,44 @@ asio::awaitable<void> BatcherActor::kick() {
   }
 
   publish(out.stats);
-  if (out.steps.empty()) co_return;
+  if (out.steps.empty()) {
+    stats_.timings.plan_ms += ms_between(t1, Clock::now());
+    plan->seqs.clear();
+    spare_plan_ = std::move(plan);  // (its table buffers went to the cache actor)
+    co_return;
+  }
 
-  auto plan = std::make_shared<StepPlan>();
+  // Every field of a reused SeqStep is assigned (vectors keep their capacity).
   plan->step_id = next_step_++;
   plan->released_pages = std::move(out.released_pages);
-  plan->seqs.reserve(out.steps.size());
-  for (auto& p : out.steps) {
+  plan->seqs.resize(out.steps.size());
+  for (std::size_t i = 0; i < out.steps.size(); ++i) {
+    auto& p = out.steps[i];
     Seq& s = *seqs_.at(p.seq_id);
     const auto& src = source(s);
-    SeqStep st;
+    SeqStep& st = plan->seqs[i];
     st.seq_id = p.seq_id;
     st.prefill = p.prefill;
     st.start = p.start;
     st.layers = std::move(p.layers);
+    st.prompt_len = static_cast<int>(src.size());
+    st.return_logits = false;
     if (p.prefill) {
       st.tokens.assign(src.begin() + p.start, src.begin() + p.start + p.n_tokens);
-      st.prompt_len = static_cast<int>(src.size());
       st.sample = p.start + p.n_tokens == st.prompt_len;
     } else {
-      st.tokens = {s.output.back()};
-      st.prompt_len = static_cast<int>(src.size());
+      st.tokens.assign(1, s.output.back());
       st.sample = true;
     }
     st.params = &s.params;
     st.prompt = &s.req->in->prompt;
     st.output = &s.output;
     s.in_step = true;
-    plan->seqs.push_back(std::move(st));
   }
   plan_ = plan;
   step_started_ = t0;
+  dispatched_ = Clock::now();
+  stats_.timings.plan_ms += ms_between(t1, dispatched_);
   completions_left_ = static_cast<int>(deps_.ranks.size());
   for (auto* rank : deps_.ranks) {
     rank->run(plan, [this](RankCompletion c) { tell(StepDoneMsg{std::move(c)}); });

@@ -150,6 +150,11 @@ class BatcherActor final : public Actor<BatcherMsg> {
 
   // The step in flight.
   std::shared_ptr<StepPlan> plan_;
+  // The last completed plan, no longer referenced by any rank: its SeqSteps and page-table
+  // buffers are reused by the next plan (no per-step allocation of 2 x layers vectors per
+  // sequence).
+  std::shared_ptr<StepPlan> spare_plan_;
+  Clock::time_point dispatched_;  // plan handed to the ranks
   int completions_left_ = 0;
   std::optional<RankCompletion> rank0_;
   std::exception_ptr step_error_;

@@ -17,17 +17,20 @@ RankExecutor::~RankExecutor() {
 
 void RankExecutor::run(std::shared_ptr<const StepPlan> plan,
                        std::function<void(RankCompletion)> done) {
-  boost::asio::post(io_, [this, plan = std::move(plan), done = std::move(done)] {
+  boost::asio::post(io_, [this, plan = std::move(plan), done = std::move(done)]() mutable {
     RankCompletion c;
     c.rank = rank_;
-    const auto t0 = std::chrono::steady_clock::now();
+    c.started = std::chrono::steady_clock::now();
     try {
       c.result = backend_->step(*plan);
     } catch (...) {
       c.error = std::current_exception();
     }
-    c.wall_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    c.finished = std::chrono::steady_clock::now();
+    c.wall_ms = std::chrono::duration<double, std::milli>(c.finished - c.started).count();
+    // Let go of the plan before reporting: the batcher recycles its buffers once every rank
+    // has completed (the completion's message orders this release before that reuse).
+    plan.reset();
     done(std::move(c));
   });
 }

@@ -10,6 +10,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -24,6 +25,7 @@ struct RankCompletion {
   StepResult result;
   std::exception_ptr error;  // set when step() threw; `result` is then empty
   double wall_ms = 0.0;      // time step() took on the executor thread
+  std::chrono::steady_clock::time_point started, finished;  // of step() on the executor thread
 };
 
 class RankExecutor {
@@ -36,7 +38,8 @@ class RankExecutor {
   int rank() const { return rank_; }
   const Backend& backend() const { return *backend_; }
   // Runs `plan` on the executor thread; `done` is called there with the completion.
-  // The plan (and what its SeqSteps point to) must stay alive and unchanged until then.
+  // The plan (and what its SeqSteps point to) must stay alive and unchanged until then; the
+  // executor drops its reference to the plan before calling `done`.
   void run(std::shared_ptr<const StepPlan> plan, std::function<void(RankCompletion)> done);
   // Finishes the queued steps and joins the thread. Idempotent.
   void stop();

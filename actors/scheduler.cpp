@@ -1,13 +1,24 @@
 #include "actors/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "runtime/error.h"
 
 namespace strata::actors {
 
-ScheduleOutput schedule_step(KvCacheManager& cache, const ScheduleInput& in) {
+ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
+  const auto t0 = std::chrono::steady_clock::now();
   ScheduleOutput out;
+  // One table buffer per prepared sequence: a spare one when there is one. A failed
+  // prepare_*() leaves the buffer for the next sequence.
+  std::vector<LayerSlots> layers;
+  auto next_buffer = [&] {
+    if (in.spare_layers.empty()) return;
+    layers = std::move(in.spare_layers.back());
+    in.spare_layers.pop_back();
+  };
+  next_buffer();
   for (const auto id : in.commit) {
     if (cache.contains(id)) cache.commit_step(id);
   }
@@ -20,7 +31,6 @@ ScheduleOutput schedule_step(KvCacheManager& cache, const ScheduleInput& in) {
   int budget = in.limits.max_num_batched_tokens;
   bool prefill_scheduled = false;
   std::vector<std::uint64_t> running = in.running;
-  std::vector<LayerSlots> layers;
 
   // Running sequences, oldest first; preemption victims come from the back.
   for (std::size_t i = 0; i < running.size();) {
@@ -43,7 +53,8 @@ ScheduleOutput schedule_step(KvCacheManager& cache, const ScheduleInput& in) {
         }
       }
       if (self_preempted) break;  // it was the newest: nothing after it
-      out.steps.push_back({id, false, cache.tokens(id), 1, layers});
+      out.steps.push_back({id, false, cache.tokens(id), 1, std::move(layers)});
+      next_buffer();
       budget -= 1;
       ++i;
       continue;
@@ -58,7 +69,8 @@ ScheduleOutput schedule_step(KvCacheManager& cache, const ScheduleInput& in) {
       n = remaining;
     }
     if (n > 0 && cache.prepare_chunk(id, n, &layers)) {
-      out.steps.push_back({id, true, start, n, layers});
+      out.steps.push_back({id, true, start, n, std::move(layers)});
+      next_buffer();
       budget -= n;
       prefill_scheduled = true;
     }
@@ -91,7 +103,8 @@ ScheduleOutput schedule_step(KvCacheManager& cache, const ScheduleInput& in) {
     ++n_running;
     const int n = c.spec.chunked ? cache.next_chunk_len(c.seq_id, budget) : len;
     if (n > 0 && cache.prepare_chunk(c.seq_id, n, &layers)) {
-      out.steps.push_back({c.seq_id, true, 0, n, layers});
+      out.steps.push_back({c.seq_id, true, 0, n, std::move(layers)});
+      next_buffer();
       budget -= n;
       prefill_scheduled = true;
     }
@@ -99,6 +112,8 @@ ScheduleOutput schedule_step(KvCacheManager& cache, const ScheduleInput& in) {
 
   out.released_pages = cache.take_released();
   out.stats = cache.stats();
+  out.job_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 

@@ -41,6 +41,9 @@ struct ScheduleInput {
   std::vector<std::uint64_t> running;  // admitted, oldest admission first
   std::vector<Candidate> candidates;   // preempted first, then waiting (FCFS)
   SchedulerLimits limits;
+  // Buffers of an earlier step's page tables, reused for this step's PreparedSeq::layers (the
+  // export then copies into existing capacity instead of allocating 2 vectors per layer).
+  std::vector<std::vector<LayerSlots>> spare_layers;
 };
 
 struct PreparedSeq {
@@ -59,8 +62,10 @@ struct ScheduleOutput {
   std::vector<std::pair<std::uint64_t, std::string>> rejected;  // candidates that never fit
   std::vector<std::int32_t> released_pages;
   CacheStats stats;
+  double job_ms = 0.0;  // time schedule_step() took (on the cache strand)
 };
 
-ScheduleOutput schedule_step(KvCacheManager& cache, const ScheduleInput& in);
+// Consumes in.spare_layers.
+ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in);
 
 }  // namespace strata::actors

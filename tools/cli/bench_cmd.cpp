@@ -19,6 +19,8 @@
 #include "tools/cli/command.h"
 
 namespace strata::cli {
+int run_bench_host(Args& a);  // tools/cli/bench_host.cpp
+
 namespace {
 namespace fs = std::filesystem;
 using namespace strata::bench;
@@ -129,6 +131,7 @@ int run_serve(Args& a) {
   base.request_rate = a.get_double("request-rate", 0);
   base.max_duration_s = a.get_double("duration", 0);
   base.keep_alive = a.flag("keep-alive");
+  base.steady_state = a.flag("steady-state");
   base.seed = static_cast<std::uint64_t>(a.get_int("seed", 0));
   const auto levels = int_list(a.get_or("concurrency", "1,4,16"), "--concurrency");
   const int fixed_prompts = static_cast<int>(a.get_int("num-prompts", 0));
@@ -188,9 +191,16 @@ int run_serve(Args& a) {
                      done, total, failed, t);
       };
       double dur = 0;
-      const auto recs = run_load(o, &dur);
+      LoadExcluded excluded;
+      const auto recs = run_load(o, &dur, &excluded);
       std::fprintf(stderr, "\n");
       auto res = aggregate(recs, dur);
+      res.steady_state = o.steady_state;
+      res.excluded_requests = excluded.requests;
+      res.excluded_input_tokens = excluded.input_tokens;
+      res.excluded_output_tokens = excluded.output_tokens;
+      if (excluded.failed > 0)
+        std::fprintf(stderr, "bench: %d ramp-up requests failed\n", excluded.failed);
       res.config = label;
       res.concurrency = level;
       res.request_rate = o.request_rate;
@@ -240,20 +250,25 @@ int run_report(Args& a) {
 int run(int argc, char** argv) {
   const std::string sub = argc > 0 ? argv[0] : "";
   Args a(argc > 0 ? argc - 1 : 0, argv + (argc > 0 ? 1 : 0),
-         {"help", "text", "keep-alive", "fail-on-error"});
+         {"help", "text", "keep-alive", "fail-on-error", "steady-state"});
   if (sub == "serve" && !a.flag("help")) {
-    a.expect_only({"host",           "port",          "model",        "api-key",
-                   "input",          "output",        "text",         "id-range",
-                   "warmup",         "request-rate",  "duration",     "keep-alive",
-                   "seed",           "concurrency",   "num-prompts",  "prompts-per-concurrency",
-                   "min-prompts",    "server-config", "serve-arg",    "strata-bin",
-                   "kv-budget",      "out-dir",       "merge",        "label",
-                   "roofline-model", "ready-timeout", "fail-on-error"});
+    a.expect_only({"host",           "port",          "model",         "api-key",
+                   "input",          "output",        "text",          "id-range",
+                   "warmup",         "request-rate",  "duration",      "keep-alive",
+                   "seed",           "concurrency",   "num-prompts",   "prompts-per-concurrency",
+                   "min-prompts",    "server-config", "serve-arg",     "strata-bin",
+                   "kv-budget",      "out-dir",       "merge",         "label",
+                   "roofline-model", "ready-timeout", "fail-on-error", "steady-state"});
     return run_serve(a);
   }
   if (sub == "roofline" && !a.flag("help")) {
     a.expect_only({"preset", "model", "sparsity", "input", "output", "kv-budget", "concurrency"});
     return run_roofline(a);
+  }
+  if (sub == "host" && !a.flag("help")) {
+    a.expect_only({"preset", "batch", "context", "steps", "warmup-steps", "tokenizer", "config",
+                   "max-num-batched-tokens", "sparsity", "pages"});
+    return run_bench_host(a);
   }
   if (sub == "report" && !a.flag("help")) {
     a.expect_only({"merge", "out-dir"});
@@ -266,15 +281,26 @@ int run(int argc, char** argv) {
       "--prompts-per-concurrency K]\n"
       "                     [--request-rate R] [--warmup N] [--duration S] [--keep-alive] "
       "[--text]\n"
+      "                     [--steady-state]  (a staggered ramp-up round of c requests, excluded; "
+      "then the\n"
+      "                     measured prompts arrive as slots free up: steady-state TTFT/TPOT)\n"
       "                     [--serve-arg ARG]... [--kv-budget 8GiB] [--out-dir D] [--merge "
       "OLD.json]...\n"
       "strata bench roofline [--preset llama3-8b | --model DIR] [--sparsity F] --input N --output "
       "N\n"
       "                     [--kv-budget B] [--concurrency LIST]\n"
-      "strata bench report  --merge a.json --merge b.json [--out-dir D]\n");
+      "strata bench report  --merge a.json --merge b.json [--out-dir D]\n"
+      "strata bench host    [--preset llama3-8b] [--batch 64] [--context 4096] [--steps 200]\n"
+      "                     [--warmup-steps 10] [--config CFG.yaml] [--sparsity F] "
+      "[--max-num-batched-tokens N]\n"
+      "                     [--tokenizer tokenizer.json] [--pages N]   (engine host cost per "
+      "step, null backend)\n");
   return sub == "--help" || sub == "help" || a.flag("help") ? 0 : 2;
 }
 
 }  // namespace
-STRATA_COMMAND("bench", "serving benchmark, roofline and reports (serve | roofline | report)", run);
+STRATA_COMMAND(
+    "bench",
+    "serving benchmark, roofline, reports, engine host cost (serve | roofline | report | host)",
+    run);
 }  // namespace strata::cli

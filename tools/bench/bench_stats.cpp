@@ -96,7 +96,11 @@ json::value to_json(const LevelResult& r) {
                       {"itl_ms", sum_json(r.itl_ms)},
                       {"e2e_ms", sum_json(r.e2e_ms)},
                       {"server", server},
-                      {"roofline_output_throughput", r.roofline_output_throughput}};
+                      {"roofline_output_throughput", r.roofline_output_throughput},
+                      {"steady_state", r.steady_state},
+                      {"excluded_requests", r.excluded_requests},
+                      {"excluded_input_tokens", r.excluded_input_tokens},
+                      {"excluded_output_tokens", r.excluded_output_tokens}};
 }
 
 LevelResult level_from_json(const json::value& v) {
@@ -121,6 +125,13 @@ LevelResult level_from_json(const json::value& v) {
     r.server[std::string(k)] = x.to_number<double>();
   if (auto* rf = o.if_contains("roofline_output_throughput"))
     r.roofline_output_throughput = rf->to_number<double>();
+  if (auto* ss = o.if_contains("steady_state")) r.steady_state = ss->as_bool();
+  auto int_of = [&](const char* k, int* dst) {
+    if (auto* v = o.if_contains(k)) *dst = static_cast<int>(v->to_number<std::int64_t>());
+  };
+  int_of("excluded_requests", &r.excluded_requests);
+  int_of("excluded_input_tokens", &r.excluded_input_tokens);
+  int_of("excluded_output_tokens", &r.excluded_output_tokens);
   return r;
 }
 

@@ -40,6 +40,10 @@ struct LevelResult {
   Summary ttft_ms, tpot_ms, itl_ms, e2e_ms;
   std::map<std::string, double> server;   // figures read from the server's /metrics
   double roofline_output_throughput = 0;  // best possible output tokens/s (0 = not computed)
+  // Steady-state mode (LoadOptions::steady_state): the ramp-up round, sent and left out of
+  // every figure above except `server` (whose counters include it).
+  bool steady_state = false;
+  int excluded_requests = 0, excluded_input_tokens = 0, excluded_output_tokens = 0;
 };
 
 LevelResult aggregate(const std::vector<RequestRecord>& records, double duration_s);

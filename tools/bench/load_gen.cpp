@@ -11,6 +11,8 @@
 #include <random>
 #include <sstream>
 
+#include "runtime/error.h"
+
 namespace strata::bench {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -27,7 +29,8 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::string make_body(const LoadOptions& o, const std::string& model, std::mt19937_64& rng) {
+std::string make_body(const LoadOptions& o, const std::string& model, std::mt19937_64& rng,
+                      int output_tokens) {
   json::object b;
   b["model"] = model;
   if (o.text_prompts) {
@@ -44,8 +47,8 @@ std::string make_body(const LoadOptions& o, const std::string& model, std::mt199
     for (int i = 0; i < o.input_tokens; ++i) ids.push_back(d(rng));
     b["prompt"] = ids;
   }
-  b["max_tokens"] = o.output_tokens;
-  b["min_tokens"] = o.output_tokens;
+  b["max_tokens"] = output_tokens;
+  b["min_tokens"] = output_tokens;
   b["ignore_eos"] = true;
   b["temperature"] = 0.0;
   b["stream"] = true;
@@ -199,7 +202,10 @@ std::string first_model(const LoadOptions& o) {
 
 }  // namespace
 
-std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s) {
+std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
+                                    LoadExcluded* excluded) {
+  if (o.steady_state && o.concurrency < 1)
+    throw ConfigError("--steady-state", "needs a concurrency level >= 1");
   asio::io_context io;
   const std::string model = first_model(o);
   std::mt19937_64 rng(o.seed);
@@ -207,17 +213,37 @@ std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s) {
   ConnectionPool pool(o.keep_alive);
   int done = 0, failed = 0, launched = 0;
   Clock::time_point t0;
+  LoadExcluded ex_counts;
 
   auto driver = [&]() -> awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
     for (int i = 0; i < o.warmup; ++i)
-      co_await one_request(o, make_body(o, model, rng), pool, Clock::now());
+      co_await one_request(o, make_body(o, model, rng, o.output_tokens), pool, Clock::now());
     if (o.on_measure_start) o.on_measure_start();
     t0 = Clock::now();
     std::exponential_distribution<double> gap(o.request_rate > 0 ? o.request_rate : 1.0);
     asio::steady_timer timer(ex);
     int in_flight = 0;
     asio::steady_timer slot(ex);  // woken when a request finishes
+    if (o.steady_state) {         // the ramp-up round: staggered lengths, excluded
+      for (int j = 0; j < o.concurrency; ++j) {
+        const int out = std::max(
+            1, static_cast<int>((static_cast<long>(o.output_tokens) * (j + 1)) / o.concurrency));
+        ++in_flight;
+        asio::co_spawn(
+            ex,
+            [&, body = make_body(o, model, rng, out)]() -> awaitable<void> {
+              const auto r = co_await one_request(o, body, pool, t0);
+              --in_flight;
+              ++ex_counts.requests;
+              if (!r.ok) ++ex_counts.failed;
+              ex_counts.input_tokens += r.ok ? r.prompt_tokens : 0;
+              ex_counts.output_tokens += r.ok ? r.output_tokens : 0;
+              slot.cancel();
+            },
+            asio::detached);
+      }
+    }
     for (int i = 0; i < o.num_prompts; ++i) {
       if (o.max_duration_s > 0 && since(t0) > o.max_duration_s) break;
       if (o.request_rate > 0 && i > 0) {
@@ -233,7 +259,7 @@ std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s) {
       ++launched;
       asio::co_spawn(
           ex,
-          [&, i, body = make_body(o, model, rng)]() -> awaitable<void> {
+          [&, i, body = make_body(o, model, rng, o.output_tokens)]() -> awaitable<void> {
             records[static_cast<std::size_t>(i)] = co_await one_request(o, body, pool, t0);
             --in_flight;
             ++done;
@@ -252,8 +278,19 @@ std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s) {
     if (e) std::rethrow_exception(e);
   });
   io.run();
-  if (duration_s) *duration_s = since(t0);
   records.resize(static_cast<std::size_t>(launched));
+  if (duration_s) {
+    *duration_s = since(t0);
+    if (o.steady_state && !records.empty()) {  // first measured send -> last measured finish
+      double first = records.front().send_s, last = 0;
+      for (const auto& r : records) {
+        first = std::min(first, r.send_s);
+        last = std::max(last, r.send_s + r.e2e_s);
+      }
+      *duration_s = last - first;
+    }
+  }
+  if (excluded) *excluded = ex_counts;
   return records;
 }
 

@@ -24,7 +24,15 @@ struct LoadOptions {
   bool text_prompts = false;  // text instead of token ids (length then approximate)
   int id_range = 600;         // token ids drawn from [1, id_range)
   int num_prompts = 64;
-  int warmup = 0;             // requests sent (one at a time) before measuring
+  int warmup = 0;  // requests sent (one at a time) before measuring
+  // Steady state (needs concurrency > 0): a ramp-up round of `concurrency` requests is sent at
+  // once with staggered output lengths (request j of c: output_tokens * (j+1) / c), so they
+  // finish spread over one output period; they are excluded from the records. The measured
+  // num_prompts requests then start as slots free up — one arrival at a time, at full
+  // concurrency, as a server in steady state sees them — and the duration runs from the first
+  // measured send to the last measured finish. on_measure_start runs before the ramp-up (the
+  // server's counters then cover the excluded requests too: see LoadExcluded).
+  bool steady_state = false;
   int concurrency = 0;        // 0 = unbounded
   double request_rate = 0;    // requests/s, Poisson; 0 = all at once
   double max_duration_s = 0;  // stop sending after this long (0 = no bound)
@@ -35,8 +43,15 @@ struct LoadOptions {
   std::function<void()> on_measure_start;  // after the warm-up, before the first request
 };
 
-// Runs one level; returns the per-request records (warm-up excluded) and the wall time.
-std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s);
+// Requests sent but left out of the records (the steady-state ramp-up round).
+struct LoadExcluded {
+  int requests = 0, failed = 0, input_tokens = 0, output_tokens = 0;
+};
+
+// Runs one level; returns the per-request records (warm-up and ramp-up excluded) and the
+// measured wall time.
+std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
+                                    LoadExcluded* excluded = nullptr);
 
 // GET a path (e.g. /metrics, /health, /v1/models): {status, body}; status 0 on connect error.
 std::pair<int, std::string> http_get(const std::string& host, int port, const std::string& path,

@@ -16,17 +16,34 @@ void window_scores(const float* q, const float* k, const double* lse, int L, int
                "window " + std::to_string(alpha) + ", L " + std::to_string(L));
   const int first = L - alpha;  // position of window query 0
   // Keys outermost, queries inside: each key sums its own column (no cross-key reduction).
+  // Per (key i, query row r = w * group + h): dot = Σ_d q[r][d]·k[i][d] in fp64, d ascending
+  // from 0.0, then S[i] = Σ_r exp(dot·scale − lse[r]), r ascending. The dots of B query rows
+  // are computed side by side (independent accumulators over a transposed copy of q) — the
+  // same operations in the same order per dot, only interleaved, so the result is the same
+  // bits as one dot at a time, several times faster.
+  constexpr int B = 8;
+  const int R = alpha * group, Rp = (R + B - 1) / B * B;
+  std::vector<double> qt(static_cast<std::size_t>(head_dim) * Rp, 0.0),
+      dots(static_cast<std::size_t>(Rp));
+  for (int r = 0; r < R; ++r)
+    for (int d = 0; d < head_dim; ++d)
+      qt[static_cast<std::size_t>(d) * Rp + r] = q[static_cast<std::size_t>(r) * head_dim + d];
   for (int i = 0; i < L; ++i) {
     const float* ki = k + static_cast<std::size_t>(i) * head_dim;
-    double sum = 0.0;
-    for (int w = std::max(0, i - first); w < alpha; ++w) {
-      for (int h = 0; h < group; ++h) {
-        const float* qw = q + (static_cast<std::size_t>(w) * group + h) * head_dim;
-        double dot = 0.0;
-        for (int d = 0; d < head_dim; ++d) dot += static_cast<double>(qw[d]) * ki[d];
-        sum += std::exp(dot * scale - lse[static_cast<std::size_t>(w) * group + h]);
+    const int r0 = std::max(0, i - first) * group;  // rows of the queries that see key i
+    for (int rb = r0 / B * B; rb < R; rb += B) {
+      double acc[B] = {};
+      const double* qb = qt.data() + rb;
+      for (int d = 0; d < head_dim; ++d) {
+        const double kd = ki[d];
+        const double* qd = qb + static_cast<std::size_t>(d) * Rp;
+        for (int j = 0; j < B; ++j) acc[j] += qd[j] * kd;
       }
+      for (int j = 0; j < B; ++j) dots[static_cast<std::size_t>(rb + j)] = acc[j];
     }
+    double sum = 0.0;
+    for (int r = r0; r < R; ++r)
+      sum += std::exp(dots[static_cast<std::size_t>(r)] * scale - lse[r]);
     S[i] = sum;
   }
 }

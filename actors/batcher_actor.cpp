@@ -325,8 +325,6 @@ asio::awaitable<void> BatcherActor::kick() {
   auto ask = deps_.cache->ask(std::move(job));
   ScheduleOutput out = co_await std::move(ask);
   const auto t1 = Clock::now();
-  stats_.timings.schedule_ms += ms_between(t0, t1);
-  stats_.timings.schedule_job_ms += out.job_ms;
 
   for (const auto& [id, usage] : out.released) {
     auto it = seqs_.find(id);
@@ -367,8 +365,7 @@ asio::awaitable<void> BatcherActor::kick() {
   }
 
   publish(out.stats);
-  if (out.steps.empty()) {
-    stats_.timings.plan_ms += ms_between(t1, Clock::now());
+  if (out.steps.empty()) {  // (not a step: its time is in no step's timings)
     plan->seqs.clear();
     spare_plan_ = std::move(plan);  // (its table buffers went to the cache actor)
     co_return;
@@ -404,6 +401,8 @@ asio::awaitable<void> BatcherActor::kick() {
   plan_ = plan;
   step_started_ = t0;
   dispatched_ = Clock::now();
+  stats_.timings.schedule_ms += ms_between(t0, t1);
+  stats_.timings.schedule_job_ms += out.job_ms;
   stats_.timings.plan_ms += ms_between(t1, dispatched_);
   completions_left_ = static_cast<int>(deps_.ranks.size());
   for (auto* rank : deps_.ranks) {

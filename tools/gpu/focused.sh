@@ -10,13 +10,14 @@
 #   STRATA_FOCUS_BENCH     "subcommand subcommand ..." of gpu_bench
 #   STRATA_FOCUS_TEST_S    timeout of each test binary (default 60)
 # Writes into RESULTS_DIR: train.log + the trainer's files (model.safetensors, config.json,
-# metrics.json, check.json), tests.log, bench.log, nvidia-smi.txt: at most 8 files.
+# metrics.json, check.json), tests.log (nvidia-smi first), bench.log: 7 files, so a
+# checkpoint's .tmp left by a kill still fits the 8 that come back.
 set -uo pipefail
 out=${1:?usage: focused.sh RESULTS_DIR}
 mkdir -p "$out"
 bin=.gpu-bundle/bin
 commit=$(cat .gpu-bundle/COMMIT 2>/dev/null || echo unknown)
-{ date -u; echo "commit $commit"; nvidia-smi; } >"$out/nvidia-smi.txt" 2>&1
+{ date -u; echo "commit $commit"; nvidia-smi; } >"$out/tests.log" 2>&1
 train_s=${STRATA_FOCUS_TRAIN_S:-0}
 train_pid=
 if [ "$train_s" != 0 ]; then

@@ -13,6 +13,7 @@
 # metrics.json, check.json), tests.log (nvidia-smi first), bench.log: 7 files, so a
 # checkpoint's .tmp left by a kill still fits the 8 that come back.
 set -uo pipefail
+set -f  # gtest filters hold * and must not glob
 out=${1:?usage: focused.sh RESULTS_DIR}
 mkdir -p "$out"
 bin=.gpu-bundle/bin

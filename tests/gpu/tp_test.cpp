@@ -155,7 +155,11 @@ TEST(GpuTp, HostStagedTp2OnOneGpuEqualsTp1) {
       const double e = worst_rel_l2(a, b, V);
       std::printf("%s host-staged tp2 vs tp1 (%s): worst row rel L2 %.3g\n", path.c_str(),
                   sparse ? "snapkv" : "dense", e);
-      EXPECT_LE(e, 2e-2) << path << (sparse ? " sparse" : " dense");
+      // Issue 10's bound is "the bf16 bound" of the CUDA forward issue: 3e-2 rel L2. TP=2
+      // rounds the O/down partial sums differently; snapkv's selection turns that into a
+      // few different kept slots (measured 2026-11-29: dense 9.5e-3 / 5.4e-3, snapkv 2.6e-2
+      // on the 8B-width 2-layer model).
+      EXPECT_LE(e, 3e-2) << path << (sparse ? " sparse" : " dense");
     }
   }
 }

@@ -84,6 +84,55 @@ void attend_row(const Slots& s, int visible, const AttnArgs& a, const float* q, 
   }
 }
 
+// Rows t0 .. t0+nrows-1 of a prefill chunk (no probabilities): row r is the query at
+// position a.start + t0 + r and sees slots [0, a.start + t0 + r + 1). For every (row, head) the
+// arithmetic is attend_row's, in the same order over the slots (logits, max, then exp, sum
+// and the weighted V sum slot by slot), so the results are the same bits; the rows and heads
+// of the block only share each K and V read (one pass over the slots for all of them).
+void attend_rows(const Slots& s, int t0, int nrows, const AttnArgs& a) {
+  const int G = a.group, hd = a.head_dim, vis0 = a.start + t0 + 1;
+  const int vmax = vis0 + nrows - 1, rh = nrows * G;
+  std::vector<float> logits(static_cast<std::size_t>(rh) * vmax);
+  std::vector<float> m(static_cast<std::size_t>(rh), -std::numeric_limits<float>::infinity());
+  std::vector<double> sum(static_cast<std::size_t>(rh), 0.0);
+  std::vector<float> acc(static_cast<std::size_t>(rh) * hd, 0.0f);
+  auto q = [&](int r, int h) {
+    return a.q + static_cast<std::size_t>(t0 + r) * a.q_stride + static_cast<std::size_t>(h) * hd;
+  };
+  for (int j = 0; j < vmax; ++j) {
+    const float* kj = s.k(j);
+    for (int r = std::max(0, j + 1 - vis0); r < nrows; ++r)
+      for (int h = 0; h < G; ++h) {
+        const int i = r * G + h;
+        float& l = logits[static_cast<std::size_t>(i) * vmax + j];
+        l = dot(q(r, h), kj, hd) * a.scale;
+        m[i] = std::max(m[i], l);
+      }
+  }
+  for (int j = 0; j < vmax; ++j) {
+    const float* vj = s.v(j);
+    for (int r = std::max(0, j + 1 - vis0); r < nrows; ++r)
+      for (int h = 0; h < G; ++h) {
+        const int i = r * G + h;
+        const float e = std::exp(logits[static_cast<std::size_t>(i) * vmax + j] - m[i]);
+        sum[i] += e;
+        float* ac = &acc[static_cast<std::size_t>(i) * hd];
+        for (int d = 0; d < hd; ++d) ac[d] += e * vj[d];
+      }
+  }
+  for (int r = 0; r < nrows; ++r)
+    for (int h = 0; h < G; ++h) {
+      const int i = r * G + h;
+      const float inv = static_cast<float>(1.0 / sum[i]);
+      float* oh = a.out + static_cast<std::size_t>(t0 + r) * a.out_stride +
+                  static_cast<std::size_t>(h) * hd;
+      for (int d = 0; d < hd; ++d) oh[d] = acc[static_cast<std::size_t>(i) * hd + d] * inv;
+      a.lse[static_cast<std::size_t>(t0 + r) * a.lse_stride + h] =
+          static_cast<double>(m[i]) + std::log(sum[i]);
+    }
+}
+constexpr int kRowBlock = 8;
+
 // Score averages after one query that saw slots [0, visible) and wrote slot `own`.
 void update_scores(const Slots& s, int visible, int own, const std::vector<float>& probs,
                    const AttnArgs& a) {
@@ -190,11 +239,15 @@ void attend(KvPool& pool, int head, const AttnArgs& a) {
                                           " slots, chunk starts at " + std::to_string(a.start));
     for (int t = 0; t < a.n; ++t)
       write_kv(own, a.start + t, a.k + t * a.kv_stride, a.v + t * a.kv_stride, hd);
-    for (int t = 0; t < a.n; ++t) {
-      const int pos = a.start + t;
-      attend_row(own, pos + 1, a, a.q + t * a.q_stride, a.out + t * a.out_stride,
-                 a.lse + t * a.lse_stride, rule.sparse() ? &probs : nullptr);
-      if (rule.sparse()) update_scores(own, pos + 1, pos, probs, a);
+    if (!rule.sparse()) {
+      for (int t = 0; t < a.n; t += kRowBlock) attend_rows(own, t, std::min(kRowBlock, a.n - t), a);
+    } else {
+      for (int t = 0; t < a.n; ++t) {
+        const int pos = a.start + t;
+        attend_row(own, pos + 1, a, a.q + t * a.q_stride, a.out + t * a.out_stride,
+                   a.lse + t * a.lse_stride, &probs);
+        update_scores(own, pos + 1, pos, probs, a);
+      }
     }
   } else if (a.prefill) {
     // Sparse layer, prompt longer than capacity: position p at temp slot p.
@@ -206,9 +259,7 @@ void attend(KvPool& pool, int head, const AttnArgs& a) {
         scratch ? Slots(a.scratch_k, a.scratch_v, hd) : Slots(pool, head, ls.temp_pages);
     for (int t = 0; t < a.n; ++t)
       write_kv(temp, a.start + t, a.k + t * a.kv_stride, a.v + t * a.kv_stride, hd);
-    for (int t = 0; t < a.n; ++t)
-      attend_row(temp, a.start + t + 1, a, a.q + t * a.q_stride, a.out + t * a.out_stride,
-                 a.lse + t * a.lse_stride, nullptr);
+    for (int t = 0; t < a.n; t += kRowBlock) attend_rows(temp, t, std::min(kRowBlock, a.n - t), a);
     if (ls.action == LayerAction::kSelect) select(temp, own, a);
   } else if (!rule.sparse()) {
     STRATA_CHECK(ls.valid == a.start, "full layer holds " + std::to_string(ls.valid) +

@@ -33,7 +33,8 @@ void apply_model(const YAML::Node& n, ModelSection& m) {
 
 void apply_backend(const YAML::Node& n, BackendSection& b) {
   check_keys(n, "backend",
-             {"kind", "threads", "tp_size", "devices", "cuda_graphs", "graph_batch_sizes"});
+             {"kind", "threads", "tp_size", "devices", "cuda_graphs", "sparse_graphs",
+              "graph_batch_sizes"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "backend." + k;
@@ -49,6 +50,8 @@ void apply_backend(const YAML::Node& n, BackendSection& b) {
         b.devices.push_back(static_cast<int>(d));
     } else if (k == "cuda_graphs")
       b.cuda_graphs = read_bool(kv.second, key);
+    else if (k == "sparse_graphs")
+      b.sparse_graphs = read_bool(kv.second, key);
     else if (k == "graph_batch_sizes") {
       b.graph_batch_sizes.clear();
       for (auto d : read_int_list(kv.second, key, 1, 4096))

@@ -50,6 +50,13 @@ TEST(Config, DefaultsHaveSparsityOff) {
   EXPECT_EQ(c.server.host, "127.0.0.1");
 }
 
+TEST(Config, SparseGraphsDefaultOffAndParsed) {
+  EXPECT_FALSE(parse_config_yaml("model: {path: x}", "t").backend.sparse_graphs);
+  EXPECT_TRUE(parse_config_yaml("backend: {sparse_graphs: true}", "t").backend.sparse_graphs);
+  EXPECT_NE(error_of("backend: {sparse_graphs: maybe}").find("backend.sparse_graphs"),
+            std::string::npos);
+}
+
 TEST(Config, RejectsUnknownKeysNamingThemAndTheAllowedOnes) {
   EXPECT_NE(error_of("modle: {path: x}").find("modle: unknown key (allowed: model, backend"),
             std::string::npos);

@@ -205,6 +205,9 @@ struct CudaBackendImpl {
 
   // Graphs: (bucket size, sparse decode slot bucket or 0) -> executable graph.
   bool use_graphs = true;
+  // Graphs also for decode steps with sparse layers (backend.sparse_graphs; off by default:
+  // their replay disagrees with eager, issue 9 in docs/cuda-backend.md).
+  bool sparse_graphs = false;
   std::vector<int> buckets;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs;
   std::map<std::pair<int, int>, int> graph_splits;
@@ -271,6 +274,7 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
         DeviceArray<float>(static_cast<std::size_t>(tp.size) * logit_rows * shard.vocab_slice);
   }
   use_graphs = cfg.backend.cuda_graphs;
+  sparse_graphs = cfg.backend.sparse_graphs;
   if (tp.comm && !tp.comm->capturable()) use_graphs = false;  // host-staged collectives
   if (!cfg.backend.graph_batch_sizes.empty()) {
     buckets = cfg.backend.graph_batch_sizes;
@@ -925,10 +929,11 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
   };
 
   // Decode-only steps replay a CUDA graph of the smallest bucket that fits (steps with a
-  // kShrink run eagerly).
+  // kShrink run eagerly; so do steps whose decode rows touch sparse layers unless
+  // backend.sparse_graphs).
   const bool decode_only = num_tiles == 0 && n_lm <= S_dec && !any_shrink;
   int bucket = 0;
-  if (use_graphs && decode_only)
+  if (use_graphs && decode_only && (!sparse_decode || sparse_graphs))
     for (int b : buckets)
       if (b >= S_dec) {
         bucket = b;
@@ -1285,6 +1290,9 @@ std::vector<float> CudaBackend::weight_to_host(const std::string& name) const {
 }
 void CudaBackend::set_cuda_graphs(bool on) {
   impl_->use_graphs = on;
+}
+void CudaBackend::set_sparse_graphs(bool on) {
+  impl_->sparse_graphs = on;
 }
 int CudaBackend::graphs_captured() const {
   return static_cast<int>(impl_->graphs.size());

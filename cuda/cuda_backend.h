@@ -49,6 +49,8 @@ class CudaBackend : public Backend {
   // fp32 copy of a weight by HF name (e.g. "model.layers.0.self_attn.q_proj.weight").
   std::vector<float> weight_to_host(const std::string& hf_name) const;
   void set_cuda_graphs(bool on);
+  // Graphs also for decode steps touching sparse layers (backend.sparse_graphs).
+  void set_sparse_graphs(bool on);
   int graphs_captured() const;
   // Bytes measured at start-up: weights, activations + workspace, KV pool.
   std::size_t activation_bytes() const;

@@ -1,10 +1,13 @@
 # `strata eval` on the tiny model, short and bounded (label tools): it checks its own
-# arithmetic (full cache vs itself must be a zero change) and writes its JSON and plot.
+# arithmetic (full cache vs itself must be a zero change), writes its JSON, plots and the
+# docs/quality.md table; the shared-prefill run and the per-profile (from scratch) run print
+# the same table; --from-json re-makes the same quality_table.md from eval.json.
 if(NOT STRATA_SANITIZE STREQUAL "")
   return()
 endif()
+set(_eval "$<TARGET_FILE:strata> eval --model eval_tiny/model --contexts 96,128 --ratios 2,4 --policies window,snapkv,scored --full-layers 0,1 --window 8 --sinks 4 --docs 1 --retrieval 2 --scored-tokens 16 --threads 2")
 add_test(NAME tools_eval_tiny
   COMMAND ${CMAKE_COMMAND} -E env
-          sh -c "rm -rf eval_tiny && $<TARGET_FILE:strata> make-model --preset tiny --layers 3 --out eval_tiny/model >/dev/null && $<TARGET_FILE:strata> eval --model eval_tiny/model --contexts 96 --ratios 2,4 --policies window,scored --full-layers 0,1 --window 8 --sinks 4 --docs 1 --retrieval 2 --scored-tokens 16 --threads 2 --out-dir eval_tiny/out && test -s eval_tiny/out/eval.json && test -s eval_tiny/out/retrieval_vs_compression.svg"
+          sh -c "set -e; rm -rf eval_tiny; $<TARGET_FILE:strata> make-model --preset tiny --layers 3 --out eval_tiny/model >/dev/null; ${_eval} --out-dir eval_tiny/out > eval_tiny/shared.txt; ${_eval} --share-prefill off --out-dir eval_tiny/out2 | sed s/out2/out/ > eval_tiny/scratch.txt; cmp eval_tiny/shared.txt eval_tiny/scratch.txt; test -s eval_tiny/out/eval.json; test -s eval_tiny/out/retrieval_vs_compression.svg; test -s eval_tiny/out/followup_vs_compression.svg; grep -q '^| scored | 1 | 4 |' eval_tiny/out/quality_table.md; $<TARGET_FILE:strata> eval --from-json eval_tiny/out/eval.json --out-dir eval_tiny/json >/dev/null; head -n 16 eval_tiny/out/quality_table.md > eval_tiny/a.md; head -n 16 eval_tiny/json/quality_table.md > eval_tiny/b.md; cmp eval_tiny/a.md eval_tiny/b.md"
   WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(tools_eval_tiny PROPERTIES LABELS tools TIMEOUT 300)

@@ -252,7 +252,7 @@ int run(int argc, char** argv) {
                  "window", "sinks", "pool", "docs", "retrieval", "scored-tokens", "seed", "threads",
                  "out-dir", "share-prefill", "max-batch", "from-json"});
   std::string command = "strata eval";
-  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
+  for (int i = 0; i < argc; ++i) command += std::string(" ") + argv[i];
   const auto out_dir = a.get_or("out-dir", "eval-results");
 
   if (a.get("from-json")) {

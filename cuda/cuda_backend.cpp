@@ -14,6 +14,7 @@
 #include <map>
 #include <span>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -209,8 +210,9 @@ struct CudaBackendImpl {
   // their replay disagrees with eager, issue 9 in docs/cuda-backend.md).
   bool sparse_graphs = false;
   std::vector<int> buckets;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs;
-  std::map<std::pair<int, int>, int> graph_splits;
+  // Key: (bucket size, sparse decode slot bucket or 0, decode attention splits).
+  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs;
+  int forced_splits = 0;  // test hook: decode attention splits (0: pick_splits)
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
 
   // Tensor parallelism (docs/tensor-parallel.md): this rank's shard; `mc` holds the rank's
@@ -292,7 +294,7 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
 
 CudaBackendImpl::~CudaBackendImpl() {
   cudaSetDevice(device);
-  for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
+  for (auto& [k, g] : graphs) cudaGraphExecDestroy(g);
   if (ev0) cudaEventDestroy(ev0);
   if (ev1) cudaEventDestroy(ev1);
   gemm.reset();
@@ -1100,17 +1102,24 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
                                cudaMemcpyHostToDevice, stream));
 
   // Sparse decode graphs are keyed by a power-of-two bound on the attended slots (the
-  // update kernel's grid); full-cache graphs by 0.
+  // update kernel's grid); full-cache graphs by 0. Decode attention splits: eager steps
+  // take them from the batch and the longest sequence; full-cache graphs from the bucket and
+  // max_model_len (one graph per bucket); sparse decode graphs use the eager count (part of
+  // the key), so that replay does the same arithmetic as eager (issue 9: a different split
+  // count reorders the softmax sums; suspected of the graph/eager disagreement).
+  const int eager_splits =
+      forced_splits > 0 ? forced_splits : pick_splits(std::max(S_dec, 1), max_len);
   int slot_bucket = 0;
   if (sparse_decode) {
     slot_bucket = 64;
     while (slot_bucket < dec_max_slots) slot_bucket *= 2;
   }
   if (bucket > 0) {
-    const std::pair<int, int> key{bucket, slot_bucket};
+    const int splits =
+        sparse_decode || forced_splits > 0 ? eager_splits : pick_splits(bucket, pmax * kBlockSize);
+    const std::tuple<int, int, int> key{bucket, slot_bucket, splits};
     auto it = graphs.find(key);
     if (it == graphs.end()) {
-      const int splits = pick_splits(bucket, pmax * kBlockSize);
       cudaGraph_t g = nullptr;
       CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
       try {
@@ -1125,12 +1134,11 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
       CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
       CUDA_CHECK(cudaGraphDestroy(g));
       it = graphs.emplace(key, exec).first;
-      graph_splits[key] = splits;
     }
     CUDA_CHECK(cudaGraphLaunch(it->second, stream));
   } else {
-    forward(T, S_dec, num_tiles, pick_splits(std::max(S_dec, 1), max_len), n_lm, true,
-            work.empty() ? nullptr : &work, sparse_decode, dec_max_slots);
+    forward(T, S_dec, num_tiles, eager_splits, n_lm, true, work.empty() ? nullptr : &work,
+            sparse_decode, dec_max_slots);
   }
 
   // Logits and sampling. Row r of the logits buffer is lm row r of the current chunk.
@@ -1293,6 +1301,12 @@ void CudaBackend::set_cuda_graphs(bool on) {
 }
 void CudaBackend::set_sparse_graphs(bool on) {
   impl_->sparse_graphs = on;
+}
+void CudaBackend::set_decode_splits(int n) {
+  if (n < 0 || n > kMaxDecodeSplits)
+    throw InternalError("set_decode_splits: " + std::to_string(n) + " outside 0.." +
+                        std::to_string(kMaxDecodeSplits));
+  impl_->forced_splits = n;
 }
 int CudaBackend::graphs_captured() const {
   return static_cast<int>(impl_->graphs.size());

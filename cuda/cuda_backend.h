@@ -51,6 +51,9 @@ class CudaBackend : public Backend {
   void set_cuda_graphs(bool on);
   // Graphs also for decode steps touching sparse layers (backend.sparse_graphs).
   void set_sparse_graphs(bool on);
+  // Decode attention split count for every later step, eager and graph (0: the backend's
+  // choice; 1..kMaxDecodeSplits).
+  void set_decode_splits(int n);
   int graphs_captured() const;
   // Bytes measured at start-up: weights, activations + workspace, KV pool.
   std::size_t activation_bytes() const;

@@ -344,6 +344,14 @@ void mixed(bool graphs) {
     alone.push_back(run_plans(*be, pl, 0));
     plans.push_back(std::move(pl));
   }
+  // Graphs: each sequence alone, eager, as well (figures only): tells whether the graph run
+  // alone (bucket 1) or the graph run together (bucket 4, one padding row) leaves eager.
+  std::vector<std::vector<float>> alone_eager;
+  if (graphs) {
+    be->set_cuda_graphs(false);
+    for (const auto& pl : plans) alone_eager.push_back(run_plans(*be, pl, 0));
+    be->set_cuda_graphs(true);
+  }
   ASSERT_LE(off, be->info().num_pages);
   std::vector<std::vector<float>> together(profs.size());
   for (std::size_t st = 0; st < plans[0].size(); ++st) {
@@ -366,6 +374,15 @@ void mixed(bool graphs) {
     figure(std::string("sparse_mixed_vs_alone_rel_l2_") + (graphs ? "graphs_" : "eager_") +
                pn(profs[k].policy),
            e);
+    if (graphs) {
+      const auto& ref = alone_eager[k];
+      figure("sparse_mixed_alone_graphs_vs_alone_eager_rel_l2_" + pn(profs[k].policy),
+             worst_rel_l2(alone[k], ref, V, "alone graphs vs eager " + std::to_string(k)));
+      figure("sparse_mixed_alone_graphs_vs_alone_eager_first_row_over_1e-4_" + pn(profs[k].policy),
+             first_row_over(alone[k], ref, V, 1e-4));
+      figure("sparse_mixed_together_graphs_vs_alone_eager_rel_l2_" + pn(profs[k].policy),
+             worst_rel_l2(together[k], ref, V, "together graphs vs eager " + std::to_string(k)));
+    }
   }
 }
 

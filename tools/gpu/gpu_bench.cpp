@@ -314,8 +314,8 @@ void bench_gemm_tune() {
   }
 }
 
-// Whole 8B-shaped model: decode step (batch 64, ctx 4096, full cache) and a 4000-token prefill.
-void bench_model() {
+// The 8B-shaped random model with 90 % of free memory as KV pool (bench_model, bench_sparse).
+Config llama8b_bench_config() {
   Config c;
   c.model.path = "random:llama3-8b";
   c.model.seed = 1;
@@ -323,7 +323,12 @@ void bench_model() {
   c.scheduler.max_num_seqs = 64;
   c.scheduler.max_num_batched_tokens = 4096;
   c.cache.kv_fraction = 0.9;
-  CudaBackend be(c, 0);
+  return c;
+}
+
+// Whole 8B-shaped model: decode step (batch 64, ctx 4096, full cache) and a 4000-token prefill.
+void bench_model() {
+  CudaBackend be(llama8b_bench_config(), 0);
   const ModelConfig& mc = be.model();
   const int L = mc.num_hidden_layers, B = 64, ctx = 4096;
   std::printf(
@@ -426,14 +431,7 @@ void bench_model() {
 // 4000 + 500-token sequence and how many fit in this pool, sparse vs full.
 // The pool's contents stand in for the prompt (zeros: the backend clears the pool).
 void bench_sparse() {
-  Config c;
-  c.model.path = "random:llama3-8b";
-  c.model.seed = 1;
-  c.model.max_model_len = 8192;
-  c.scheduler.max_num_seqs = 64;
-  c.scheduler.max_num_batched_tokens = 4096;
-  c.cache.kv_fraction = 0.9;
-  CudaBackend be(c, 0);
+  CudaBackend be(llama8b_bench_config(), 0);
   const ModelConfig& mc = be.model();
   const int L = mc.num_hidden_layers, B = 64, prompt = 4096, decoded = 500;
   const int pos = prompt + decoded - 1;  // the token fed in this step

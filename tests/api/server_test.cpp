@@ -155,7 +155,16 @@ class FakeEngine : public Engine {
       std::lock_guard<std::mutex> lock(mu_);
       live_.erase(s->id());  // before the stream ends, as the engine frees pages before
     }
-    s->ch.close();
+    // End with an eof message behind the buffered events: asio 1.81's close() drops what is
+    // still buffered (the real stream never closes its channel either, actors/token_stream.h).
+    while (!s->ch.try_send(net::error::eof, StreamEvent{})) {
+      if (s->aborted) {
+        s->ch.close();  // the reader is gone; nothing buffered matters
+        co_return;
+      }
+      t.expires_after(std::chrono::milliseconds(1));
+      co_await t.async_wait(net::as_tuple(net::use_awaitable));
+    }
   }
 
   net::io_context io_;

@@ -2,6 +2,10 @@
 // (sequence, kv head, split) serves the whole GQA group: each K and V row is loaded once
 // (16-byte loads, head_dim/8 lanes per key) and used for all `group` query heads. Keys are
 // processed in chunks of kChunk slots with an online softmax, so a split may be any length.
+// Deterministic: the partial sums of a block's key slots are reduced in a fixed order (warp
+// butterfly, then the warps in index order), not with shared-memory float atomics, whose
+// order depends on warp timing (issue 9: it made identical steps differ run to run after
+// bf16 rounding of the output).
 #include <cmath>
 
 #include "cuda/attention.h"
@@ -33,7 +37,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Decode
   constexpr int kKpi = kKpw * kWarps;  // keys per block per pass
   __shared__ float sS[MAXG][kChunk];
   __shared__ float sAlpha[MAXG], sMrow[MAXG], sLrow[MAXG];
-  __shared__ float sO[MAXG][HD];
+  __shared__ float sRed[kWarps][MAXG][HD];  // per-warp partial O, summed in warp order
 
   const int b = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int group = p.heads / p.kv_heads;
@@ -61,7 +65,6 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Decode
   for (int hh = 0; hh < MAXG; ++hh)
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[hh][e] = 0.0f;
-  for (int i = threadIdx.x; i < MAXG * HD; i += kThreads) (&sO[0][0])[i] = 0.0f;
   if (threadIdx.x < MAXG) sMrow[threadIdx.x] = -INFINITY, sLrow[threadIdx.x] = 0.0f;
 
   const int* table = p.block_table + static_cast<long long>(b) * p.table_stride;
@@ -156,19 +159,29 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Decode
       }
     }
   }
-  __syncthreads();
-  // Reduce the key slots' partial sums and write this split's partial result.
+  // Reduce the key slots' partial sums in a fixed order and write this split's partial
+  // result. Lanes lane, lane ^ kLpk, ... hold the same 8 dims of different keys: a xor
+  // butterfly over them (group is block-uniform, so every lane reaches the shuffles), then
+  // lanes [0, kLpk) of each warp store the warp's sum and the warps are added in order.
 #pragma unroll
   for (int hh = 0; hh < MAXG; ++hh)
     if (hh < group)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) atomicAdd(&sO[hh][sub * 8 + e], acc[hh][e]);
+      for (int e = 0; e < 8; ++e) {
+        float v = acc[hh][e];
+#pragma unroll
+        for (int o = 16; o >= kLpk; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane < kLpk) sRed[warp][hh][sub * 8 + e] = v;
+      }
   __syncthreads();
   for (int i = threadIdx.x; i < group * HD; i += kThreads) {
     const int hh = i / HD, d = i % HD;
     const long long idx =
         (static_cast<long long>(b) * p.heads + g * group + hh) * p.num_splits + split;
-    p.part_o[idx * HD + d] = sO[hh][d];
+    float o = sRed[0][hh][d];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) o += sRed[w][hh][d];
+    p.part_o[idx * HD + d] = o;
     if (d == 0) {
       p.part_ml[idx * 2] = sMrow[hh];
       p.part_ml[idx * 2 + 1] = sLrow[hh];

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <numeric>
 
 #include "runtime/kv_layout.h"
@@ -179,8 +180,8 @@ TEST(GpuAttention, PrefillLong4096) {
 }
 
 void run_decode_case(int heads, int kv_heads, int hd, const std::vector<int>& lens, int splits,
-                     bool with_logits, std::mt19937_64& rng, const std::string& tag,
-                     int unroll = 0) {
+                     bool with_logits, std::mt19937_64& rng, const std::string& tag, int unroll = 0,
+                     int repeats = 0) {
   const int B = static_cast<int>(lens.size());
   PagedKv kv = make_kv(lens, kv_heads, hd, rng);
   const int q_stride = (heads + 2 * kv_heads) * hd;
@@ -201,30 +202,51 @@ void run_decode_case(int heads, int kv_heads, int hd, const std::vector<int>& le
   poison(lse);
   if (with_logits) poison(logits);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  launch_decode_attention({d_q.get(),
-                           q_stride,
-                           d_row.get(),
-                           kv.pool.get(),
-                           static_cast<long long>(kv.layout.page_elems()),
-                           kv.d_table.get(),
-                           kv.table_stride,
-                           d_len.get(),
-                           B,
-                           splits,
-                           part_o.get(),
-                           part_ml.get(),
-                           out.get(),
-                           heads * hd,
-                           lse.get(),
-                           with_logits ? logits.get() : nullptr,
-                           maxlen,
-                           heads,
-                           kv_heads,
-                           hd,
-                           static_cast<float>(scale),
-                           unroll},
-                          nullptr);
+  const DecodeAttentionParams params{d_q.get(),
+                                     q_stride,
+                                     d_row.get(),
+                                     kv.pool.get(),
+                                     static_cast<long long>(kv.layout.page_elems()),
+                                     kv.d_table.get(),
+                                     kv.table_stride,
+                                     d_len.get(),
+                                     B,
+                                     splits,
+                                     part_o.get(),
+                                     part_ml.get(),
+                                     out.get(),
+                                     heads * hd,
+                                     lse.get(),
+                                     with_logits ? logits.get() : nullptr,
+                                     maxlen,
+                                     heads,
+                                     kv_heads,
+                                     hd,
+                                     static_cast<float>(scale),
+                                     unroll};
+  launch_decode_attention(params, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
+  // Determinism (issue 9): the same launch on the same inputs must give the same bits every
+  // time (a run-to-run difference flips bf16 roundings and moves whole-model logits).
+  if (repeats > 0) {
+    const auto first_out = to_host(out);
+    const auto first_lse = to_host(lse);
+    int differing = 0;
+    for (int r = 0; r < repeats; ++r) {
+      poison(out);
+      poison(lse);
+      launch_decode_attention(params, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const auto o = to_host(out);
+      const auto l = to_host(lse);
+      if (std::memcmp(o.data(), first_out.data(), o.size() * sizeof(o[0])) != 0 ||
+          std::memcmp(l.data(), first_lse.data(), l.size() * sizeof(l[0])) != 0)
+        ++differing;
+    }
+    EXPECT_EQ(differing, 0) << tag << ": " << differing << " of " << repeats
+                            << " repeated launches differ bitwise from the first";
+    figure("decode_repeat_differing_launches_" + tag, differing);
+  }
   std::vector<double> ref_o(out.size()), ref_lse(lse.size()), ref_logits, got_logits_v;
   std::vector<std::vector<double>> lg(static_cast<std::size_t>(B) * heads);
   parallel_for(B * heads, [&](int idx) {
@@ -293,6 +315,22 @@ TEST(GpuAttention, DecodeLong4096Batch) {
   run_decode_case(64, 8, 128, {4096, 1, 17, 300}, 3, true, rng, "hd128_g8_len4096_u8", 8);
   run_decode_case(8, 4, 64, {4096, 1, 17, 300}, 5, false, rng, "hd64_g2_len4096_u8", 8);
   run_decode_case(8, 1, 64, {4096, 1, 17, 300}, 1, false, rng, "hd64_g8_len4096_u8", 8);
+}
+
+// Issue 9: decode attention is bitwise repeatable (every block reduces its key slots'
+// partial sums in a fixed order), for both head dims, GQA 2/4/8, 1 and several splits, and
+// lengths where all four warps of a block hold keys (the old shared-memory float atomics
+// summed them in warp-timing order).
+TEST(GpuAttention, DecodeBitwiseRepeatable) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(25);
+  for (int hd : {64, 128})
+    for (auto [h, kvh] : {std::pair{4, 2}, std::pair{32, 8}, std::pair{64, 8}})
+      for (int splits : {1, 3, 8}) {
+        const std::string tag = "hd" + std::to_string(hd) + "_g" + std::to_string(h / kvh) + "_s" +
+                                std::to_string(splits);
+        run_decode_case(h, kvh, hd, {48, 49, 80, 300, 1, 17, 511}, splits, false, rng, tag, 0, 20);
+      }
 }
 
 }  // namespace

@@ -210,9 +210,18 @@ struct CudaBackendImpl {
   // their replay disagrees with eager, issue 9 in docs/cuda-backend.md).
   bool sparse_graphs = false;
   std::vector<int> buckets;
-  // Key: (bucket size, sparse decode slot bucket or 0, decode attention splits).
-  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs;
+  // Key: every host scalar forward() bakes into a capture: (bucket size, sparse decode slot
+  // bucket or 0, decode attention splits, layer taps on).
+  std::map<std::tuple<int, int, int, bool>, cudaGraphExec_t> graphs;
   int forced_splits = 0;  // test hook: decode attention splits (0: pick_splits)
+  // Layer taps (test hook, issue 9): per layer [max_tokens][qkv_dim] / [max_tokens][q_dim]
+  // bf16 and [max_seqs][heads] fp32 copies of the last step's qkv, attention output and
+  // decode LSE.
+  bool taps = false;
+  DeviceArray<bf16> tap_qkv, tap_attn;
+  DeviceArray<float> tap_lse;
+  int tap_rows = 0, tap_dec_rows = 0;
+  bool tap_has_lse = false;
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
 
   // Tensor parallelism (docs/tensor-parallel.md): this rank's shard; `mc` holds the rank's
@@ -655,6 +664,20 @@ void CudaBackendImpl::forward(int T, int S_dec, int num_tiles, int num_splits, i
     if (sp_pre) CUDA_CHECK(sparse::launch_sparse_prefill(lw->pre, stream));
     // Live shrink after the layer's own work (step 5).
     if (lw && lw->shr.num_seqs > 0) CUDA_CHECK(sparse::launch_sparse_shrink(lw->shr, stream));
+    if (taps) {  // test hook: this layer's attention inputs and outputs (capturable copies)
+      const std::size_t lt = static_cast<std::size_t>(l) * max_tokens;
+      CUDA_CHECK(cudaMemcpyAsync(tap_qkv.get() + lt * qkv_dim, qkv.get(),
+                                 static_cast<std::size_t>(T) * qkv_dim * sizeof(bf16),
+                                 cudaMemcpyDeviceToDevice, stream));
+      CUDA_CHECK(cudaMemcpyAsync(tap_attn.get() + lt * q_dim, attn.get(),
+                                 static_cast<std::size_t>(T) * q_dim * sizeof(bf16),
+                                 cudaMemcpyDeviceToDevice, stream));
+      if (sp_dec)
+        CUDA_CHECK(cudaMemcpyAsync(
+            tap_lse.get() + static_cast<std::size_t>(l) * max_seqs * mc.num_attention_heads,
+            dec_lse.get(), static_cast<std::size_t>(S_dec) * mc.num_attention_heads * sizeof(float),
+            cudaMemcpyDeviceToDevice, stream));
+    }
     gemm->linear(attn.get(), w.o, delta.get(), T, H, q_dim);
     if (tp.comm) tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
     launch_rmsnorm({resid.get(), delta.get(), w.post_norm, normed.get(), nullptr, T, H, eps},
@@ -863,8 +886,12 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
       const std::vector<std::int32_t>& tab =
           via_temp ? (ls.temp_pages.empty() ? scratch_ids : ls.temp_pages) : ls.pages;
       const int cnt = std::min<int>(static_cast<int>(tab.size()), max_pages);
-      std::memcpy(&h_tables[(static_cast<std::size_t>(k) * L + l) * max_pages], tab.data(),
-                  cnt * sizeof(int));
+      int* trow = &h_tables[(static_cast<std::size_t>(k) * L + l) * max_pages];
+      std::memcpy(trow, tab.data(), cnt * sizeof(int));
+      // Entries past the table: page 0, not whatever an earlier step left in the staging (no
+      // kernel reads them: sparse::check_decode_reads and the checks above hold every read
+      // inside [0, cnt)), so the uploaded table is a function of this step's plan only.
+      std::fill(trow + cnt, trow + max_pages, 0);
       if (!dec && ls.rule.sparse()) {
         if (ls.direct_prefill(s.prompt_len)) {
           sparse::PrefillInput in;
@@ -894,6 +921,9 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
         const std::size_t at = static_cast<std::size_t>(l) * max_seqs + S_dec;
         const sparse::DecodeLayerMeta m =
             sparse::decode_layer_meta(ls, s.start, (k * L + l) * pmax, row);
+        // Every slot and table entry the decode kernels read is held or written this step.
+        sparse::check_decode_reads(ls, s.start, m,
+                                   std::min<int>(static_cast<int>(ls.pages.size()), max_pages));
         h_seq_len[at] = m.seq_len;
         h_slots[at] = m.slot;
         h_dec_seqs[at] = m.seq;
@@ -1117,7 +1147,7 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
   if (bucket > 0) {
     const int splits =
         sparse_decode || forced_splits > 0 ? eager_splits : pick_splits(bucket, pmax * kBlockSize);
-    const std::tuple<int, int, int> key{bucket, slot_bucket, splits};
+    const std::tuple<int, int, int, bool> key{bucket, slot_bucket, splits, taps};
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       cudaGraph_t g = nullptr;
@@ -1140,6 +1170,9 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
     forward(T, S_dec, num_tiles, eager_splits, n_lm, true, work.empty() ? nullptr : &work,
             sparse_decode, dec_max_slots);
   }
+  tap_rows = bucket > 0 ? bucket : T;
+  tap_dec_rows = bucket > 0 ? bucket : S_dec;
+  tap_has_lse = sparse_decode && tap_dec_rows > 0;
 
   // Logits and sampling. Row r of the logits buffer is lm row r of the current chunk.
 
@@ -1307,6 +1340,68 @@ void CudaBackend::set_decode_splits(int n) {
     throw InternalError("set_decode_splits: " + std::to_string(n) + " outside 0.." +
                         std::to_string(kMaxDecodeSplits));
   impl_->forced_splits = n;
+}
+void CudaBackend::set_layer_taps(bool on) {
+  CudaBackendImpl& b = *impl_;
+  CUDA_CHECK(cudaSetDevice(b.device));
+  if (on && b.tap_qkv.size() == 0) {
+    const std::size_t L = static_cast<std::size_t>(b.mc.num_hidden_layers);
+    b.tap_qkv = DeviceArray<bf16>(L * b.max_tokens * b.qkv_dim);
+    b.tap_attn = DeviceArray<bf16>(L * b.max_tokens * b.q_dim);
+    b.tap_lse = DeviceArray<float>(L * b.max_seqs * b.mc.num_attention_heads);
+  }
+  b.taps = on;
+}
+std::vector<CudaBackend::LayerTap> CudaBackend::layer_taps() const {
+  const CudaBackendImpl& b = *impl_;
+  if (!b.taps) throw InternalError("layer_taps: taps are off (set_layer_taps(true) first)");
+  CUDA_CHECK(cudaSetDevice(b.device));
+  std::vector<LayerTap> out(static_cast<std::size_t>(b.mc.num_hidden_layers));
+  for (std::size_t l = 0; l < out.size(); ++l) {
+    LayerTap& t = out[l];
+    t.rows = b.tap_rows;
+    const std::size_t lt = l * b.max_tokens;
+    t.qkv.resize(static_cast<std::size_t>(b.tap_rows) * b.qkv_dim);
+    t.attn.resize(static_cast<std::size_t>(b.tap_rows) * b.q_dim);
+    CUDA_CHECK(cudaMemcpy(t.qkv.data(), b.tap_qkv.get() + lt * b.qkv_dim, t.qkv.size() * 2,
+                          cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(t.attn.data(), b.tap_attn.get() + lt * b.q_dim, t.attn.size() * 2,
+                          cudaMemcpyDeviceToHost));
+    if (b.tap_has_lse) {
+      t.dec_lse.resize(static_cast<std::size_t>(b.tap_dec_rows) * b.mc.num_attention_heads);
+      CUDA_CHECK(cudaMemcpy(t.dec_lse.data(),
+                            b.tap_lse.get() + l * b.max_seqs * b.mc.num_attention_heads,
+                            t.dec_lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+  }
+  return out;
+}
+std::vector<std::uint16_t> CudaBackend::read_kv_pages(const std::vector<int>& pages) const {
+  const CudaBackendImpl& b = *impl_;
+  CUDA_CHECK(cudaSetDevice(b.device));
+  const std::size_t pe = b.binfo.layout.page_elems();
+  std::vector<std::uint16_t> out(pages.size() * pe);
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i] < 0 || pages[i] >= b.binfo.num_pages + b.scratch_pages)
+      throw InternalError("read_kv_pages: page " + std::to_string(pages[i]) + " outside the pool");
+    CUDA_CHECK(cudaMemcpy(out.data() + i * pe, b.kv_pool.get() + pages[i] * pe, pe * 2,
+                          cudaMemcpyDeviceToHost));
+  }
+  return out;
+}
+std::vector<float> CudaBackend::read_score_pages(const std::vector<int>& pages) const {
+  const CudaBackendImpl& b = *impl_;
+  CUDA_CHECK(cudaSetDevice(b.device));
+  const std::size_t se = b.binfo.layout.score_elems();
+  std::vector<float> out(pages.size() * se);
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i] < 0 || pages[i] >= b.binfo.num_pages + b.scratch_pages)
+      throw InternalError("read_score_pages: page " + std::to_string(pages[i]) +
+                          " outside the pool");
+    CUDA_CHECK(cudaMemcpy(out.data() + i * se, b.score_pool.get() + pages[i] * se,
+                          se * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  return out;
 }
 int CudaBackend::graphs_captured() const {
   return static_cast<int>(impl_->graphs.size());

@@ -14,6 +14,7 @@
 // contract's oracle), so the results are identical to the CPU backend's.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,23 @@ class CudaBackend : public Backend {
   // choice; 1..kMaxDecodeSplits).
   void set_decode_splits(int n);
   int graphs_captured() const;
+  // Issue 9 diagnostics (tests only). While layer taps are on, every step (eager, and graph
+  // replays: graphs are keyed by the flag) copies each layer's post-RoPE qkv rows, attention
+  // output rows and (sparse decode) decode LSE into device buffers; layer_taps() returns those
+  // of the last step, rows in the backend's row order (decode rows first, graph padding rows
+  // included).
+  struct LayerTap {
+    int rows = 0;
+    std::vector<std::uint16_t> qkv;   // bf16 bits [rows][q + 2 kv dims]
+    std::vector<std::uint16_t> attn;  // bf16 bits [rows][q dims]
+    std::vector<float> dec_lse;       // [decode rows][heads]; empty without sparse decode
+  };
+  void set_layer_taps(bool on);
+  std::vector<LayerTap> layer_taps() const;
+  // Raw pool contents of `pages` (page ids; scratch pages too): K/V bf16 bits
+  // [page][page_elems] and scores [page][kv_heads][16].
+  std::vector<std::uint16_t> read_kv_pages(const std::vector<int>& pages) const;
+  std::vector<float> read_score_pages(const std::vector<int>& pages) const;
   // Bytes measured at start-up: weights, activations + workspace, KV pool.
   std::size_t activation_bytes() const;
   std::size_t kv_pool_bytes() const;

@@ -123,6 +123,49 @@ DecodeLayerMeta decode_layer_meta(const LayerSlots& ls, int position, int table,
   return m;
 }
 
+void check_decode_reads(const LayerSlots& ls, int position, const DecodeLayerMeta& m,
+                        int table_pages) {
+  const bool sparse = ls.rule.sparse();
+  const int held = sparse ? ls.valid : position;  // slots holding tokens before the step
+  // Built only when a check fails (STRATA_CHECK evaluates its message lazily).
+  auto who = [&] {
+    return std::string("decode reads (") + to_string(ls.rule.policy) + ", valid " +
+           std::to_string(ls.valid) + ", ring_pos " + std::to_string(ls.ring_pos) + ", position " +
+           std::to_string(position) + "): ";
+  };
+  STRATA_CHECK(held >= 0, who() + "negative slot count");
+  STRATA_CHECK(m.slot >= 0 && m.slot <= held, who() + "K/V write at slot " +
+                                                  std::to_string(m.slot) + " past the " +
+                                                  std::to_string(held) + " held slots + 1");
+  STRATA_CHECK(m.seq_len > m.slot && m.seq_len <= std::max(held, m.slot + 1),
+               who() + "attention over " + std::to_string(m.seq_len) +
+                   " slots: not the held slots plus the written slot " + std::to_string(m.slot));
+  if (sparse) {
+    // What the resolve/update kernels recompute from DecodeSeq (cuda/sparse/sparse_decode.cu).
+    const DecodeSeq& d = m.seq;
+    const bool full = d.ring > 0 && d.valid == d.capacity;
+    const int attended = full ? d.capacity : d.valid + 1;
+    const int new_slot = full ? d.capacity - d.ring + d.ring_pos : d.valid;
+    STRATA_CHECK(d.policy == static_cast<std::int32_t>(ls.rule.policy) && d.valid == ls.valid &&
+                     d.capacity == ls.rule.capacity && d.ring == ls.rule.ring &&
+                     d.ring_pos == ls.ring_pos && d.sinks == ls.rule.sinks,
+                 who() + "DecodeSeq does not mirror the layer's state");
+    STRATA_CHECK(attended == m.seq_len && new_slot == m.slot,
+                 who() + "update kernel would attend " + std::to_string(attended) +
+                     " slots / write " + std::to_string(new_slot) + ", attention " +
+                     std::to_string(m.seq_len) + " / " + std::to_string(m.slot));
+    STRATA_CHECK(!full || d.policy != static_cast<std::int32_t>(Policy::kScored) ||
+                     (d.capacity <= held && d.sinks < d.capacity - d.ring),
+                 who() + "resolve reads slots [sinks, C) that are not held");
+  } else {
+    STRATA_CHECK(m.seq.policy == 0, who() + "full layer with a sparse DecodeSeq");
+  }
+  const int pages = pages_for_slots(std::max(m.seq_len, m.slot + 1));
+  STRATA_CHECK(pages <= table_pages, who() + "reads " + std::to_string(pages) +
+                                         " pages of a table uploaded with " +
+                                         std::to_string(table_pages));
+}
+
 ShrinkSeq make_shrink_seq(const LayerRule& rule, int valid, int ring_pos, int shrink_to, int table,
                           std::int64_t stage_off) {
   STRATA_CHECK(rule.sparse(), "shrink on a full layer");

@@ -59,6 +59,19 @@ struct DecodeLayerMeta {
 };
 DecodeLayerMeta decode_layer_meta(const LayerSlots& ls, int position, int table, int q_row);
 
+// Issue 9 guard, shared by eager steps and graph replays (the backend calls it for every
+// decode row and layer before uploading): every slot the decode kernels touch for this
+// sequence and layer is one the layer holds before the step ([0, valid), or [0, position) on
+// a full layer) or the one slot this step writes, and lies in the first `table_pages` entries
+// of the page table the backend uploaded (entries past those are not this sequence's pages):
+//  - the K/V write at m.slot (a held ring slot, or the next free slot);
+//  - decode attention and the score update over [0, m.seq_len), which include m.slot;
+//  - the update/resolve kernels' own recomputation from m.seq (attended slots, new slot,
+//    ring fullness) agrees with m.seq_len / m.slot; the resolve's [sinks, C) with a full ring.
+// Throws InternalError naming the read otherwise.
+void check_decode_reads(const LayerSlots& ls, int position, const DecodeLayerMeta& m,
+                        int table_pages);
+
 // One sequence of one sparse layer to shrink, from its state after this step's own work.
 // stage_off: offset (slots) of its kv_heads * shrink_to staging slots.
 ShrinkSeq make_shrink_seq(const LayerRule& rule, int valid, int ring_pos, int shrink_to, int table,

@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/kv_layout.h"
 
 namespace strata::cuda::sparse {
 namespace {
@@ -200,6 +202,56 @@ TEST(SparsePlan, DecodeLayerMetaAfterSelection) {
   EXPECT_EQ(decode_layer_meta(w, 159, 0, 0).slot, 63);
   w.ring_pos = 60;  // outside the ring
   EXPECT_THROW(decode_layer_meta(w, 160, 0, 0), InternalError);
+}
+
+// Issue 9 guard (check_decode_reads): along whole fill-then-ring runs every decode read of
+// the metadata is a held slot or the slot written this step, inside the uploaded table; and
+// each way the metadata could point at memory the step never wrote is refused.
+TEST(SparsePlan, DecodeReadsStayInsideWrittenSlots) {
+  for (Policy p : {Policy::kWindow, Policy::kSnapKv, Policy::kScored}) {
+    LayerSlots ls;
+    ls.rule = rule_of(p, 48, 4, 8);
+    ls.valid = 30;
+    for (int step = 0; step < 150; ++step) {
+      const int pos = 30 + step;
+      SCOPED_TRACE(std::string(to_string(p)) + " step " + std::to_string(step));
+      const DecodeLayerMeta m = decode_layer_meta(ls, pos, 0, 0);
+      const int pages = pages_for_slots(std::max(m.seq_len, m.slot + 1));
+      EXPECT_NO_THROW(check_decode_reads(ls, pos, m, pages));
+      EXPECT_NO_THROW(check_decode_reads(ls, pos, m, pages + 3));
+      // A table uploaded one page short: the last page read would be a stale entry.
+      EXPECT_THROW(check_decode_reads(ls, pos, m, pages - 1), InternalError);
+      // Attention one slot past what is held/written (an unwritten slot, e.g. a page tail).
+      DecodeLayerMeta longer = m;
+      ++longer.seq_len;
+      EXPECT_THROW(check_decode_reads(ls, pos, longer, pages + 1), InternalError);
+      // A K/V write past the next free slot leaves a hole that later steps would read.
+      DecodeLayerMeta skip = m;
+      skip.slot = ls.valid + 1;
+      skip.seq_len = std::max(m.seq_len, skip.slot + 1);
+      EXPECT_THROW(check_decode_reads(ls, pos, skip, pages + 1), InternalError);
+      // A DecodeSeq with a stale state (valid / ring position of another step): the score
+      // update would recompute other slots than attention reads.
+      DecodeLayerMeta stale = m;
+      if (ls.ring_full()) {
+        stale.seq.ring_pos = (ls.ring_pos + 1) % ls.rule.ring;
+      } else {
+        stale.seq.valid = ls.valid > 0 ? ls.valid - 1 : 1;
+      }
+      EXPECT_THROW(check_decode_reads(ls, pos, stale, pages), InternalError);
+      ls.advance_decode();
+    }
+  }
+  LayerSlots full;
+  const DecodeLayerMeta f = decode_layer_meta(full, 77, 0, 2);
+  EXPECT_NO_THROW(check_decode_reads(full, 77, f, pages_for_slots(78)));
+  EXPECT_THROW(check_decode_reads(full, 77, f, pages_for_slots(78) - 1), InternalError);
+  DecodeLayerMeta f2 = f;
+  f2.seq_len = 79;  // one position past the token
+  EXPECT_THROW(check_decode_reads(full, 77, f2, 10), InternalError);
+  DecodeLayerMeta f3 = f;
+  f3.seq.policy = 3;  // a full layer must not run the scored kernels
+  EXPECT_THROW(check_decode_reads(full, 77, f3, 10), InternalError);
 }
 
 }  // namespace

@@ -10,7 +10,10 @@
 //  - CUDA-graph replay equals eager with sparse layers (whole schedules, and one decode step
 //    replayed on the same state);
 //  - no kernel reads a KV slot or score that was never written (pool poisoned with NaN);
-//  - mixed batches put `scored` in row 1, so per-row decode metadata (q row, LSE row) counts.
+//  - mixed batches put `scored` in row 1, so per-row decode metadata (q row, LSE row) counts;
+//  - two fresh backends on the same schedule are bitwise equal (eager and graphs), and the
+//    graph-vs-eager and poisoned-vs-zeroed comparisons run two backends in lockstep with layer
+//    taps, printing the first step/layer/buffer that differs (FIRSTDIFF lines; issue 9).
 // Bound: relative L2 logit error <= 3e-2 per position (bf16), no NaN. Against the CPU backend
 // the data-dependent policies (snapkv selection, scored evictions) are compared with a bound
 // scaled by how much the policy amplifies a small perturbation (see vs_cpu): their decisions
@@ -19,7 +22,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -29,8 +34,10 @@
 #include "cuda/cuda_backend.h"
 #include "runtime/config.h"
 #include "runtime/cpu_backend.h"
+#include "runtime/kv_layout.h"
 #include "runtime/make_model.h"
 #include "runtime/model_loader.h"
+#include "runtime/safetensors.h"
 #include "runtime/teacher_forcing.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -127,6 +134,143 @@ int first_row_over(const std::vector<float>& got, const std::vector<float>& ref,
     if (!(std::sqrt(num / std::max(den, 1e-30)) <= tol)) return static_cast<int>(r);
   }
   return -1;
+}
+
+// Issue 9 diagnostic: two backends run the same plans in lockstep (layer taps on). Before
+// each step the K/V and scores every layer holds ([0, valid) of a sparse layer, [0, position)
+// of a full one) are compared bitwise; after it, layer by layer in forward order, the tapped
+// post-RoPE qkv rows (the attention's input), the attention output and the decode LSE, then
+// the logits. The first difference names the step, layer, buffer, row/slot and head: a
+// buffer that differs while everything before it is equal is where the runs part (inputs
+// equal, output different: that kernel read memory it did not get from this step, or is
+// nondeterministic). Printed as "FIRSTDIFF ..." and as figures <tag>_first_diff_{step,layer,
+// buffer} (buffer: 0 none, 1 K, 2 V, 3 score, 4 qkv, 5 attn, 6 dec_lse, 7 logits).
+struct FirstDiff {
+  int step = -1, layer = -1, buffer = 0, index = -1, head = -1;
+  double a = 0, b = 0;
+};
+const char* buffer_name(int b) {
+  static const char* const names[] = {"none", "K",    "V",       "score",
+                                      "qkv",  "attn", "dec_lse", "logits"};
+  return names[b];
+}
+double bf16_bits_to_double(std::uint16_t v) {
+  return bf16_to_float(v);
+}
+
+struct Lockstep {
+  std::vector<std::vector<float>> logits = std::vector<std::vector<float>>(2);
+  FirstDiff first;
+};
+
+Lockstep lockstep(CudaBackend& a, CudaBackend& b, const std::vector<StepPlan>& plans,
+                  const std::string& tag) {
+  Lockstep out;
+  FirstDiff& fd = out.first;
+  a.set_layer_taps(true);
+  b.set_layer_taps(true);
+  const KvLayout lay = a.info().layout;
+  auto note = [&](int step, int layer, int buffer, int index, int head, double va, double vb) {
+    if (fd.buffer != 0) return;
+    fd = FirstDiff{step, layer, buffer, index, head, va, vb};
+  };
+  for (std::size_t st = 0; st < plans.size(); ++st) {
+    const int step = static_cast<int>(st);
+    const SeqStep& sq = plans[st].seqs.at(0);
+    // State each layer holds before the step.
+    for (std::size_t l = 0; l < sq.layers.size() && fd.buffer == 0 && st > 0; ++l) {
+      const LayerSlots& ls = sq.layers[l];
+      const int held = ls.rule.sparse() ? ls.valid : sq.start;
+      std::vector<int> pages(
+          ls.pages.begin(),
+          ls.pages.begin() + std::min<std::size_t>(ls.pages.size(), pages_for_slots(held)));
+      const auto ka = a.read_kv_pages(pages), kb = b.read_kv_pages(pages);
+      const auto sa = a.read_score_pages(pages), sb = b.read_score_pages(pages);
+      for (int j = 0; j < held && fd.buffer == 0; ++j)
+        for (int g = 0; g < lay.kv_heads && fd.buffer == 0; ++g) {
+          const std::size_t pg = static_cast<std::size_t>(j / kBlockSize) * lay.page_elems();
+          for (int part = 0; part < 2 && fd.buffer == 0; ++part) {
+            const std::size_t off =
+                pg + (part ? lay.v_offset(g, j % kBlockSize) : lay.k_offset(g, j % kBlockSize));
+            for (int d = 0; d < lay.head_dim; ++d)
+              if (ka[off + d] != kb[off + d]) {
+                note(step, static_cast<int>(l), 1 + part, j, g, bf16_bits_to_double(ka[off + d]),
+                     bf16_bits_to_double(kb[off + d]));
+                break;
+              }
+          }
+          if (!ls.rule.sparse() || fd.buffer != 0) continue;
+          const std::size_t so = static_cast<std::size_t>(j / kBlockSize) * lay.score_elems() +
+                                 static_cast<std::size_t>(g) * kBlockSize + j % kBlockSize;
+          if (std::memcmp(&sa[so], &sb[so], sizeof(float)) != 0)
+            note(step, static_cast<int>(l), 3, j, g, sa[so], sb[so]);
+        }
+    }
+    const StepResult ra = a.step(plans[st]), rb = b.step(plans[st]);
+    out.logits[0].insert(out.logits[0].end(), ra.seqs.at(0).logits.begin(),
+                         ra.seqs.at(0).logits.end());
+    out.logits[1].insert(out.logits[1].end(), rb.seqs.at(0).logits.begin(),
+                         rb.seqs.at(0).logits.end());
+    if (fd.buffer != 0) continue;
+    const auto ta = a.layer_taps(), tb = b.layer_taps();
+    const int rows = static_cast<int>(sq.tokens.size());  // real rows (graph padding excluded)
+    const int heads = a.model().num_attention_heads;
+    const int hd = a.model().head_dim;
+    for (std::size_t l = 0; l < ta.size() && fd.buffer == 0; ++l) {
+      const int L = static_cast<int>(l);
+      const std::size_t qkv_w = ta[l].qkv.size() / std::max(ta[l].rows, 1);
+      const std::size_t attn_w = ta[l].attn.size() / std::max(ta[l].rows, 1);
+      for (std::size_t i = 0; i < static_cast<std::size_t>(rows) * qkv_w; ++i)
+        if (ta[l].qkv[i] != tb[l].qkv[i]) {  // head: column / head_dim (q heads, then k, v)
+          note(step, L, 4, static_cast<int>(i / qkv_w), static_cast<int>(i % qkv_w) / hd,
+               bf16_bits_to_double(ta[l].qkv[i]), bf16_bits_to_double(tb[l].qkv[i]));
+          break;
+        }
+      if (fd.buffer != 0) break;
+      for (std::size_t i = 0; i < static_cast<std::size_t>(rows) * attn_w; ++i)
+        if (ta[l].attn[i] != tb[l].attn[i]) {
+          note(step, L, 5, static_cast<int>(i / attn_w), static_cast<int>(i % attn_w) / hd,
+               bf16_bits_to_double(ta[l].attn[i]), bf16_bits_to_double(tb[l].attn[i]));
+          break;
+        }
+      if (fd.buffer != 0) break;
+      const std::size_t nl = std::min(
+          {ta[l].dec_lse.size(), tb[l].dec_lse.size(), static_cast<std::size_t>(rows) * heads});
+      for (std::size_t i = 0; i < nl; ++i)
+        if (std::memcmp(&ta[l].dec_lse[i], &tb[l].dec_lse[i], sizeof(float)) != 0) {
+          note(step, L, 6, static_cast<int>(i) / heads, static_cast<int>(i) % heads,
+               ta[l].dec_lse[i], tb[l].dec_lse[i]);
+          break;
+        }
+    }
+    const auto& la = ra.seqs.at(0).logits;
+    const auto& lb = rb.seqs.at(0).logits;
+    for (std::size_t i = 0; i < std::min(la.size(), lb.size()) && fd.buffer == 0; ++i)
+      if (std::memcmp(&la[i], &lb[i], sizeof(float)) != 0)
+        note(step, -1, 7, static_cast<int>(i), -1, la[i], lb[i]);
+  }
+  a.set_layer_taps(false);
+  b.set_layer_taps(false);
+  if (fd.buffer != 0) {
+    std::printf(
+        "FIRSTDIFF %s: step %d (0 = prefill) layer %d buffer %s row/slot %d head %d: %.9g vs "
+        "%.9g\n",
+        tag.c_str(), fd.step, fd.layer, buffer_name(fd.buffer), fd.index, fd.head, fd.a, fd.b);
+  } else {
+    std::printf("FIRSTDIFF %s: none (every state, tap and logit bitwise equal)\n", tag.c_str());
+  }
+  std::fflush(stdout);
+  figure(tag + "_first_diff_step", fd.step);
+  figure(tag + "_first_diff_layer", fd.layer);
+  figure(tag + "_first_diff_buffer", fd.buffer);
+  return out;
+}
+
+std::string describe(const FirstDiff& fd) {
+  if (fd.buffer == 0) return "no bitwise difference";
+  return "first difference: step " + std::to_string(fd.step) + " layer " +
+         std::to_string(fd.layer) + " " + buffer_name(fd.buffer) + " row/slot " +
+         std::to_string(fd.index) + " head " + std::to_string(fd.head);
 }
 
 // Capacity >= length: every sparse policy gives the full-cache logits.
@@ -415,8 +559,45 @@ TEST(GpuSparseModel, GraphReplayEqualsEager) {
                        << " (prefill rows < " << P << ")";
     figure("sparse_graph_vs_eager_rel_l2_" + pn(p), e);
     figure("sparse_graph_vs_eager_first_row_over_1e-4_" + pn(p), first_row_over(g, eager, V, 1e-4));
+    // Where they part: two fresh backends (eager, graphs) in lockstep.
+    auto be_eager = cuda_backend(dir), be_graph = cuda_backend(dir);
+    be_eager->set_cuda_graphs(false);
+    be_graph->set_sparse_graphs(true);
+    const Lockstep ls =
+        lockstep(*be_eager, *be_graph, teacher_forcing_plans(be->model(), ids, prof, P),
+                 "sparse_graph_vs_eager_" + pn(p));
+    const double e2 = worst_rel_l2(ls.logits[1], ls.logits[0], V, "lockstep graphs " + pn(p));
+    EXPECT_LE(e2, 1e-3) << pn(p) << " (fresh backends), " << describe(ls.first);
+    figure("sparse_graph_vs_eager_fresh_rel_l2_" + pn(p), e2);
   }
   EXPECT_GE(be->graphs_captured(), 1);
+}
+
+// Issue 9: the same schedule on two fresh backends (both eager, then both with graphs) gives
+// bitwise the same state, layer taps and logits: nothing depends on memory contents or on
+// timing. A difference here is nondeterminism (e.g. the decode attention's old shared-memory
+// float atomics) or a read of memory whose contents differ between processes/backends.
+TEST(GpuSparseModel, RunsAreBitwiseRepeatable) {
+  REQUIRE_GPU();
+  const std::string dir = model_dir("tiny", 0);
+  const int N = 110, P = 70;
+  for (bool graphs : {false, true})
+    for (Policy p : {Policy::kWindow, Policy::kSnapKv, Policy::kScored}) {
+      auto a = cuda_backend(dir), b = cuda_backend(dir);
+      for (CudaBackend* x : {a.get(), b.get()}) {
+        x->set_cuda_graphs(graphs);
+        x->set_sparse_graphs(graphs);
+      }
+      const ModelConfig& mc = a->model();
+      const int V = mc.vocab_size;
+      const auto plans = teacher_forcing_plans(mc, ids_for(N, V, 9), profile(p, 48, 8, 4, 1), P);
+      const std::string what = pn(p) + (graphs ? "_graphs" : "_eager");
+      const Lockstep ls = lockstep(*a, *b, plans, "sparse_repeat_" + what);
+      const double e = worst_rel_l2(ls.logits[1], ls.logits[0], V, "repeat " + what);
+      EXPECT_EQ(ls.first.buffer, 0) << what << ": " << describe(ls.first);
+      EXPECT_EQ(e, 0.0) << what;
+      figure("sparse_repeat_rel_l2_" + what, e);
+    }
 }
 
 // No kernel reads a K/V slot or a score that the schedule has not written: each run gets a
@@ -434,24 +615,28 @@ TEST(GpuSparseModel, NoReadOfUnwrittenSlots) {
       for (bool scratch : {false, true}) {
         const std::string what =
             pn(p) + (graphs ? " graphs" : " eager") + (scratch ? " scratch" : " temp pages");
-        std::vector<std::vector<float>> out;
-        int V = 0;
-        for (bool poison : {true, false}) {
-          auto be = cuda_backend(dir, 8, poison);
-          be->set_cuda_graphs(graphs);
-          be->set_sparse_graphs(graphs);
-          const ModelConfig& mc = be->model();
-          V = mc.vocab_size;
-          auto plans = teacher_forcing_plans(mc, ids_for(N, V, 6), profile(p, 48, 8, 4, 1), P);
-          if (scratch)
-            for (LayerSlots& ls : plans[0].seqs[0].layers) ls.temp_pages.clear();
-          out.push_back(run_plans(*be, plans, 0));
+        // Both backends alive at once, run in lockstep: the first layer/buffer where the
+        // poisoned run leaves the zeroed one is reported (FIRSTDIFF line, figures).
+        auto poisoned = cuda_backend(dir, 8, true);
+        auto zeroed = cuda_backend(dir, 8, false);
+        for (CudaBackend* x : {poisoned.get(), zeroed.get()}) {
+          x->set_cuda_graphs(graphs);
+          x->set_sparse_graphs(graphs);
         }
+        const ModelConfig& mc = poisoned->model();
+        const int V = mc.vocab_size;
+        auto plans = teacher_forcing_plans(mc, ids_for(N, V, 6), profile(p, 48, 8, 4, 1), P);
+        if (scratch)
+          for (LayerSlots& ls : plans[0].seqs[0].layers) ls.temp_pages.clear();
+        const std::string tag = "sparse_poisoned_vs_zero_" + pn(p) +
+                                (graphs ? "_graphs" : "_eager") + (scratch ? "_scratch" : "_temp");
+        const Lockstep run = lockstep(*poisoned, *zeroed, plans, tag);
+        const auto& out = run.logits;
         // worst_rel_l2 fails on a non-finite logit (the poisoned run read a NaN slot).
         const double e = worst_rel_l2(out[0], out[1], V, "poisoned pool " + what);
         // Identical inputs and kernels: only a read of memory the schedule never wrote (or a
         // nondeterministic kernel) can make the two runs differ.
-        EXPECT_LE(e, 1e-3) << what;
+        EXPECT_LE(e, 1e-3) << what << ", " << describe(run.first);
         figure("sparse_poisoned_vs_zero_rel_l2_" + pn(p) + (graphs ? "_graphs" : "_eager") +
                    (scratch ? "_scratch" : "_temp"),
                e);

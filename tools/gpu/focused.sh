@@ -9,6 +9,9 @@
 #   STRATA_FOCUS_TESTS     "binary:gtest_filter binary:gtest_filter ..." (from .gpu-bundle/bin)
 #   STRATA_FOCUS_BENCH     "subcommand subcommand ..." of gpu_bench
 #   STRATA_FOCUS_TEST_S    timeout of each test binary (default 60)
+#   STRATA_FOCUS_ISSUE9=1  also run the issue-9 checks (docs/sparse-decode-audit.md): decode
+#                          attention bitwise repeatability, and the sparse model's repeat /
+#                          graph-vs-eager / poisoned-vs-zeroed lockstep runs (FIRSTDIFF lines)
 # Writes into RESULTS_DIR: train.log + the trainer's files (model.safetensors, config.json,
 # metrics.json, check.json), tests.log (nvidia-smi first), bench.log: 7 files, so a
 # checkpoint's .tmp left by a kill still fits the 8 that come back.
@@ -28,7 +31,11 @@ if [ "$train_s" != 0 ]; then
   train_pid=$!
   sleep 2
 fi
-for spec in ${STRATA_FOCUS_TESTS:-}; do
+tests=${STRATA_FOCUS_TESTS:-}
+if [ "${STRATA_FOCUS_ISSUE9:-0}" = 1 ]; then
+  tests="gpu_attention_test:GpuAttention.Decode* gpu_sparse_model_test:GpuSparseModel.RunsAreBitwiseRepeatable:GpuSparseModel.GraphReplayEqualsEager:GpuSparseModel.NoReadOfUnwrittenSlots:GpuSparseModel.DecodeStep*:GpuSparseModel.MixedBatch* $tests"
+fi
+for spec in $tests; do
   b=${spec%%:*} f=${spec#*:}
   echo "=== $b --gtest_filter=$f" >>"$out/tests.log"
   start=$(date +%s)

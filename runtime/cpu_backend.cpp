@@ -63,7 +63,7 @@ class CpuBackend final : public Backend {
  public:
   // `comm` is null at tp_size 1.
   CpuBackend(std::shared_ptr<const ModelWeights> w, const CpuBackendOptions& opts,
-             const TpShard& shard, std::shared_ptr<cpu::TpComm> comm)
+             const TpShard& shard, std::shared_ptr<cpu::Collectives> comm)
       : cfg_(w->config()), opts_(opts), shard_(shard), comm_(std::move(comm)) {
     const auto& c = cfg_;
     const Slicer to_f32{c, shard_};
@@ -125,7 +125,7 @@ class CpuBackend final : public Backend {
   ModelConfig cfg_;
   CpuBackendOptions opts_;
   TpShard shard_;
-  std::shared_ptr<cpu::TpComm> comm_;
+  std::shared_ptr<cpu::Collectives> comm_;
   BackendInfo info_;
   // lm_head_: the rank's vocabulary slice; empty when tied at tp_size 1 (embed_ is the head).
   std::vector<float> embed_, lm_head_, final_norm_;
@@ -398,7 +398,9 @@ StepResult CpuBackend::step(const StepPlan& plan) {
   const float* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
   cpu::matmul(*pool_, xn.data(), R, head, H, Vl, logits.data());
   if (comm_) {
-    // Rank 0 gathers [rank][R][slice] and reorders it to [R][V]; the others are done.
+    // Rank 0 gathers [rank][R][slice] and reorders it to [R][V]; the others are done. Only
+    // rank 0 samples: ranks > 0 never read params/prompt/output (a follower process holds
+    // placeholders there, runtime/tp_wire.h).
     std::vector<float> parts;
     comm_->gather(shard_.rank, logits.data(), logits.size(), shard_.rank == 0 ? &parts : nullptr);
     if (shard_.rank != 0) {
@@ -484,6 +486,20 @@ std::vector<std::unique_ptr<Backend>> make_cpu_tp_backends(
     out.push_back(std::make_unique<CpuBackend>(weights, o,
                                                make_tp_shard(weights->config(), r, tp_size), comm));
   return out;
+}
+
+std::unique_ptr<Backend> make_cpu_tp_rank_backend(std::shared_ptr<const ModelWeights> weights,
+                                                  const CpuBackendOptions& opts, int rank,
+                                                  std::shared_ptr<cpu::Collectives> comm) {
+  if (!weights || !comm) throw InternalError("make_cpu_tp_rank_backend: no weights or comm");
+  const int n = comm->size();
+  validate_tp(weights->config(), n);
+  if (rank < 0 || rank >= n)
+    throw InternalError("make_cpu_tp_rank_backend: rank " + std::to_string(rank) + " of " +
+                        std::to_string(n));
+  const auto shard = make_tp_shard(weights->config(), rank, n);
+  return std::make_unique<CpuBackend>(std::move(weights), opts, shard,
+                                      n > 1 ? std::move(comm) : nullptr);
 }
 
 }  // namespace strata

@@ -13,6 +13,10 @@
 
 namespace strata {
 
+namespace cpu {
+class Collectives;  // runtime/cpu/tp_comm.h
+}
+
 struct CpuBackendOptions {
   int threads = 0;                        // total compute threads; 0 = hardware concurrency
   std::uint64_t kv_bytes = 512ull << 20;  // page pool size: num_pages = kv_bytes / page_bytes
@@ -37,5 +41,13 @@ std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> we
 // Throws ConfigError("backend.tp_size") when the model cannot be split tp_size ways.
 std::vector<std::unique_ptr<Backend>> make_cpu_tp_backends(
     std::shared_ptr<const ModelWeights> weights, const CpuBackendOptions& opts, int tp_size);
+
+// One rank of a tensor-parallel group whose ranks live in separate processes: the rank's
+// shard, meeting the other ranks through `comm` (runtime/cpu/tcp_comm.h). opts.kv_bytes is
+// the total over the ranks as above; opts.threads are this rank's own (not split).
+// Throws ConfigError("backend.tp_size") when the model cannot be split comm->size() ways.
+std::unique_ptr<Backend> make_cpu_tp_rank_backend(std::shared_ptr<const ModelWeights> weights,
+                                                  const CpuBackendOptions& opts, int rank,
+                                                  std::shared_ptr<cpu::Collectives> comm);
 
 }  // namespace strata

@@ -19,21 +19,36 @@
 
 namespace strata::cpu {
 
-class TpComm {
+// What a CPU rank needs from its group, implemented in-process by TpComm (ranks on threads)
+// and over TCP by TcpComm (runtime/cpu/tcp_comm.h, ranks in separate processes). Both keep
+// the semantics above: rank-ordered sums (bit-identical on every rank), abort wakes every
+// waiting rank with the reason, a timeout on every collective.
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual int size() const = 0;
+  // data[0..n) := the sum over ranks of their data[0..n) (same n on every rank).
+  virtual void all_reduce_sum(int rank, float* data, std::size_t n) = 0;
+  // Rank 0 gets every rank's data concatenated in rank order in *out (sizes may differ);
+  // other ranks pass out = nullptr.
+  virtual void gather(int rank, const float* data, std::size_t n, std::vector<float>* out) = 0;
+  // Every rank gets every rank's data concatenated in rank order in *out (sizes may differ).
+  virtual void all_gather(int rank, const float* data, std::size_t n, std::vector<float>& out) = 0;
+  // Marks the communicator failed (first reason kept) and wakes every waiter.
+  virtual void abort(const std::string& why) = 0;
+  virtual bool aborted() const = 0;
+};
+
+class TpComm final : public Collectives {
  public:
   explicit TpComm(int size, std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
-  int size() const { return size_; }
-  // data[0..n) := the sum over ranks of their data[0..n) (same n on every rank).
-  void all_reduce_sum(int rank, float* data, std::size_t n);
-  // Rank 0 gets every rank's data concatenated in rank order in *out (sizes may differ);
-  // other ranks pass out = nullptr.
-  void gather(int rank, const float* data, std::size_t n, std::vector<float>* out);
-  // Every rank gets every rank's data concatenated in rank order in *out (sizes may differ).
-  void all_gather(int rank, const float* data, std::size_t n, std::vector<float>& out);
-  // Marks the communicator failed (first reason kept) and wakes every waiter.
-  void abort(const std::string& why);
-  bool aborted() const;
+  int size() const override { return size_; }
+  void all_reduce_sum(int rank, float* data, std::size_t n) override;
+  void gather(int rank, const float* data, std::size_t n, std::vector<float>* out) override;
+  void all_gather(int rank, const float* data, std::size_t n, std::vector<float>& out) override;
+  void abort(const std::string& why) override;
+  bool aborted() const override;
 
  private:
   void barrier(int rank, const char* what);  // throws InternalError once aborted / on timeout

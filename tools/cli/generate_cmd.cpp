@@ -55,15 +55,18 @@ void write_npy(const std::string& path, const std::vector<float>& data, std::siz
           static_cast<std::streamsize>(data.size() * sizeof(float)));
 }
 
-int teacher_force(const Config& cfg, const std::string& ids_text, const std::string& out) {
+int teacher_force(const Config& cfg, const std::string& ids_text, const std::string& out,
+                  const BackendFactory& tp_ranks) {
   const auto ids = parse_ids("--force-ids", ids_text);
   std::shared_ptr<const ModelWeights> w = ModelWeights::load(cfg.model.path);
   const int vocab = w->config().vocab_size;
   CpuBackendOptions o;
   o.threads = cfg.backend.threads;
   o.kv_bytes = cfg.cache.cpu_kv_bytes;
-  // --tp-size N: N ranks over the sharded weights, run together (logits gathered on rank 0).
-  auto backend = make_tp_group(make_cpu_tp_backends(w, o, cfg.backend.tp_size));
+  // --tp-size N: N ranks over the sharded weights, run together (logits gathered on rank 0);
+  // with --tp-rank 0 the other ranks are processes of their own, reached through proxies.
+  auto backend =
+      make_tp_group(tp_ranks ? tp_ranks(cfg) : make_cpu_tp_backends(w, o, cfg.backend.tp_size));
   const auto t0 = std::chrono::steady_clock::now();
   const auto logits = teacher_forced_logits(*backend, ids, cfg.sparsity);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -89,7 +92,11 @@ int run(int argc, char** argv) {
         "go to stderr. --chat formats --prompt as one user message with the chat template.\n"
         "%s"
         "Teacher forcing writes fp32 logits [n][vocab] (.npy) of the CPU backend.\n"
-        "--tp-size N runs N tensor-parallel CPU ranks in this process (docs/tensor-parallel.md).\n",
+        "--tp-size N runs N tensor-parallel CPU ranks in this process (docs/tensor-parallel.md).\n"
+        "--tp-rank R --tp-master HOST:PORT runs rank R of N in this process, the others in their\n"
+        "own (CPU backend): rank 0 generates (or teacher-forces) and drives the group; a rank\n"
+        "R > 0 only follows rank 0's steps (its prompt flags are unused) and exits when rank 0\n"
+        "stops. Rank 0 listens on PORT (rendezvous) and PORT+1 (rank links).\n",
         kTpFlagsHelp);
     return 0;
   }
@@ -109,13 +116,11 @@ int run(int argc, char** argv) {
   }
   if (cfg.model.path.empty()) throw ConfigError("--model", "required: the model directory");
   const TpFlags tp = read_tp_flags(a, cfg);
-  if (tp.rank) {
-    tp_rendezvous_from_flags(tp);  // fails with a message naming a missing rank
-    throw ConfigError("--tp-rank",
-                      "the rendezvous succeeded, but running the ranks as separate processes is "
-                      "not built yet (docs/tensor-parallel.md); use --tp-size " +
-                          std::to_string(tp.size) + " in one process");
-  }
+  // Separate processes: a rank > 0 follows rank 0's plans (its prompt flags are unused);
+  // rank 0 runs the request with its own rank plus one proxy per remote rank.
+  if (tp.rank && *tp.rank > 0) return tp_follower_main(tp, cfg);
+  BackendFactory factory;
+  if (tp.rank) factory = tp_rank0_factory(tp);
 
   const auto force = a.get("force-ids");
   const auto dump = a.get("dump-logits");
@@ -124,7 +129,7 @@ int run(int argc, char** argv) {
       throw ConfigError(force ? "--dump-logits" : "--force-ids",
                         "teacher forcing needs both --force-ids and --dump-logits");
     }
-    return teacher_force(cfg, *force, *dump);
+    return teacher_force(cfg, *force, *dump, factory);
   }
 
   Request r;
@@ -155,7 +160,7 @@ int run(int argc, char** argv) {
   }
   r.n = static_cast<int>(a.get_int("n", 1));
 
-  auto engine = Engine::create(cfg);
+  auto engine = Engine::create(cfg, factory);
   auto stream = engine->submit(std::move(r));
   std::optional<Usage> usage;
   std::string error;

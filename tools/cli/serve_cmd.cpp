@@ -53,7 +53,11 @@ int run(int argc, char** argv) {
         "WebSocket /v1/ws, /health, /metrics, /tokenize, /detokenize and the admin console "
         "/admin.\n"
         "--port 0 picks a free port. Binds 127.0.0.1 unless told otherwise.\n"
-        "--tp-size N runs N tensor-parallel ranks in this process (docs/tensor-parallel.md).\n",
+        "--tp-size N runs N tensor-parallel ranks in this process (docs/tensor-parallel.md).\n"
+        "--tp-rank R --tp-master HOST:PORT runs rank R of N per process (CPU backend): rank 0\n"
+        "serves HTTP and drives the group (it listens on PORT for the rendezvous and PORT+1 for\n"
+        "the rank links); a rank R > 0 serves no HTTP, it follows rank 0's steps and exits when\n"
+        "rank 0 stops.\n",
         kTpFlagsHelp);
     return 0;
   }
@@ -80,18 +84,10 @@ int run(int argc, char** argv) {
     throw ConfigError("model.path", "required (--model DIR or the config file)");
   const TpFlags tp = read_tp_flags(a, config);
   config.validate();
-  if (tp.rank) {
-    // Separate processes per rank: the id rendezvous is built (it fails with a message
-    // naming a missing rank, never hangs); forwarding step plans to the other processes is not.
-    tp_rendezvous_from_flags(tp);
-    throw ConfigError("--tp-rank",
-                      "the rendezvous succeeded (" + std::to_string(tp.size) +
-                          " ranks joined), but running the ranks as separate processes is not "
-                          "built yet (step plans are not forwarded between processes, see "
-                          "docs/tensor-parallel.md); run every rank in one process with "
-                          "--tp-size " +
-                          std::to_string(tp.size));
-  }
+  // Separate processes per rank (CPU backend): a rank > 0 starts no HTTP server, it follows
+  // rank 0's step plans until rank 0 stops; rank 0 serves with its rank plus one proxy per
+  // remote rank (the rendezvous and the rank links run on the loader thread).
+  if (tp.rank && *tp.rank > 0) return tp_follower_main(tp, config);
 
   api::ServerOptions opt;
   opt.server = config.server;
@@ -100,13 +96,21 @@ int run(int argc, char** argv) {
     opt.model_name = std::filesystem::path(config.model.path).filename().string();
     if (opt.model_name.empty()) opt.model_name = config.model.path;
   }
-  const BackendFactory factory = pick_backend(config);
+  BackendFactory factory = pick_backend(config);
+  const bool cuda = static_cast<bool>(factory);
+  if (tp.rank) {
+    if (cuda)
+      throw ConfigError("--tp-rank",
+                        "separate-process ranks run on the CPU backend only (the CUDA follower "
+                        "is not built, docs/tensor-parallel.md); add --set backend.kind=cpu");
+    factory = tp_rank0_factory(tp);
+  }
   api::Server server(opt);
   server.listen();
   const std::string host = config.server.host == "0.0.0.0" ? "127.0.0.1" : config.server.host;
   const std::string base = "http://" + host + ":" + std::to_string(server.port());
   std::printf("strata serve: model %s (%s backend), listening on %s:%u\n",
-              config.model.path.c_str(), factory ? "cuda" : "cpu", config.server.host.c_str(),
+              config.model.path.c_str(), cuda ? "cuda" : "cpu", config.server.host.c_str(),
               server.port());
   std::printf("  chat:      %s/v1/chat/completions\n", base.c_str());
   std::printf("  websocket: ws://%s:%u/v1/ws\n", host.c_str(), server.port());

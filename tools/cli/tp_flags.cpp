@@ -5,8 +5,16 @@
 #include <random>
 
 #include "runtime/error.h"
+#include "runtime/model_loader.h"
+#include "runtime/tp_link.h"
+#include "runtime/tp_remote.h"
 
 namespace strata::cli {
+namespace {
+std::chrono::milliseconds timeout_of(const TpFlags& f) {
+  return std::chrono::milliseconds(static_cast<long long>(f.timeout_s * 1000));
+}
+}  // namespace
 
 TpFlags read_tp_flags(const Args& a, Config& config) {
   TpFlags f;
@@ -42,7 +50,7 @@ TpFlags read_tp_flags(const Args& a, Config& config) {
 
 TpUniqueId tp_rendezvous_from_flags(const TpFlags& f) {
   if (!f.rank || !f.master) throw InternalError("tp_rendezvous_from_flags: not multi-process");
-  const auto timeout = std::chrono::milliseconds(static_cast<long long>(f.timeout_s * 1000));
+  const auto timeout = timeout_of(f);
   if (*f.rank > 0) {
     std::fprintf(stderr, "tensor parallel: rank %d of %d joining %s:%u\n", *f.rank, f.size,
                  f.master->host.c_str(), f.master->port);
@@ -56,6 +64,42 @@ TpUniqueId tp_rendezvous_from_flags(const TpFlags& f) {
                f.size - 1, f.master->host.c_str(), f.master->port);
   tp_rendezvous_serve(*f.master, f.size, id, timeout);
   return id;
+}
+
+CpuBackendOptions cpu_backend_options(const Config& config) {
+  CpuBackendOptions o;
+  o.threads = config.backend.threads;
+  o.kv_bytes = config.cache.cpu_kv_bytes;
+  if (config.cache.kv_bytes > 0 && config.cache.kv_bytes < o.kv_bytes)
+    o.kv_bytes = config.cache.kv_bytes;
+  return o;
+}
+
+BackendFactory tp_rank0_factory(const TpFlags& f) {
+  if (!f.rank || *f.rank != 0 || !f.master) throw InternalError("tp_rank0_factory: not rank 0");
+  return [f](const Config& config) {
+    tp_rendezvous_from_flags(f);
+    const auto at = tp_link_endpoint(*f.master);
+    std::fprintf(stderr, "tensor parallel: rank 0 waiting for the rank links on %s:%u\n",
+                 at.host.c_str(), at.port);
+    const auto mesh = tp_mesh_accept(at, f.size, timeout_of(f));
+    auto backends = make_cpu_tp_process_backends(mesh, ModelWeights::load(config.model.path),
+                                                 cpu_backend_options(config), timeout_of(f));
+    std::fprintf(stderr, "tensor parallel: rank 0 of %d ready, %d remote rank(s) joined\n", f.size,
+                 f.size - 1);
+    return backends;
+  };
+}
+
+int tp_follower_main(const TpFlags& f, const Config& config) {
+  if (!f.rank || *f.rank < 1 || !f.master) throw InternalError("tp_follower_main: not rank > 0");
+  if (config.backend.kind == "cuda")
+    throw ConfigError("--tp-rank",
+                      "separate-process ranks run on the CPU backend only (the CUDA follower is "
+                      "not built, docs/tensor-parallel.md)");
+  tp_rendezvous_from_flags(f);
+  const auto mesh = tp_mesh_connect(tp_link_endpoint(*f.master), *f.rank, f.size, timeout_of(f));
+  return run_cpu_tp_follower(mesh, config.model.path, cpu_backend_options(config), timeout_of(f));
 }
 
 }  // namespace strata::cli

@@ -4,14 +4,17 @@
 //                        per rank) = backend.tp_size
 //   --tp-rank R          this process's rank when the ranks are separate processes/hosts
 //   --tp-master H:P      rank 0's rendezvous address (rank 0 listens, the others connect)
-//   --tp-timeout S       rendezvous timeout in seconds (default 120)
+//   --tp-timeout S       timeout in seconds of the rendezvous, the rank links and every
+//                        collective between the processes (default 120)
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "actors/engine.h"
 #include "runtime/config.h"
+#include "runtime/cpu_backend.h"
 #include "runtime/tp_rendezvous.h"
 #include "tools/cli/command.h"
 
@@ -37,5 +40,16 @@ TpFlags read_tp_flags(const Args& a, Config& config);
 // and hands the id to ranks 1..N-1; a rank that does not show up within --tp-timeout stops
 // the start-up with a ConfigError naming it). Returns the id.
 TpUniqueId tp_rendezvous_from_flags(const TpFlags& f);
+
+// Separate processes on the CPU backend (docs/tensor-parallel.md "Separate processes").
+// Rank 0: a BackendFactory that runs the rendezvous, accepts the other ranks' links on the
+// --tp-master port + 1 and builds rank 0's CPU backend plus one proxy per remote rank (for
+// Engine::create, or make_tp_group when teacher forcing).
+BackendFactory tp_rank0_factory(const TpFlags& f);
+// Rank r > 0: the rendezvous, the links, the rank's shard, then the follower loop until rank
+// 0 stops. Returns the process exit code.
+int tp_follower_main(const TpFlags& f, const Config& config);
+// The CPU backend options the engine derives from a config (threads, KV pool bytes).
+CpuBackendOptions cpu_backend_options(const Config& config);
 
 }  // namespace strata::cli

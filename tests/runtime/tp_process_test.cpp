@@ -350,5 +350,28 @@ TEST(TpProcess, VanishedFollowerFailsTheStep) {
   EXPECT_FALSE(msg.empty());
 }
 
+// Rank 0's process vanishes after sending a plan: the follower's collective fails at once and
+// the follower loop returns 1 (exit code) instead of waiting for the timeout.
+TEST(TpProcess, RankZeroVanishingMidStepEndsFollowerWithOne) {
+  auto w = test::tiny();
+  const auto& c = w->config();
+  auto m = connect_group(2);
+  auto comm = std::make_shared<cpu::TcpComm>(1, 2, m.others[0].data, 30s);
+  auto b = make_cpu_tp_rank_backend(w, opts(), 1, comm);
+  auto rc = std::async(std::launch::async,
+                       [&] { return serve_tp_plans(*b, *m.others[0].control[0], 1); });
+  test::PageAlloc pages(b->info().num_pages);
+  test::Seq seq(1, test::tokens(20, c.vocab_size, 5),
+                std::vector<LayerRule>(static_cast<std::size_t>(c.num_hidden_layers)));
+  m.zero.control[1]->send(TpMsg::kPlan, encode_plan(test::plan_of({seq.prefill(20, pages)})));
+  std::this_thread::sleep_for(100ms);  // the follower is waiting in its first all-reduce
+  const auto t0 = std::chrono::steady_clock::now();
+  m.zero = TpMesh{};  // rank 0's sockets close
+  ASSERT_EQ(rc.wait_for(10s), std::future_status::ready);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(rc.get(), 1);
+  EXPECT_TRUE(comm->aborted());
+}
+
 }  // namespace
 }  // namespace strata

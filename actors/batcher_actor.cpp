@@ -316,8 +316,13 @@ asio::awaitable<void> BatcherActor::kick() {
   // The recycled plan's page-table buffers go to the cache actor, which exports into them.
   std::shared_ptr<StepPlan> plan = std::move(spare_plan_);
   if (plan) {
-    in.spare_layers.reserve(plan->seqs.size());
-    for (auto& st : plan->seqs) in.spare_layers.push_back(std::move(st.layers));
+    in.spare_tables.resize(plan->seqs.size());
+    for (std::size_t i = 0; i < plan->seqs.size(); ++i) {
+      SpareTables& t = in.spare_tables[i];
+      t.seq_id = plan->seqs[i].seq_id;
+      t.serial = i < table_serials_.size() ? table_serials_[i] : 0;
+      t.layers = std::move(plan->seqs[i].layers);
+    }
   } else {
     plan = std::make_shared<StepPlan>();
   }
@@ -375,6 +380,7 @@ asio::awaitable<void> BatcherActor::kick() {
   plan->step_id = next_step_++;
   plan->released_pages = std::move(out.released_pages);
   plan->seqs.resize(out.steps.size());
+  table_serials_.resize(out.steps.size());
   for (std::size_t i = 0; i < out.steps.size(); ++i) {
     auto& p = out.steps[i];
     Seq& s = *seqs_.at(p.seq_id);
@@ -384,6 +390,7 @@ asio::awaitable<void> BatcherActor::kick() {
     st.prefill = p.prefill;
     st.start = p.start;
     st.layers = std::move(p.layers);
+    table_serials_[i] = p.serial;
     st.prompt_len = static_cast<int>(src.size());
     st.return_logits = false;
     if (p.prefill) {

@@ -154,6 +154,9 @@ class BatcherActor final : public Actor<BatcherMsg> {
   // buffers are reused by the next plan (no per-step allocation of 2 x layers vectors per
   // sequence).
   std::shared_ptr<StepPlan> spare_plan_;
+  // Export serials of the tables in plan_ (then spare_plan_), one per SeqStep: a sequence
+  // that gets its own buffer back is exported incrementally (KvCacheManager::prepare_*).
+  std::vector<std::uint64_t> table_serials_;
   Clock::time_point dispatched_;  // plan handed to the ranks
   int completions_left_ = 0;
   std::optional<RankCompletion> rank0_;

@@ -2,23 +2,62 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <utility>
 
 #include "runtime/error.h"
 
 namespace strata::actors {
+namespace {
+
+struct Buffer {
+  std::vector<LayerSlots> layers;
+  std::uint64_t serial = 0;
+};
+
+// The spare table buffers: each sequence gets the one that held its last export when it is
+// there (the export then writes only what changed), others take what is left.
+class SpareBuffers {
+ public:
+  explicit SpareBuffers(std::vector<SpareTables>& v) : v_(v), back_(v.size()) {
+    std::sort(v_.begin(), v_.end(),
+              [](const SpareTables& a, const SpareTables& b) { return a.seq_id < b.seq_id; });
+  }
+  Buffer take(std::uint64_t seq_id) {
+    auto it =
+        std::lower_bound(v_.begin(), v_.end(), seq_id,
+                         [](const SpareTables& a, std::uint64_t id) { return a.seq_id < id; });
+    if (it != v_.end() && it->seq_id == seq_id && it->serial != kTaken) return take(*it);
+    if (carry_) return std::exchange(carry_, Buffer{}).value();
+    while (back_ > 0) {
+      SpareTables& e = v_[--back_];
+      if (e.serial != kTaken) return take(e);
+    }
+    return Buffer{};
+  }
+  // A buffer a failed preparation left unchanged: the next sequence without its own takes it.
+  void put_back(Buffer b) {
+    if (!carry_) carry_ = std::move(b);
+  }
+
+ private:
+  static constexpr std::uint64_t kTaken = ~std::uint64_t{0};  // (no export has this serial)
+  static Buffer take(SpareTables& e) {
+    Buffer b{std::move(e.layers), e.serial};
+    e.serial = kTaken;
+    return b;
+  }
+  std::vector<SpareTables>& v_;  // sorted by sequence
+  std::size_t back_;             // entries past it were taken (or are being)
+  std::optional<Buffer> carry_;
+};
+
+}  // namespace
 
 ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
   const auto t0 = std::chrono::steady_clock::now();
   ScheduleOutput out;
-  // One table buffer per prepared sequence: a spare one when there is one. A failed
-  // prepare_*() leaves the buffer for the next sequence.
-  std::vector<LayerSlots> layers;
-  auto next_buffer = [&] {
-    if (in.spare_layers.empty()) return;
-    layers = std::move(in.spare_layers.back());
-    in.spare_layers.pop_back();
-  };
-  next_buffer();
+  SpareBuffers spares(in.spare_tables);
   for (const auto id : in.commit) {
     if (cache.contains(id)) cache.commit_step(id);
   }
@@ -42,7 +81,8 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
         continue;
       }
       bool self_preempted = false;
-      while (!cache.prepare_decode(id, &layers)) {
+      Buffer b = spares.take(id);
+      while (!cache.prepare_decode(id, &b.layers, &b.serial)) {
         const auto victim = running.back();
         cache.preempt(victim);
         out.preempted.push_back(victim);
@@ -52,9 +92,11 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
           break;
         }
       }
-      if (self_preempted) break;  // it was the newest: nothing after it
-      out.steps.push_back({id, false, cache.tokens(id), 1, std::move(layers)});
-      next_buffer();
+      if (self_preempted) {
+        spares.put_back(std::move(b));
+        break;  // it was the newest: nothing after it
+      }
+      out.steps.push_back({id, false, cache.tokens(id), 1, std::move(b.layers), b.serial});
       budget -= 1;
       ++i;
       continue;
@@ -68,11 +110,15 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
     } else if (remaining <= budget || !prefill_scheduled) {
       n = remaining;
     }
-    if (n > 0 && cache.prepare_chunk(id, n, &layers)) {
-      out.steps.push_back({id, true, start, n, std::move(layers)});
-      next_buffer();
-      budget -= n;
-      prefill_scheduled = true;
+    if (n > 0) {
+      Buffer b = spares.take(id);
+      if (cache.prepare_chunk(id, n, &b.layers, &b.serial)) {
+        out.steps.push_back({id, true, start, n, std::move(b.layers), b.serial});
+        budget -= n;
+        prefill_scheduled = true;
+      } else {
+        spares.put_back(std::move(b));
+      }
     }
     ++i;
   }
@@ -102,11 +148,15 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
     out.admitted.push_back(c.seq_id);
     ++n_running;
     const int n = c.spec.chunked ? cache.next_chunk_len(c.seq_id, budget) : len;
-    if (n > 0 && cache.prepare_chunk(c.seq_id, n, &layers)) {
-      out.steps.push_back({c.seq_id, true, 0, n, std::move(layers)});
-      next_buffer();
-      budget -= n;
-      prefill_scheduled = true;
+    if (n > 0) {
+      Buffer b = spares.take(c.seq_id);
+      if (cache.prepare_chunk(c.seq_id, n, &b.layers, &b.serial)) {
+        out.steps.push_back({c.seq_id, true, 0, n, std::move(b.layers), b.serial});
+        budget -= n;
+        prefill_scheduled = true;
+      } else {
+        spares.put_back(std::move(b));
+      }
     }
   }
 

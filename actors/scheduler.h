@@ -35,15 +35,24 @@ struct Candidate {
   SeqSpec spec;
 };
 
+// A page-table buffer of an earlier step, with the export it holds.
+struct SpareTables {
+  std::uint64_t seq_id = 0;  // the sequence it was prepared for
+  std::uint64_t serial = 0;  // its export serial (KvCacheManager::prepare_*; 0: unknown)
+  std::vector<LayerSlots> layers;
+};
+
 struct ScheduleInput {
   std::vector<std::uint64_t> commit;   // ran in the previous step
   std::vector<std::uint64_t> release;  // finished / aborted: usage reported, then freed
   std::vector<std::uint64_t> running;  // admitted, oldest admission first
   std::vector<Candidate> candidates;   // preempted first, then waiting (FCFS)
   SchedulerLimits limits;
-  // Buffers of an earlier step's page tables, reused for this step's PreparedSeq::layers (the
-  // export then copies into existing capacity instead of allocating 2 vectors per layer).
-  std::vector<std::vector<LayerSlots>> spare_layers;
+  // Buffers of an earlier step's page tables, reused for this step's PreparedSeq::layers: the
+  // export writes into existing capacity instead of allocating 2 vectors per layer, and a
+  // sequence that gets back the buffer of its last export gets only what changed since (a
+  // decode step of a full-cache sequence: usually nothing but the scalars).
+  std::vector<SpareTables> spare_tables;
 };
 
 struct PreparedSeq {
@@ -52,6 +61,7 @@ struct PreparedSeq {
   int start = 0;     // position of the first input token
   int n_tokens = 0;  // input tokens (1 for a decode)
   std::vector<LayerSlots> layers;
+  std::uint64_t serial = 0;  // the export `layers` holds (SpareTables::serial next time)
 };
 
 struct ScheduleOutput {
@@ -65,7 +75,7 @@ struct ScheduleOutput {
   double job_ms = 0.0;  // time schedule_step() took (on the cache strand)
 };
 
-// Consumes in.spare_layers.
+// Consumes in.spare_tables.
 ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in);
 
 }  // namespace strata::actors

@@ -206,6 +206,43 @@ void KvCacheManager::export_layers(const Seq& s, std::vector<LayerSlots>* out) {
   for (std::size_t l = 0; l < s.layers.size(); ++l) (*out)[l] = s.layers[l].slots;
 }
 
+void KvCacheManager::export_tracked(Seq& s, std::vector<LayerSlots>* out, std::uint64_t* serial) {
+  if (!serial) {
+    export_layers(s, out);
+    return;
+  }
+  // The buffer holds this sequence's last tracked export: its first `synced` entries of each
+  // table are still current (a serial is never handed out twice, so a buffer of another
+  // sequence, or of an earlier admission of this id, never matches).
+  const bool same = *serial != 0 && *serial == s.export_serial && out->size() == s.layers.size();
+  out->resize(s.layers.size());
+  long held = 0, copied = 0;
+  for (std::size_t l = 0; l < s.layers.size(); ++l) {
+    Layer& layer = s.layers[l];
+    const LayerSlots& src = layer.slots;
+    LayerSlots& dst = (*out)[l];
+    dst.rule = src.rule;
+    dst.valid = src.valid;
+    dst.ring_pos = src.ring_pos;
+    dst.temp_pages = src.temp_pages;  // (empty outside a selecting prefill)
+    dst.action = src.action;
+    dst.shrink_to = src.shrink_to;
+    const std::size_t n = src.pages.size();
+    const std::size_t keep = same ? std::min({layer.synced, n, dst.pages.size()}) : 0;
+    dst.pages.resize(n);
+    std::copy(src.pages.begin() + static_cast<std::ptrdiff_t>(keep), src.pages.end(),
+              dst.pages.begin() + static_cast<std::ptrdiff_t>(keep));
+    layer.synced = n;
+    held += static_cast<long>(n + src.temp_pages.size());
+    copied += static_cast<long>(n - keep + src.temp_pages.size());
+  }
+  s.export_serial = *serial = ++last_serial_;
+  ++export_counters_.exports;
+  export_counters_.incremental += same;
+  export_counters_.pages_exported += held;
+  export_counters_.pages_copied += copied;
+}
+
 // ---- chunked prefill --------------------------------------------------------------------
 
 int KvCacheManager::min_final_chunk(std::uint64_t seq_id) const {
@@ -228,6 +265,11 @@ int KvCacheManager::next_chunk_len(std::uint64_t seq_id, int budget) const {
 
 bool KvCacheManager::prepare_chunk(std::uint64_t seq_id, int n_tokens,
                                    std::vector<LayerSlots>* layers) {
+  return prepare_chunk(seq_id, n_tokens, layers, nullptr);
+}
+
+bool KvCacheManager::prepare_chunk(std::uint64_t seq_id, int n_tokens,
+                                   std::vector<LayerSlots>* layers, std::uint64_t* serial) {
   Seq& s = get(seq_id, "prepare_chunk");
   const int P = s.spec.prompt_len;
   const int start = s.tokens;
@@ -269,7 +311,7 @@ bool KvCacheManager::prepare_chunk(std::uint64_t seq_id, int n_tokens,
     }
   }
   if (!grow(s, want, want_temp)) return false;
-  export_layers(s, layers);
+  export_tracked(s, layers, serial);
   if (final)
     for (std::size_t l = 0; l < s.layers.size(); ++l) {
       if (!selects(s, s.layers[l])) continue;
@@ -286,6 +328,11 @@ bool KvCacheManager::prepare_chunk(std::uint64_t seq_id, int n_tokens,
 // ---- decode -----------------------------------------------------------------------------
 
 bool KvCacheManager::prepare_decode(std::uint64_t seq_id, std::vector<LayerSlots>* layers) {
+  return prepare_decode(seq_id, layers, nullptr);
+}
+
+bool KvCacheManager::prepare_decode(std::uint64_t seq_id, std::vector<LayerSlots>* layers,
+                                    std::uint64_t* serial) {
   Seq& s = get(seq_id, "prepare_decode");
   if (s.tokens < s.spec.prompt_len)
     throw InternalError("KvCacheManager::prepare_decode: " + seq_name(seq_id) + " has " +
@@ -315,7 +362,7 @@ bool KvCacheManager::prepare_decode(std::uint64_t seq_id, std::vector<LayerSlots
     for (auto& layer : s.layers) layer.shrinking.reset();
     return false;
   }
-  export_layers(s, layers);
+  export_tracked(s, layers, serial);
   for (std::size_t l = 0; l < s.layers.size(); ++l) {
     const auto& layer = s.layers[l];
     if (!layer.shrinking) continue;
@@ -352,6 +399,7 @@ void KvCacheManager::commit_step(std::uint64_t seq_id) {
         release_page(static_cast<int>(l), layer.slots.pages.back());
         layer.slots.pages.pop_back();
       }
+      layer.synced = std::min(layer.synced, layer.slots.pages.size());
       lower_ceiling(layer, target_pages(s, layer), old_out);
     }
   } else {

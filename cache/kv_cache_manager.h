@@ -153,6 +153,18 @@ class KvCacheManager {
   // a new one; sets kShrink where a live shrink is pending. false (nothing allocated) when
   // pages are missing. InternalError when the prompt is not complete.
   bool prepare_decode(std::uint64_t seq_id, std::vector<LayerSlots>* layers);
+  // The same into a recycled buffer, exported incrementally. `*serial` says which export
+  // `*layers` holds: the value a prepare_*() call with a serial left there (the buffer
+  // unchanged since, whichever sequence it was for), or 0 (unknown). When it is this
+  // sequence's last export with a serial, only what changed since is written (the tables'
+  // scalars, the table entries past the prefix unchanged since, the temp pages); otherwise
+  // everything. On success `*serial` names the new export (serials are never reused: a
+  // buffer of a freed or preempted sequence never matches again); on failure nothing
+  // changes. Either way `*layers` ends up equal to what the two-argument form writes
+  // (which is this form with a null `serial`: a full copy).
+  bool prepare_chunk(std::uint64_t seq_id, int n_tokens, std::vector<LayerSlots>* layers,
+                     std::uint64_t* serial);
+  bool prepare_decode(std::uint64_t seq_id, std::vector<LayerSlots>* layers, std::uint64_t* serial);
   // The prepared step ran: advance the tables. InternalError when nothing was prepared.
   void commit_step(std::uint64_t seq_id);
   // Pages freed since the last call and still free (for StepPlan::released_pages), sorted.
@@ -180,6 +192,15 @@ class KvCacheManager {
   // recount, tables covering their valid slots. Throws InternalError naming what differs.
   void check_invariants() const;
 
+  // Work of the exports into prepare_*() buffers since construction (tests, benchmarks).
+  struct ExportCounters {
+    long exports = 0;         // prepare_*() exports with a serial
+    long incremental = 0;     // of which into the buffer of the sequence's last export
+    long pages_exported = 0;  // table entries (pages + temp pages) the exports hold
+    long pages_copied = 0;    // of which written
+  };
+  const ExportCounters& export_counters() const { return export_counters_; }
+
  private:
   struct Layer {
     LayerSlots slots;      // the manager's copy (pages, temp_pages, valid, ring_pos, rule)
@@ -187,6 +208,9 @@ class KvCacheManager {
     int temp_ceiling = 0;  // temp pages promised by the reservation
     std::optional<LayerRule> shrink_to;  // live shrink requested, not yet planned
     std::optional<LayerRule> shrinking;  // kShrink planned in the prepared step
+    // Leading entries of slots.pages unchanged since the sequence's last export with a
+    // serial (Seq::export_serial): tables grow at the back; only a shrink lowers this.
+    std::size_t synced = 0;
   };
   struct Pending {
     bool active = false;
@@ -200,6 +224,7 @@ class KvCacheManager {
     int decodes = 0;            // decode steps committed
     std::vector<Layer> layers;
     Pending pending;
+    std::uint64_t export_serial = 0;  // last export with a serial (0: none)
   };
   struct Held {
     long pages = 0, temp = 0, slots = 0, full_slots = 0, full_pages = 0;
@@ -214,6 +239,9 @@ class KvCacheManager {
   static int target_pages(const Seq& s, const Layer& l);
   static void lower_ceiling(Layer& l, int target_pages, int old_outstanding);
   static void export_layers(const Seq& s, std::vector<LayerSlots>* out);
+  // export_layers() into a buffer holding export `*serial` (nullptr: untracked, a full copy
+  // that leaves the tracking alone).
+  void export_tracked(Seq& s, std::vector<LayerSlots>* out, std::uint64_t* serial);
   // All-or-nothing growth of the tables to the wanted page counts (per layer).
   bool grow(Seq& s, const std::vector<int>& want_pages, const std::vector<int>& want_temp);
   void release_page(int layer, std::int32_t id);
@@ -227,6 +255,8 @@ class KvCacheManager {
   int reserved_total_ = 0;              // outstanding reservations of all sequences
   std::vector<int> layer_pages_;        // pages held per layer (temp included)
   std::vector<std::int32_t> released_;  // freed since take_released()
+  std::uint64_t last_serial_ = 0;       // export serials handed out
+  ExportCounters export_counters_;
 };
 
 }  // namespace strata

@@ -35,5 +35,9 @@ if [ "${STRATA_TEST_SANITIZERS:-1}" != 0 ]; then
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   run_preset asan 'runtime|cache|actors|api'
   run_preset tsan 'actors|api'
+  # The TCP collectives and rank links of separate-process tensor parallelism (threads over
+  # sockets) run under TSan too.
+  cmake --build --preset tsan -j "$jobs" --target runtime_tp_process_test
+  ctest --preset tsan -j "$jobs" -R '^(TpWire|TcpComm|TpProcess)\.'
 fi
 echo "== tools/test.sh: all passed in $(( $(date +%s) - start ))s"

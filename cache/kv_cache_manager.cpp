@@ -169,15 +169,18 @@ int KvCacheManager::target_pages(const Seq& s, const Layer& l) {
 bool KvCacheManager::grow(Seq& s, const std::vector<int>& want_pages,
                           const std::vector<int>& want_temp) {
   int extra = 0;  // pages beyond the sequence's reservation
+  bool any = false;
   for (std::size_t l = 0; l < s.layers.size(); ++l) {
     const auto& layer = s.layers[l];
     const int np = static_cast<int>(layer.slots.pages.size());
     const int nt = static_cast<int>(layer.slots.temp_pages.size());
     const int add_p = std::max(0, want_pages[l] - np);
     const int add_t = std::max(0, want_temp[l] - nt);
+    any = any || add_p > 0 || add_t > 0;
     extra += add_p - std::min(add_p, std::max(0, layer.ceiling - np));
     extra += add_t - std::min(add_t, std::max(0, layer.temp_ceiling - nt));
   }
+  if (!any) return true;  // (most decode steps: no layer starts a page)
   if (extra > pages_available()) return false;
   const int before = outstanding(s);
   for (std::size_t l = 0; l < s.layers.size(); ++l) {
@@ -298,7 +301,10 @@ bool KvCacheManager::prepare_chunk(std::uint64_t seq_id, int n_tokens,
                         " holds " + std::to_string(n_tokens) + " positions, needs " +
                         std::to_string(min_final));
 
-  std::vector<int> want(s.layers.size()), want_temp(s.layers.size());
+  std::vector<int>& want = want_pages_;
+  std::vector<int>& want_temp = want_temp_;
+  want.resize(s.layers.size());
+  want_temp.resize(s.layers.size());
   for (std::size_t l = 0; l < s.layers.size(); ++l) {
     const auto& layer = s.layers[l];
     want[l] = static_cast<int>(layer.slots.pages.size());
@@ -337,19 +343,23 @@ bool KvCacheManager::prepare_decode(std::uint64_t seq_id, std::vector<LayerSlots
   if (s.tokens < s.spec.prompt_len)
     throw InternalError("KvCacheManager::prepare_decode: " + seq_name(seq_id) + " has " +
                         std::to_string(s.spec.prompt_len - s.tokens) + " prompt tokens left");
-  const int before = outstanding(s);
-  std::vector<int> want(s.layers.size()), want_temp(s.layers.size(), 0);
+  std::vector<int>& want = want_pages_;
+  std::vector<int>& want_temp = want_temp_;
+  want.resize(s.layers.size());
+  want_temp.assign(s.layers.size(), 0);
   for (std::size_t l = 0; l < s.layers.size(); ++l) {
     auto& layer = s.layers[l];
     layer.shrinking.reset();
     if (layer.shrink_to) {
       if (layer.slots.valid < layer.shrink_to->capacity) {
         // Fewer tokens than the new capacity: slots are in position order, the new rule
-        // describes them as they are; nothing to compact.
+        // describes them as they are; nothing to compact. (Rule switches only lower
+        // reservations.)
         const int old_out = outstanding(layer);
         layer.slots.rule = *layer.shrink_to;
         layer.shrink_to.reset();
         lower_ceiling(layer, target_pages(s, layer), old_out);
+        reserved_total_ += outstanding(layer) - old_out;
       } else {
         layer.shrinking = layer.shrink_to;
       }
@@ -357,7 +367,6 @@ bool KvCacheManager::prepare_decode(std::uint64_t seq_id, std::vector<LayerSlots
     want[l] = std::max(static_cast<int>(layer.slots.pages.size()),
                        pages_for_slots(layer.slots.decode_slot() + 1));
   }
-  reserved_total_ += outstanding(s) - before;  // rule switches only lower reservations
   if (!grow(s, want, want_temp)) {
     for (auto& layer : s.layers) layer.shrinking.reset();
     return false;
@@ -377,8 +386,9 @@ void KvCacheManager::commit_step(std::uint64_t seq_id) {
   Seq& s = get(seq_id, "commit_step");
   if (!s.pending.active)
     throw InternalError("KvCacheManager::commit_step: nothing prepared for " + seq_name(seq_id));
-  const int before = outstanding(s);
   if (s.pending.decode) {
+    // Only a shrink changes the reservation (advancing changes no page count or ceiling).
+    int change = 0;
     ++s.tokens;
     ++s.decodes;
     for (std::size_t l = 0; l < s.layers.size(); ++l) {
@@ -401,8 +411,15 @@ void KvCacheManager::commit_step(std::uint64_t seq_id) {
       }
       layer.synced = std::min(layer.synced, layer.slots.pages.size());
       lower_ceiling(layer, target_pages(s, layer), old_out);
+      change += outstanding(layer) - old_out;
     }
-  } else {
+    s.pending = Pending{};
+    reserved_total_ += change;
+    STRATA_CHECK(change <= 0, "a step raised the reservation of " + seq_name(seq_id));
+    return;
+  }
+  const int before = outstanding(s);
+  {
     const int end = s.tokens + s.pending.n_tokens;
     const bool final = end == s.spec.prompt_len;
     for (std::size_t l = 0; l < s.layers.size(); ++l) {

@@ -252,10 +252,11 @@ class KvCacheManager {
   SparsityProfile profile_;
   std::vector<LayerRule> rules_;
   std::unordered_map<std::uint64_t, Seq> seqs_;
-  int reserved_total_ = 0;              // outstanding reservations of all sequences
-  std::vector<int> layer_pages_;        // pages held per layer (temp included)
-  std::vector<std::int32_t> released_;  // freed since take_released()
-  std::uint64_t last_serial_ = 0;       // export serials handed out
+  int reserved_total_ = 0;                   // outstanding reservations of all sequences
+  std::vector<int> layer_pages_;             // pages held per layer (temp included)
+  std::vector<std::int32_t> released_;       // freed since take_released()
+  std::uint64_t last_serial_ = 0;            // export serials handed out
+  std::vector<int> want_pages_, want_temp_;  // prepare_*() scratch (no per-call allocation)
   ExportCounters export_counters_;
 };
 

@@ -29,6 +29,7 @@ const std::vector<std::int32_t>& BatcherActor::source(const Seq& s) const {
 }
 
 asio::awaitable<void> BatcherActor::handle(BatcherMsg msg) {
+  flush_events();  // (left by a handler that threw)
   bool schedule = true;
   std::visit(Overloaded{
                  [&](SubmitMsg& m) { on_submit(std::move(m.req)); },
@@ -54,7 +55,19 @@ asio::awaitable<void> BatcherActor::handle(BatcherMsg msg) {
              },
              msg);
   if (schedule && !plan_) co_await kick();
+  // The next step is running now (if there is one): the stream events of this message go out
+  // while it does.
+  flush_events();
   maybe_finish_shutdown();
+}
+
+void BatcherActor::send(const EventSink& sink, StreamEvent ev) {
+  outbox_.emplace_back(sink, std::move(ev));
+}
+
+void BatcherActor::flush_events() {
+  for (auto& [sink, ev] : outbox_) sink.send(std::move(ev));
+  outbox_.clear();
 }
 
 void BatcherActor::on_submit(std::shared_ptr<PreparedRequest> in) {
@@ -66,7 +79,7 @@ void BatcherActor::on_submit(std::shared_ptr<PreparedRequest> in) {
       ev.index = i;
       ev.finish = FinishReason::kError;
       ev.error = "duplicate request id '" + r->in->id + "'";
-      r->in->sink.send(std::move(ev));
+      send(r->in->sink, std::move(ev));
     }
     deps_.waiting_slots->fetch_sub(1);
     return;
@@ -167,14 +180,14 @@ void BatcherActor::emit_final(Seq& s, const SeqUsage* usage) {
     u.mean_itl_ms = itl_n > 0 ? itl_sum / itl_n : 0.0;
     u.compression_ratio = comp / static_cast<double>(r.seqs.size());
     ev.usage = u;
-    r.in->sink.send(std::move(ev));
+    send(r.in->sink, std::move(ev));
     if (s.finish != FinishReason::kAbort) ++stats_.requests_finished;
     for (const auto& q : r.seqs) seqs_.erase(q->id);
     const std::string id = r.in->id;  // (a key inside the erased element would dangle)
     requests_.erase(id);              // destroys r and s
     return;
   }
-  r.in->sink.send(std::move(ev));
+  send(r.in->sink, std::move(ev));
 }
 
 void BatcherActor::check_deadlines() {
@@ -261,7 +274,7 @@ void BatcherActor::on_step_done(RankCompletion c) {
       fin = FinishReason::kLength;
     }
     if (fin == FinishReason::kNone) {
-      if (!ev.text.empty() || !ev.token_ids.empty()) r.in->sink.send(std::move(ev));
+      if (!ev.text.empty() || !ev.token_ids.empty()) send(r.in->sink, std::move(ev));
       continue;
     }
     if (!s.stop.stopped()) ev.text += s.stop.push(s.detok->finish()) + s.stop.flush();
@@ -444,6 +457,7 @@ void BatcherActor::maybe_finish_shutdown() {
 
 asio::awaitable<void> BatcherActor::on_stop() {
   // Whatever is left (a cancel without a graceful shutdown): end the streams.
+  flush_events();
   for (auto& [id, r] : requests_) {
     for (const auto& q : r->seqs) {
       if (q->finish != FinishReason::kNone && !q->final_event) continue;  // already sent

@@ -138,6 +138,10 @@ class BatcherActor final : public Actor<BatcherMsg> {
   void check_deadlines();
   void maybe_finish_shutdown();
   void publish(const CacheStats& cs);
+  // Stream events go through the outbox, in order, and are sent at the end of the message's
+  // handling (after the next step is dispatched: the sends overlap the step).
+  void send(const EventSink& sink, StreamEvent ev);
+  void flush_events();
   const std::vector<std::int32_t>& source(const Seq& s) const;
 
   BatcherDeps deps_;
@@ -157,6 +161,7 @@ class BatcherActor final : public Actor<BatcherMsg> {
   // Export serials of the tables in plan_ (then spare_plan_), one per SeqStep: a sequence
   // that gets its own buffer back is exported incrementally (KvCacheManager::prepare_*).
   std::vector<std::uint64_t> table_serials_;
+  std::vector<std::pair<EventSink, StreamEvent>> outbox_;
   Clock::time_point dispatched_;  // plan handed to the ranks
   int completions_left_ = 0;
   std::optional<RankCompletion> rank0_;

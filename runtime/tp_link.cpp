@@ -7,53 +7,33 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
+#include <array>
 #include <cerrno>
 #include <cstring>
-#include <set>
-#include <thread>
 
 #include "runtime/error.h"
+#include "runtime/tp_socket.h"
 
 namespace strata {
 namespace {
 
-namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
+using tpnet::Clock;
+using tpnet::get_u32;
+using tpnet::put_u32;
+using tpnet::where;
 
-constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'P', 'L'};
+const std::string kMagic = "STRATAPL";
 constexpr std::size_t kHelloBytes = 20, kHeaderBytes = 12;
 constexpr std::chrono::milliseconds kPollSlice(20);
 constexpr int kSendTimeoutS = 300;  // a peer that stops reading for this long is dead
 const char* const kKey = "backend.tp_master";
 
-void put_u32(std::uint8_t* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-std::uint32_t get_u32(const std::uint8_t* p) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-std::string where(const TpEndpoint& e) {
-  return e.host + ":" + std::to_string(e.port);
-}
-
 // Low latency (small messages every layer), keepalive (a vanished host is noticed), and a
 // send timeout; the socket is blocking (recv is always preceded by poll).
-std::shared_ptr<TpLink> make_link(tcp::socket& sock, const std::string& peer) {
-  boost::system::error_code ec;
-  sock.set_option(tcp::no_delay(true), ec);
-  sock.set_option(asio::socket_base::keep_alive(true), ec);
-  sock.native_non_blocking(false, ec);
-  sock.non_blocking(false, ec);
-  const int fd = sock.release(ec);
-  if (ec) throw InternalError("tensor-parallel link: " + ec.message());
+std::shared_ptr<TpLink> make_link(int fd, const std::string& peer) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   timeval tv{};
   tv.tv_sec = kSendTimeoutS;
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -183,65 +163,34 @@ TpMesh tp_mesh_accept(const TpEndpoint& at, int size, std::chrono::milliseconds 
   mesh.size = size;
   mesh.control.resize(static_cast<std::size_t>(size));
   mesh.data.resize(static_cast<std::size_t>(size));
-  asio::io_context io;
-  boost::system::error_code ec;
-  tcp::resolver resolver(io);
-  const auto results = resolver.resolve(at.host, std::to_string(at.port), ec);
-  if (ec || results.empty())
-    throw ConfigError(kKey, "rank 0 cannot resolve " + where(at) + ": " + ec.message());
-  tcp::acceptor acc(io);
-  const tcp::endpoint ep = *results.begin();
-  acc.open(ep.protocol(), ec);
-  if (!ec) acc.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) acc.bind(ep, ec);
-  if (!ec) acc.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    throw ConfigError(
-        kKey, "rank 0 cannot listen for the rank links on " + where(at) + ": " + ec.message());
-  if (on_listening) on_listening(acc.local_endpoint().port());
+  tpnet::Listener lis(at, "for the rank links ");
+  if (on_listening) on_listening(lis.port());
   if (size < 2) return mesh;
 
-  struct Conn {
-    explicit Conn(asio::io_context& io) : sock(io) {}
-    tcp::socket sock;
-    std::array<std::uint8_t, kHelloBytes> hello{};
-  };
   int missing = 2 * (size - 1);
-  std::string problem;
-  std::function<void()> accept_next = [&] {
-    auto c = std::make_shared<Conn>(io);
-    acc.async_accept(c->sock, [&, c](boost::system::error_code e) {
-      if (e) {
-        if (e != asio::error::operation_aborted) accept_next();
-        return;
-      }
-      accept_next();
-      asio::async_read(
-          c->sock, asio::buffer(c->hello), [&, c](boost::system::error_code e2, std::size_t) {
-            if (e2 || std::memcmp(c->hello.data(), kMagic, sizeof kMagic) != 0) {
-              problem = "a connection that is not a strata rank link";
-              return;
-            }
-            const int r = static_cast<int>(get_u32(c->hello.data() + 8));
-            const int sz = static_cast<int>(get_u32(c->hello.data() + 12));
-            const auto ch = get_u32(c->hello.data() + 16);
-            if (sz != size || r < 1 || r >= size || ch > 1) {
-              problem =
-                  "refused a link from rank " + std::to_string(r) + " of " + std::to_string(sz);
-              return;
-            }
-            auto& slot = (ch == 0 ? mesh.control : mesh.data)[static_cast<std::size_t>(r)];
-            if (slot) {
-              problem = "rank " + std::to_string(r) + " connected twice";
-              return;
-            }
-            slot = make_link(c->sock, "rank " + std::to_string(r));
-            if (--missing == 0) io.stop();
-          });
-    });
+  std::string& problem = lis.problem();
+  auto on_hello = [&](std::shared_ptr<tpnet::Socket> sock, const std::uint8_t* hello) {
+    const int r = static_cast<int>(get_u32(hello + 8));
+    const int sz = static_cast<int>(get_u32(hello + 12));
+    const auto ch = get_u32(hello + 16);
+    if (sz != size || r < 1 || r >= size || ch > 1) {
+      problem = "refused a link from rank " + std::to_string(r) + " of " + std::to_string(sz);
+      return;
+    }
+    auto& slot = (ch == 0 ? mesh.control : mesh.data)[static_cast<std::size_t>(r)];
+    if (slot) {
+      problem = "rank " + std::to_string(r) + " connected twice";
+      return;
+    }
+    boost::system::error_code ec;
+    sock->native_non_blocking(false, ec);
+    sock->non_blocking(false, ec);
+    const int fd = sock->release(ec);
+    if (ec) throw InternalError("tensor-parallel link: " + ec.message());
+    slot = make_link(fd, "rank " + std::to_string(r));
+    if (--missing == 0) lis.stop();
   };
-  accept_next();
-  io.run_for(timeout);
+  lis.run(kMagic, kHelloBytes, on_hello, timeout);
   if (missing == 0) return mesh;
   std::string who;
   for (int r = 1; r < size; ++r)
@@ -259,46 +208,14 @@ TpMesh tp_mesh_connect(const TpEndpoint& at, int rank, int size,
   mesh.size = size;
   const auto deadline = Clock::now() + timeout;
   for (std::uint32_t ch = 0; ch < 2; ++ch) {
-    std::string last = "no attempt";
-    std::shared_ptr<TpLink> link;
-    while (!link && Clock::now() < deadline) {
-      asio::io_context io;
-      boost::system::error_code ec;
-      tcp::resolver resolver(io);
-      const auto results = resolver.resolve(at.host, std::to_string(at.port), ec);
-      if (ec || results.empty()) {
-        last = "cannot resolve: " + ec.message();
-      } else {
-        tcp::socket sock(io);
-        std::array<std::uint8_t, kHelloBytes> hello{};
-        std::memcpy(hello.data(), kMagic, sizeof kMagic);
-        put_u32(hello.data() + 8, static_cast<std::uint32_t>(rank));
-        put_u32(hello.data() + 12, static_cast<std::uint32_t>(size));
-        put_u32(hello.data() + 16, ch);
-        boost::system::error_code err;
-        bool done = false;
-        asio::async_connect(sock, results, [&](boost::system::error_code e, const tcp::endpoint&) {
-          if (e) {
-            err = e;
-            return;
-          }
-          asio::async_write(sock, asio::buffer(hello),
-                            [&](boost::system::error_code e2, std::size_t) {
-                              err = e2;
-                              done = !e2;
-                            });
-        });
-        io.run_until(deadline);
-        if (done) {
-          link = make_link(sock, "rank 0");
-          break;
-        }
-        last = err ? err.message() : "timed out";
-      }
-      std::this_thread::sleep_for(std::min<Clock::duration>(
-          std::max<Clock::duration>(deadline - Clock::now(), Clock::duration(0)),
-          std::chrono::milliseconds(50)));
-    }
+    std::vector<std::uint8_t> hello(kHelloBytes), none;
+    std::memcpy(hello.data(), kMagic.data(), kMagic.size());
+    put_u32(hello.data() + 8, static_cast<std::uint32_t>(rank));
+    put_u32(hello.data() + 12, static_cast<std::uint32_t>(size));
+    put_u32(hello.data() + 16, ch);
+    std::string last;
+    const int fd = tpnet::dial(at, hello, 0, none, deadline, last);
+    auto link = fd >= 0 ? make_link(fd, "rank 0") : nullptr;
     if (!link)
       throw ConfigError(kKey, "rank " + std::to_string(rank) +
                                   " could not open its links to rank 0 at " + where(at) +

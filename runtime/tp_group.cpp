@@ -1,5 +1,6 @@
 #include "runtime/tp_group.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -13,7 +14,10 @@ namespace {
 // One persistent thread per rank > 0 (a backend is driven by one thread: backend.h).
 class TpGroup final : public Backend {
  public:
-  explicit TpGroup(std::vector<std::unique_ptr<Backend>> ranks) : ranks_(std::move(ranks)) {
+  explicit TpGroup(std::vector<std::unique_ptr<Backend>> ranks)
+      : ranks_(std::move(ranks)), info_(ranks_.at(0)->info()) {
+    // The pages every rank has (CUDA ranks size their pools from their own free memory).
+    for (const auto& r : ranks_) info_.num_pages = std::min(info_.num_pages, r->info().num_pages);
     slots_.resize(ranks_.size());
     for (std::size_t r = 1; r < ranks_.size(); ++r) threads_.emplace_back([this, r] { loop(r); });
   }
@@ -25,7 +29,7 @@ class TpGroup final : public Backend {
     cv_.notify_all();
     for (auto& t : threads_) t.join();
   }
-  const BackendInfo& info() const override { return ranks_[0]->info(); }
+  const BackendInfo& info() const override { return info_; }
   const ModelConfig& model() const override { return ranks_[0]->model(); }
 
   StepResult step(const StepPlan& plan) override {
@@ -79,6 +83,7 @@ class TpGroup final : public Backend {
   }
 
   std::vector<std::unique_ptr<Backend>> ranks_;
+  BackendInfo info_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable cv_, done_;

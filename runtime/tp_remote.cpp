@@ -66,6 +66,8 @@ class RemoteRank final : public Backend {
           std::to_string(plan.step_id));
     // A failed step leaves the rank in sync (the next plan works, as with in-process ranks);
     // a failure inside a collective has aborted the group through the data links already.
+    if (!rep.ok && rep.group_failed)  // its communicator failed: rank 0's waits must end too
+      die(who + " failed step " + std::to_string(plan.step_id) + ": " + rep.error);
     if (!rep.ok)
       throw InternalError(who + " failed step " + std::to_string(plan.step_id) + ": " + rep.error);
     StepResult res;
@@ -123,7 +125,7 @@ void tp_send_ready_error(TpLink& control, const std::string& why) {
 std::unique_ptr<Backend> make_remote_rank(int rank, std::shared_ptr<TpLink> control,
                                           const Backend& local,
                                           std::function<void(const std::string&)> abort_group,
-                                          std::function<bool()> group_aborted) {
+                                          std::function<bool()> group_aborted, bool equal_pages) {
   const std::string who = "rank " + std::to_string(rank);
   TpMessage m;
   const auto st = control->recv(m, Clock::time_point::max());
@@ -145,7 +147,7 @@ std::unique_ptr<Backend> make_remote_rank(int rank, std::shared_ptr<TpLink> cont
                                              std::to_string(hidden) + ", vocab " +
                                              std::to_string(vocab) + ", tp " + std::to_string(tp) +
                                              ") than rank 0");
-  if (info.num_pages != local.info().num_pages)
+  if (equal_pages && info.num_pages != local.info().num_pages)
     throw ConfigError("cache.cpu_kv_bytes", who + " has " + std::to_string(info.num_pages) +
                                                 " KV pages, rank 0 " +
                                                 std::to_string(local.info().num_pages) +
@@ -154,7 +156,8 @@ std::unique_ptr<Backend> make_remote_rank(int rank, std::shared_ptr<TpLink> cont
                                       std::move(abort_group), std::move(group_aborted));
 }
 
-int serve_tp_plans(Backend& backend, TpLink& control, int rank) {
+int serve_tp_plans(Backend& backend, TpLink& control, int rank,
+                   const std::function<bool()>& group_failed) {
   std::uint64_t steps = 0;
   std::string failed;  // the last step's error, empty when it succeeded
   for (;;) {
@@ -195,6 +198,7 @@ int serve_tp_plans(Backend& backend, TpLink& control, int rank) {
     } catch (const std::exception& e) {
       rep.ok = false;
       rep.error = e.what();
+      rep.group_failed = group_failed && group_failed();
       failed = e.what();
       std::fprintf(stderr, "tensor parallel: rank %d: step %llu failed: %s\n", rank,
                    static_cast<unsigned long long>(rep.step_id), e.what());
@@ -211,28 +215,26 @@ int serve_tp_plans(Backend& backend, TpLink& control, int rank) {
   }
 }
 
-std::vector<std::unique_ptr<Backend>> make_cpu_tp_process_backends(
-    const TpMesh& mesh, std::shared_ptr<const ModelWeights> weights, const CpuBackendOptions& opts,
-    std::chrono::milliseconds timeout) {
-  if (mesh.rank != 0) throw InternalError("make_cpu_tp_process_backends: not rank 0");
-  auto comm = std::make_shared<cpu::TcpComm>(0, mesh.size, mesh.data, timeout);
+std::vector<std::unique_ptr<Backend>> make_tp_process_backends(
+    const TpMesh& mesh, std::unique_ptr<Backend> local,
+    const std::function<void(const std::string&)>& abort_group,
+    const std::function<bool()>& group_aborted, bool equal_pages) {
+  if (mesh.rank != 0) throw InternalError("make_tp_process_backends: not rank 0");
   std::vector<std::unique_ptr<Backend>> out;
-  out.push_back(make_cpu_tp_rank_backend(std::move(weights), opts, 0, comm));
+  out.push_back(std::move(local));
   for (int r = 1; r < mesh.size; ++r)
-    out.push_back(make_remote_rank(
-        r, mesh.control[static_cast<std::size_t>(r)], *out[0],
-        [comm](const std::string& why) { comm->abort(why); }, [comm] { return comm->aborted(); }));
+    out.push_back(make_remote_rank(r, mesh.control[static_cast<std::size_t>(r)], *out[0],
+                                   abort_group, group_aborted, equal_pages));
   return out;
 }
 
-int run_cpu_tp_follower(const TpMesh& mesh, const std::string& model_path,
-                        const CpuBackendOptions& opts, std::chrono::milliseconds timeout) {
-  if (mesh.rank < 1 || mesh.control.empty()) throw InternalError("run_cpu_tp_follower: rank 0");
+int run_tp_follower(const TpMesh& mesh, const std::function<std::unique_ptr<Backend>()>& build,
+                    const std::function<bool()>& group_failed) {
+  if (mesh.rank < 1 || mesh.control.empty()) throw InternalError("run_tp_follower: rank 0");
   auto& control = *mesh.control[0];
   std::unique_ptr<Backend> backend;
   try {
-    auto comm = std::make_shared<cpu::TcpComm>(mesh.rank, mesh.size, mesh.data, timeout);
-    backend = make_cpu_tp_rank_backend(ModelWeights::load(model_path), opts, mesh.rank, comm);
+    backend = build();
   } catch (const std::exception& e) {
     try {
       tp_send_ready_error(control, e.what());
@@ -243,7 +245,41 @@ int run_cpu_tp_follower(const TpMesh& mesh, const std::string& model_path,
   tp_send_ready(control, *backend);
   std::fprintf(stderr, "tensor parallel: rank %d of %d ready (%d KV pages), following rank 0\n",
                mesh.rank, mesh.size, backend->info().num_pages);
-  return serve_tp_plans(*backend, control, mesh.rank);
+  return serve_tp_plans(*backend, control, mesh.rank, group_failed);
+}
+
+std::string tp_remote_start_error(const TpMesh& mesh, std::chrono::milliseconds wait) {
+  for (int r = 1; r < mesh.size; ++r) {
+    const auto& link = mesh.control[static_cast<std::size_t>(r)];
+    if (!link) continue;
+    TpMessage m;
+    if (link->recv(m, Clock::now() + wait) != TpLink::Recv::kOk || m.type != TpMsg::kReady)
+      continue;
+    try {
+      WireReader rd(m.body.data(), m.body.size());
+      if (rd.u8() == 0) return "rank " + std::to_string(r) + " failed to start: " + rd.str();
+    } catch (const std::exception&) {
+    }
+  }
+  return {};
+}
+
+std::vector<std::unique_ptr<Backend>> make_cpu_tp_process_backends(
+    const TpMesh& mesh, std::shared_ptr<const ModelWeights> weights, const CpuBackendOptions& opts,
+    std::chrono::milliseconds timeout) {
+  if (mesh.rank != 0) throw InternalError("make_cpu_tp_process_backends: not rank 0");
+  auto comm = std::make_shared<cpu::TcpComm>(0, mesh.size, mesh.data, timeout);
+  return make_tp_process_backends(
+      mesh, make_cpu_tp_rank_backend(std::move(weights), opts, 0, comm),
+      [comm](const std::string& why) { comm->abort(why); }, [comm] { return comm->aborted(); });
+}
+
+int run_cpu_tp_follower(const TpMesh& mesh, const std::string& model_path,
+                        const CpuBackendOptions& opts, std::chrono::milliseconds timeout) {
+  return run_tp_follower(mesh, [&]() -> std::unique_ptr<Backend> {
+    auto comm = std::make_shared<cpu::TcpComm>(mesh.rank, mesh.size, mesh.data, timeout);
+    return make_cpu_tp_rank_backend(ModelWeights::load(model_path), opts, mesh.rank, comm);
+  });
 }
 
 }  // namespace strata

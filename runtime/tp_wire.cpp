@@ -185,7 +185,7 @@ std::vector<std::uint8_t> encode_reply(const WireReply& rep) {
   WireWriter w;
   w.u32(kReplyMagic);
   w.u64(rep.step_id);
-  w.u8(rep.ok ? 1 : 0);
+  w.u8(rep.ok ? 1 : rep.group_failed ? 2 : 0);
   w.str(rep.error);
   w.f64(rep.device_ms);
   return w.take();
@@ -196,7 +196,10 @@ WireReply decode_reply(const std::uint8_t* data, std::size_t size) {
   if (r.u32() != kReplyMagic) throw InternalError("tensor-parallel wire: not a step reply");
   WireReply rep;
   rep.step_id = r.u64();
-  rep.ok = r.u8() != 0;
+  const auto status = r.u8();
+  if (status > 2) throw InternalError("tensor-parallel wire: bad reply status");
+  rep.ok = status == 1;
+  rep.group_failed = status == 2;
   rep.error = r.str();
   rep.device_ms = r.f64();
   r.finish();

@@ -24,7 +24,13 @@ struct WirePlan {
   WirePlan(const WirePlan&) = delete;
   WirePlan& operator=(const WirePlan&) = delete;
   StepPlan plan;
-  SamplingParams placeholder_params;
+  // Greedy, so a rank > 0 that samples anyway (the CUDA backend: every rank holds the whole
+  // logits) takes its cheapest path; its tokens are never used.
+  SamplingParams placeholder_params = [] {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    return p;
+  }();
   std::vector<std::int32_t> placeholder_tokens;
 };
 
@@ -33,11 +39,14 @@ std::vector<std::uint8_t> encode_plan(const StepPlan& plan);
 // counts beyond the buffer). `out` must be fresh.
 void decode_plan(const std::uint8_t* data, std::size_t size, WirePlan& out);
 
-// A follower's answer to one plan: ok, or the error its step threw.
+// A follower's answer to one plan: ok, or the error its step threw (and whether the rank's
+// communicator failed with it: rank 0 then aborts its own). On the wire ok and group_failed
+// share one byte: 1 ok, 0 failed, 2 failed and the group with it.
 struct WireReply {
   std::uint64_t step_id = 0;
   bool ok = true;
   std::string error;
+  bool group_failed = false;
   double device_ms = 0;
 };
 std::vector<std::uint8_t> encode_reply(const WireReply& r);

@@ -1,6 +1,9 @@
 #include "cuda/tp/nccl_comm.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -21,7 +24,21 @@ using Clock = std::chrono::steady_clock;
 struct NcclCommImpl {
   ncclComm_t comm = nullptr;
   int rank = 0, size = 1, device = 0;
-  bool aborted = false;
+  std::chrono::milliseconds timeout{120000};
+  std::atomic<bool> aborted{false}, abort_requested{false};
+  std::mutex reason_mu;
+  std::string abort_reason;  // under reason_mu
+
+  // An abort asked for by another thread: carried out here, on the rank's thread.
+  void check_request() {
+    if (!abort_requested.load()) return;
+    std::string why;
+    {
+      std::lock_guard lk(reason_mu);
+      why = abort_reason;
+    }
+    fail("the group was aborted: " + why);
+  }
 
   std::string who() const {
     return "NCCL rank " + std::to_string(rank) + " of " + std::to_string(size) + " (device " +
@@ -38,6 +55,7 @@ struct NcclCommImpl {
   // A non-blocking call returned `r`: poll until it completed (or failed / timed out).
   void settle(ncclResult_t r, const char* call, Clock::time_point deadline) {
     while (r == ncclInProgress) {
+      check_request();
       if (Clock::now() > deadline) fail(std::string(call) + " did not complete in time");
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) break;
@@ -46,7 +64,8 @@ struct NcclCommImpl {
       fail(std::string(call) + ": " + ncclGetErrorString(r) + " (" +
            (comm ? ncclGetLastError(comm) : "") + ")");
   }
-  void live() const {
+  void live() {
+    check_request();
     if (aborted || !comm) throw InternalError(who() + ": the communicator was aborted");
   }
 };
@@ -72,6 +91,7 @@ NcclComm::NcclComm(const TpUniqueId& id, int rank, int size, int device,
   m.rank = rank;
   m.size = size;
   m.device = device;
+  m.timeout = timeout;
   CUDA_CHECK(cudaSetDevice(device));
   ncclUniqueId nid;
   std::memcpy(&nid, id.data(), kTpIdBytes);
@@ -116,8 +136,10 @@ void NcclComm::all_gather_f32(const float* send, float* recv, std::size_t count,
 
 void NcclComm::wait(cudaStream_t stream, std::chrono::milliseconds timeout) {
   impl_->live();
+  timeout = std::min(timeout, impl_->timeout);
   const auto deadline = Clock::now() + timeout;
   for (;;) {
+    impl_->check_request();
     const auto q = cudaStreamQuery(stream);
     if (q == cudaSuccess) return;
     if (q != cudaErrorNotReady) CUDA_CHECK(q);
@@ -138,6 +160,18 @@ void NcclComm::abort() {
     impl_->aborted = true;
     impl_->comm = nullptr;
   }
+}
+
+void NcclComm::request_abort(const std::string& reason) {
+  {
+    std::lock_guard lk(impl_->reason_mu);
+    if (!impl_->abort_requested.load()) impl_->abort_reason = reason;
+  }
+  impl_->abort_requested = true;
+}
+
+bool NcclComm::aborted() const {
+  return impl_->aborted.load() || impl_->abort_requested.load();
 }
 
 #else  // no NCCL in this build
@@ -177,6 +211,10 @@ void NcclComm::wait(cudaStream_t, std::chrono::milliseconds) {
   no_nccl();
 }
 void NcclComm::abort() {}
+void NcclComm::request_abort(const std::string&) {}
+bool NcclComm::aborted() const {
+  return false;
+}
 
 #endif
 

@@ -10,6 +10,11 @@
 //
 // The unique id travels in-process (one thread per GPU) or over the TCP rendezvous of
 // runtime/tp_rendezvous.h (separate processes). Not yet run on a GPU.
+//
+// `timeout` bounds the join and every wait(): wait() uses the smaller of its argument and it
+// (separate processes pass --tp-timeout). Another thread may ask for an abort
+// (request_abort: rank 0's proxy when a remote rank's process is gone); the rank's own
+// thread then aborts the communicator at its next call or inside a running wait().
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +22,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "cuda/tp/collectives.h"
 #include "runtime/tp_rendezvous.h"
@@ -53,8 +59,13 @@ class NcclComm final : public Collectives {
   // Blocks until `stream` has finished, at most `timeout`, watching for NCCL errors; aborts
   // the communicator and throws InternalError on a timeout or an error.
   void wait(cudaStream_t stream, std::chrono::milliseconds timeout) override;
-  // Aborts the communicator (idempotent); every later call throws.
+  // Aborts the communicator (idempotent); every later call throws. The rank's thread only.
   void abort();
+  // Any thread: the rank's thread aborts the communicator at its next call or inside a
+  // running wait(), throwing InternalError with `reason`.
+  void request_abort(const std::string& reason);
+  // Any thread: aborted, or an abort was requested.
+  bool aborted() const;
 
  private:
   std::unique_ptr<NcclCommImpl> impl_;

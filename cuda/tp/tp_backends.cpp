@@ -34,14 +34,23 @@ std::size_t split_extent(const ModelConfig& c, const std::string& name) {
 // A rank: its NCCL communicator outlives its backend.
 class TpRankBackend final : public Backend {
  public:
-  TpRankBackend(std::unique_ptr<NcclComm> comm, std::unique_ptr<CudaBackend> be)
+  TpRankBackend(std::shared_ptr<NcclComm> comm, std::unique_ptr<CudaBackend> be)
       : comm_(std::move(comm)), be_(std::move(be)) {}
   const BackendInfo& info() const override { return be_->info(); }
   const ModelConfig& model() const override { return be_->model(); }
-  StepResult step(const StepPlan& plan) override { return be_->step(plan); }
+  StepResult step(const StepPlan& plan) override {
+    try {
+      return be_->step(plan);
+    } catch (const InvalidRequest&) {
+      throw;  // before the GPU work, or after every collective was enqueued: the group is fine
+    } catch (...) {
+      comm_->abort();  // collectives may be unmatched: fail the group rather than hang it
+      throw;
+    }
+  }
 
  private:
-  std::unique_ptr<NcclComm> comm_;  // declared first: destroyed after the backend
+  std::shared_ptr<NcclComm> comm_;  // declared first: destroyed after the backend
   std::unique_ptr<CudaBackend> be_;
 };
 
@@ -107,6 +116,22 @@ void gather_vocab_logits(Collectives& comm, const ModelConfig& full, const float
   }
 }
 
+NcclRank make_nccl_rank(const Config& config, const TpUniqueId& id, int rank, int size, int device,
+                        std::chrono::milliseconds timeout) {
+  auto comm = std::make_shared<NcclComm>(id, rank, size, device, timeout);
+  std::unique_ptr<CudaBackend> be;
+  try {
+    be = std::make_unique<CudaBackend>(config, device, CudaTpRank{rank, size, comm.get()});
+  } catch (...) {
+    comm->abort();  // the peers may be waiting in a collective of their start-up
+    throw;
+  }
+  NcclRank out;
+  out.comm = comm;
+  out.backend = std::make_unique<TpRankBackend>(std::move(comm), std::move(be));
+  return out;
+}
+
 std::vector<std::unique_ptr<Backend>> make_cuda_tp_backends(const Config& config) {
   const int n = config.backend.tp_size;
   if (!have_nccl())
@@ -131,9 +156,7 @@ std::vector<std::unique_ptr<Backend>> make_cuda_tp_backends(const Config& config
     threads.emplace_back([&, r] {
       const auto i = static_cast<std::size_t>(r);
       try {
-        auto comm = std::make_unique<NcclComm>(id, r, n, devices[i]);
-        auto be = std::make_unique<CudaBackend>(config, devices[i], CudaTpRank{r, n, comm.get()});
-        out[i] = std::make_unique<TpRankBackend>(std::move(comm), std::move(be));
+        out[i] = make_nccl_rank(config, id, r, n, devices[i], std::chrono::seconds(120)).backend;
       } catch (...) {
         errors[i] = std::current_exception();
       }

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "runtime/backend.h"
 #include "runtime/config.h"
 #include "runtime/model_config.h"
+#include "runtime/tp_rendezvous.h"
 #include "runtime/tp_shard.h"
 
 namespace strata {
@@ -24,6 +26,7 @@ class ModelWeights;
 namespace strata::cuda::tp {
 
 class Collectives;
+class NcclComm;
 
 // Writes weight `name` (n elements of the rank's slice) to dst; scale/offset: random init.
 using WeightFn = std::function<void(__nv_bfloat16* dst, const std::string& name, std::size_t n,
@@ -49,6 +52,20 @@ WeightFn sliced_weight_loader(WeightFn whole, SliceContext ctx);
 // capturable).
 void gather_vocab_logits(Collectives& comm, const ModelConfig& full, const float* local,
                          float* parts, float* logits, int rows, cudaStream_t stream);
+
+// One rank of a group joined by NCCL: joins the communicator (ncclCommInitRankConfig with
+// `id`, waiting at most `timeout` for the other ranks) on `device`, then builds the rank's
+// CudaBackend. `backend` owns the communicator (it outlives the CudaBackend); `comm` is for
+// request_abort/aborted from other threads. A step that fails with anything but
+// InvalidRequest (checked before any GPU work, or sampling after every collective of the
+// step was enqueued) may leave this rank's collectives unmatched: the communicator is then
+// aborted, so the group fails (the peers' bounded waits end) instead of hanging.
+struct NcclRank {
+  std::unique_ptr<Backend> backend;
+  std::shared_ptr<NcclComm> comm;
+};
+NcclRank make_nccl_rank(const Config& config, const TpUniqueId& id, int rank, int size, int device,
+                        std::chrono::milliseconds timeout);
 
 // backend.tp_size ranks in this process: one CudaBackend per GPU (backend.devices or
 // 0..tp_size-1), each built on a thread of its own with its NCCL communicator (ncclCommInit

@@ -5,7 +5,9 @@
 //   NCCL communicators of two in-process ranks (all-reduce bf16, all-gather fp32);
 //   TP=2 logits equal TP=1 logits, teacher-forced, on Llama-3-8B-shaped random weights (4
 //   layers), sparsity off and on, CUDA graphs on (the all-reduces inside the decode graphs);
-//   a Llama-3-70B-shaped model (8 layers) built sharded directly on the GPUs runs a step.
+//   a Llama-3-70B-shaped model (8 layers) built sharded directly on the GPUs runs a step;
+//   rank 1 as a "separate process" (a thread with its own rank links, NCCL communicator and
+//   follower loop, cuda/tp/tp_process.h) gives the in-process TP=2 group's logits.
 // Written without access to a multi-GPU machine: not yet run.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -13,6 +15,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <future>
 #include <thread>
 
 #include "cuda/cuda_backend.h"
@@ -20,9 +24,11 @@
 #include "cuda/device_buffer.h"
 #include "cuda/tp/host_comm.h"
 #include "cuda/tp/nccl_comm.h"
+#include "cuda/tp/tp_process.h"
 #include "runtime/safetensors.h"
 #include "runtime/teacher_forcing.h"
 #include "runtime/tp_group.h"
+#include "runtime/tp_link.h"
 
 namespace strata {
 namespace {
@@ -204,6 +210,49 @@ TEST(GpuTp, Llama70BShapeBuildsShardedAndSteps) {
   const auto l = teacher_forced_logits(*two, ids, SparsityProfile{}, 32);
   ASSERT_EQ(l.size(), ids.size() * static_cast<std::size_t>(two->model().vocab_size));
   for (float x : l) ASSERT_TRUE(std::isfinite(x));
+}
+
+// The separate-process path with threads as processes: rank 0 (its CUDA rank backend on GPU 0
+// plus a proxy) and a follower (rank links over TCP on 127.0.0.1, its own NCCL communicator on
+// GPU 1, run_cuda_tp_follower) give the in-process TP=2 group's teacher-forced logits (same
+// shards, same NCCL collectives), dense and snapkv; destroying rank 0's backends stops the
+// follower with exit code 0.
+TEST(GpuTp, ProxiedFollowerEqualsInProcessGroup) {
+  REQUIRE_TWO_GPUS();
+  using namespace std::chrono_literals;
+  const Config c = tp_config("random:llama3-8b,layers=2", 2);
+  const auto id = cuda::tp::make_unique_id();
+  std::promise<std::uint16_t> port;
+  auto port_f = port.get_future();
+  auto zero = std::async(std::launch::async, [&] {
+    const auto mesh =
+        tp_mesh_accept({"127.0.0.1", 0}, 2, 60s, [&](std::uint16_t p) { port.set_value(p); });
+    return make_tp_group(cuda::tp::make_cuda_tp_process_backends(mesh, id, c, 60s));
+  });
+  auto follower = std::async(std::launch::async, [&] {
+    if (port_f.wait_for(60s) != std::future_status::ready) return -1;  // rank 0 never listened
+    const auto mesh = tp_mesh_connect({"127.0.0.1", port_f.get()}, 1, 2, 60s);
+    return cuda::tp::run_cuda_tp_follower(mesh, id, c, 60s);
+  });
+  auto remote = zero.get();
+  auto local = group(c);
+  const int V = local->model().vocab_size;
+  const auto ids = test_ids(96, V);
+  for (bool sparse : {false, true}) {
+    const SparsityProfile prof = sparse ? snapkv32() : SparsityProfile{};
+    const auto a = teacher_forced_logits(*local, ids, prof, 64);
+    const auto b = teacher_forced_logits(*remote, ids, prof, 64);
+    ASSERT_EQ(a.size(), b.size());
+    const double e = worst_rel_l2(a, b, V);
+    const bool same = std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+    std::printf("FIGURE tp_proxied_vs_in_process_%s_rel_l2 %.6g\n", sparse ? "snapkv" : "dense", e);
+    std::printf("proxied follower vs in-process tp2 (%s): worst row rel L2 %.3g, bitwise %s\n",
+                sparse ? "snapkv" : "dense", e, same ? "equal" : "different");
+    EXPECT_LE(e, 2e-2) << (sparse ? "sparse" : "dense");
+  }
+  remote.reset();  // the proxy sends the stop
+  ASSERT_EQ(follower.wait_for(30s), std::future_status::ready);
+  EXPECT_EQ(follower.get(), 0);
 }
 
 }  // namespace

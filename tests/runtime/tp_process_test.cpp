@@ -157,7 +157,21 @@ TEST(TpWire, PlanRoundTrip) {
   EXPECT_FALSE(r2.ok);
   EXPECT_EQ(r2.error, r.error);
   EXPECT_EQ(r2.device_ms, 1.25);
+  EXPECT_FALSE(r2.group_failed);
   EXPECT_THROW(decode_reply(rb.data(), rb.size() - 1), InternalError);
+  r.group_failed = true;  // the rank's communicator failed with the step
+  const auto rg = encode_reply(r);
+  EXPECT_EQ(rg.size(), rb.size());
+  const auto r3 = decode_reply(rg.data(), rg.size());
+  EXPECT_FALSE(r3.ok);
+  EXPECT_TRUE(r3.group_failed);
+  r.ok = true;
+  r.group_failed = false;
+  const auto ro = encode_reply(r);
+  EXPECT_TRUE(decode_reply(ro.data(), ro.size()).ok);
+  auto bad = rg;
+  bad[12] = 3;  // the status byte after magic and step id
+  EXPECT_THROW(decode_reply(bad.data(), bad.size()), InternalError);
 }
 
 // 3 ranks over TCP give the in-process TpComm's results bit for bit (same rank order).
@@ -328,6 +342,64 @@ TEST(TpProcess, ProxiedFollowerEqualsInProcessGroup) {
   ASSERT_EQ(rc.wait_for(10s), std::future_status::ready);
   EXPECT_EQ(rc.get(), 0);
   follower.join();
+}
+
+// A follower whose rank backend cannot be built reports it; rank 0, whose own start-up is
+// stuck or failed (the CUDA NCCL join waits for every rank), names the rank and the reason.
+TEST(TpProcess, FollowerStartErrorIsNamedByRankZero) {
+  auto m = connect_group(2);
+  auto rc = std::async(std::launch::async, [&] {
+    return what_of([&] {
+      run_tp_follower(m.others[0],
+                      []() -> std::unique_ptr<Backend> { throw ConfigError("x", "no GPU 7"); });
+    });
+  });
+  EXPECT_NE(rc.get().find("no GPU 7"), std::string::npos);
+  const auto msg = tp_remote_start_error(m.zero, 5s);
+  EXPECT_NE(msg.find("rank 1 failed to start"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no GPU 7"), std::string::npos) << msg;
+  EXPECT_EQ(tp_remote_start_error(m.zero, 100ms), "");  // nothing more was sent
+}
+
+// A rank backend that fails every step without reaching its collectives (like a CUDA rank
+// whose launch failed): only the follower's "group failed" reply can wake rank 0.
+class FailingRank final : public Backend {
+ public:
+  explicit FailingRank(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  const BackendInfo& info() const override { return inner_->info(); }
+  const ModelConfig& model() const override { return inner_->model(); }
+  StepResult step(const StepPlan&) override { throw InternalError("device lost"); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+// The follower's step fails and its communicator with it (group_failed): rank 0's proxy aborts
+// rank 0's group at once, so rank 0's own collective stops waiting for rank 1 long before the
+// 30 s collective timeout, with the follower's reason; the follower exits 1 when rank 0 goes.
+TEST(TpProcess, FollowerReportingAFailedGroupAbortsRankZeroAtOnce) {
+  auto w = test::tiny();
+  auto m = connect_group(2);
+  auto follower = std::async(std::launch::async, [&] {
+    auto comm = std::make_shared<cpu::TcpComm>(1, 2, m.others[0].data, 30s);
+    FailingRank b(make_cpu_tp_rank_backend(w, opts(), 1, comm));
+    tp_send_ready(*m.others[0].control[0], b);
+    return serve_tp_plans(b, *m.others[0].control[0], 1, [] { return true; });
+  });
+  auto comm = std::make_shared<cpu::TcpComm>(0, 2, m.zero.data, 30s);
+  auto group = make_tp_group(make_tp_process_backends(
+      m.zero, make_cpu_tp_rank_backend(w, opts(), 0, comm),
+      [comm](const std::string& why) { comm->abort(why); }, [comm] { return comm->aborted(); }));
+  const auto ids = test::tokens(10, w->config().vocab_size, 4);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto msg = what_of([&] { teacher_forced_logits(*group, ids, SparsityProfile{}); });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_NE(msg.find("device lost"), std::string::npos) << msg;
+  group.reset();
+  comm.reset();
+  m.zero = TpMesh{};  // rank 0's process is gone
+  ASSERT_EQ(follower.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(follower.get(), 1);
 }
 
 // The follower's process goes away mid-group: rank 0's step fails with a message naming the

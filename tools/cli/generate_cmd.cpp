@@ -1,7 +1,8 @@
 // strata generate: one request through the Engine (intake -> batcher -> ranks), text streamed
 // to stdout as it is produced; usage, timings and the measured KV compression on stderr.
-// Teacher forcing (--force-ids ... --dump-logits FILE.npy) runs the ids through the CPU
-// backend with runtime/teacher_forcing.h instead and writes fp32 logits [n][vocab].
+// Teacher forcing (--force-ids ... --dump-logits FILE.npy) runs the ids through the backend
+// (CPU; CUDA with --set backend.kind=cuda) with runtime/teacher_forcing.h instead and writes
+// fp32 logits [n][vocab].
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -16,8 +17,23 @@
 #include "tools/cli/command.h"
 #include "tools/cli/tp_flags.h"
 
+#if defined(STRATA_WITH_CUDA) && __has_include("cuda/cuda_backend.h") && \
+                                               __has_include(<cuda_runtime_api.h>)
+#include "cuda/cuda_backend.h"
+#define STRATA_GENERATE_CUDA 1
+#endif
+
 namespace strata::cli {
 namespace {
+
+// backend.kind cuda: tp_size 1 on one GPU, tp_size N on N GPUs of this process (NCCL).
+BackendFactory cuda_factory() {
+#ifdef STRATA_GENERATE_CUDA
+  return [](const Config& c) { return cuda::make_cuda_backends(c); };
+#else
+  throw ConfigError("backend.kind", "cuda requested but this binary was built without CUDA");
+#endif
+}
 
 std::vector<std::int32_t> parse_ids(const std::string& flag, const std::string& text) {
   std::vector<std::int32_t> ids;
@@ -56,19 +72,24 @@ void write_npy(const std::string& path, const std::vector<float>& data, std::siz
 }
 
 int teacher_force(const Config& cfg, const std::string& ids_text, const std::string& out,
-                  const BackendFactory& tp_ranks) {
+                  int prefill_len, const BackendFactory& tp_ranks) {
   const auto ids = parse_ids("--force-ids", ids_text);
-  std::shared_ptr<const ModelWeights> w = ModelWeights::load(cfg.model.path);
-  const int vocab = w->config().vocab_size;
-  CpuBackendOptions o;
-  o.threads = cfg.backend.threads;
-  o.kv_bytes = cfg.cache.cpu_kv_bytes;
   // --tp-size N: N ranks over the sharded weights, run together (logits gathered on rank 0);
   // with --tp-rank 0 the other ranks are processes of their own, reached through proxies.
-  auto backend =
-      make_tp_group(tp_ranks ? tp_ranks(cfg) : make_cpu_tp_backends(w, o, cfg.backend.tp_size));
+  // A factory (CUDA, or separate processes) builds the ranks; else the CPU ranks run here.
+  std::unique_ptr<Backend> backend;
+  if (tp_ranks) {
+    backend = make_tp_group(tp_ranks(cfg));
+  } else {
+    CpuBackendOptions o;
+    o.threads = cfg.backend.threads;
+    o.kv_bytes = cfg.cache.cpu_kv_bytes;
+    backend = make_tp_group(
+        make_cpu_tp_backends(ModelWeights::load(cfg.model.path), o, cfg.backend.tp_size));
+  }
+  const int vocab = backend->model().vocab_size;
   const auto t0 = std::chrono::steady_clock::now();
-  const auto logits = teacher_forced_logits(*backend, ids, cfg.sparsity);
+  const auto logits = teacher_forced_logits(*backend, ids, cfg.sparsity, prefill_len);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_npy(out, logits, ids.size(), static_cast<std::size_t>(vocab));
   std::fprintf(stderr,
@@ -88,22 +109,28 @@ int run(int argc, char** argv) {
         "  [--top-p P] [--top-k K] [--seed S] [--ignore-eos] [--stop S]... [--n N]\n"
         "  [--set section.key=value]...\n"
         "strata generate --model DIR --force-ids 1,2,3 --dump-logits FILE.npy [--sparsity FILE]\n"
+        "  [--force-prefill P]\n"
         "Streams the generated text to stdout; usage, timings and the KV compression ratio\n"
         "go to stderr. --chat formats --prompt as one user message with the chat template.\n"
         "%s"
-        "Teacher forcing writes fp32 logits [n][vocab] (.npy) of the CPU backend.\n"
-        "--tp-size N runs N tensor-parallel CPU ranks in this process (docs/tensor-parallel.md).\n"
+        "Teacher forcing writes fp32 logits [n][vocab] (.npy): a prefill of the first P ids\n"
+        "(default all: sparsity then changes nothing), then one decode step per id.\n"
+        "The CPU backend runs unless --set backend.kind=cuda (one GPU; with --tp-size N, N GPUs\n"
+        "joined by NCCL).\n"
+        "--tp-size N runs N tensor-parallel ranks in this process (docs/tensor-parallel.md).\n"
         "--tp-rank R --tp-master HOST:PORT runs rank R of N in this process, the others in their\n"
-        "own (CPU backend): rank 0 generates (or teacher-forces) and drives the group; a rank\n"
-        "R > 0 only follows rank 0's steps (its prompt flags are unused) and exits when rank 0\n"
-        "stops. Rank 0 listens on PORT (rendezvous) and PORT+1 (rank links).\n",
+        "own (CPU, or CUDA: GPU backend.devices[R] or R modulo the visible GPUs): rank 0\n"
+        "generates (or teacher-forces) and drives the group; a rank R > 0 only follows rank 0's\n"
+        "steps (its prompt flags are unused) and exits when rank 0 stops. Rank 0 listens on\n"
+        "PORT (rendezvous) and PORT+1 (rank links).\n",
         kTpFlagsHelp);
     return 0;
   }
-  a.expect_only({"help",    "chat",    "ignore-eos", "model",       "config",    "sparsity",
-                 "prompt",  "ids",     "max-tokens", "temperature", "top-p",     "top-k",
-                 "seed",    "stop",    "set",        "n",           "force-ids", "dump-logits",
-                 "tp-size", "tp-rank", "tp-master",  "tp-timeout"});
+  a.expect_only({"help",     "chat",      "ignore-eos",  "model",         "config",
+                 "sparsity", "prompt",    "ids",         "max-tokens",    "temperature",
+                 "top-p",    "top-k",     "seed",        "stop",          "set",
+                 "n",        "force-ids", "dump-logits", "force-prefill", "tp-size",
+                 "tp-rank",  "tp-master", "tp-timeout"});
   Config cfg;
   if (auto f = a.get("config")) cfg = load_config_file(*f);
   if (auto m = a.get("model")) cfg.model.path = *m;
@@ -116,11 +143,16 @@ int run(int argc, char** argv) {
   }
   if (cfg.model.path.empty()) throw ConfigError("--model", "required: the model directory");
   const TpFlags tp = read_tp_flags(a, cfg);
+  // The CPU backend unless backend.kind is cuda (then CUDA ranks: one GPU each).
+  const bool cuda = tp_use_cuda(cfg, /*auto_gpu=*/false);
   // Separate processes: a rank > 0 follows rank 0's plans (its prompt flags are unused);
   // rank 0 runs the request with its own rank plus one proxy per remote rank.
-  if (tp.rank && *tp.rank > 0) return tp_follower_main(tp, cfg);
+  if (tp.rank && *tp.rank > 0) return tp_follower_main(tp, cfg, cuda);
   BackendFactory factory;
-  if (tp.rank) factory = tp_rank0_factory(tp);
+  if (tp.rank)
+    factory = tp_rank0_factory(tp, cuda);
+  else if (cuda)
+    factory = cuda_factory();
 
   const auto force = a.get("force-ids");
   const auto dump = a.get("dump-logits");
@@ -129,7 +161,9 @@ int run(int argc, char** argv) {
       throw ConfigError(force ? "--dump-logits" : "--force-ids",
                         "teacher forcing needs both --force-ids and --dump-logits");
     }
-    return teacher_force(cfg, *force, *dump, factory);
+    const auto prefill = a.get_int("force-prefill", 0);
+    if (prefill < 0) throw ConfigError("--force-prefill", "must be >= 0 (0: every id)");
+    return teacher_force(cfg, *force, *dump, static_cast<int>(prefill), factory);
   }
 
   Request r;

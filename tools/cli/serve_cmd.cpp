@@ -54,10 +54,11 @@ int run(int argc, char** argv) {
         "/admin.\n"
         "--port 0 picks a free port. Binds 127.0.0.1 unless told otherwise.\n"
         "--tp-size N runs N tensor-parallel ranks in this process (docs/tensor-parallel.md).\n"
-        "--tp-rank R --tp-master HOST:PORT runs rank R of N per process (CPU backend): rank 0\n"
-        "serves HTTP and drives the group (it listens on PORT for the rendezvous and PORT+1 for\n"
-        "the rank links); a rank R > 0 serves no HTTP, it follows rank 0's steps and exits when\n"
-        "rank 0 stops.\n",
+        "--tp-rank R --tp-master HOST:PORT runs rank R of N per process (CPU, or CUDA: one GPU\n"
+        "per process, backend.devices[R] or R modulo the visible GPUs): rank 0 serves HTTP and\n"
+        "drives the group (it listens on PORT for the rendezvous and PORT+1 for the rank\n"
+        "links); a rank R > 0 serves no HTTP, it follows rank 0's steps and exits when rank 0\n"
+        "stops.\n",
         kTpFlagsHelp);
     return 0;
   }
@@ -84,10 +85,13 @@ int run(int argc, char** argv) {
     throw ConfigError("model.path", "required (--model DIR or the config file)");
   const TpFlags tp = read_tp_flags(a, config);
   config.validate();
-  // Separate processes per rank (CPU backend): a rank > 0 starts no HTTP server, it follows
-  // rank 0's step plans until rank 0 stops; rank 0 serves with its rank plus one proxy per
-  // remote rank (the rendezvous and the rank links run on the loader thread).
-  if (tp.rank && *tp.rank > 0) return tp_follower_main(tp, config);
+  BackendFactory factory = pick_backend(config);
+  const bool cuda = static_cast<bool>(factory);
+  // Separate processes per rank (CPU, or CUDA: one GPU per process): a rank > 0 starts no
+  // HTTP server, it follows rank 0's step plans until rank 0 stops; rank 0 serves with its
+  // rank plus one proxy per remote rank (the rendezvous and the rank links run on the loader
+  // thread).
+  if (tp.rank && *tp.rank > 0) return tp_follower_main(tp, config, cuda);
 
   api::ServerOptions opt;
   opt.server = config.server;
@@ -96,15 +100,7 @@ int run(int argc, char** argv) {
     opt.model_name = std::filesystem::path(config.model.path).filename().string();
     if (opt.model_name.empty()) opt.model_name = config.model.path;
   }
-  BackendFactory factory = pick_backend(config);
-  const bool cuda = static_cast<bool>(factory);
-  if (tp.rank) {
-    if (cuda)
-      throw ConfigError("--tp-rank",
-                        "separate-process ranks run on the CPU backend only (the CUDA follower "
-                        "is not built, docs/tensor-parallel.md); add --set backend.kind=cpu");
-    factory = tp_rank0_factory(tp);
-  }
+  if (tp.rank) factory = tp_rank0_factory(tp, cuda);
   api::Server server(opt);
   server.listen();
   const std::string host = config.server.host == "0.0.0.0" ? "127.0.0.1" : config.server.host;

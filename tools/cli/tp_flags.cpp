@@ -9,6 +9,15 @@
 #include "runtime/tp_link.h"
 #include "runtime/tp_remote.h"
 
+#if defined(STRATA_WITH_CUDA) && __has_include("cuda/tp/tp_process.h") && \
+                                               __has_include(<cuda_runtime_api.h>)
+#include <cuda_runtime_api.h>
+
+#include "cuda/tp/nccl_comm.h"
+#include "cuda/tp/tp_process.h"
+#define STRATA_TP_CUDA 1
+#endif
+
 namespace strata::cli {
 namespace {
 std::chrono::milliseconds timeout_of(const TpFlags& f) {
@@ -48,7 +57,23 @@ TpFlags read_tp_flags(const Args& a, Config& config) {
   return f;
 }
 
-TpUniqueId tp_rendezvous_from_flags(const TpFlags& f) {
+bool tp_use_cuda(const Config& config, bool auto_gpu) {
+  const bool asked = config.backend.kind == "cuda";
+#ifdef STRATA_TP_CUDA
+  int devices = 0;
+  const bool gpu = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+  if (asked && !gpu)
+    throw ConfigError("backend.kind", "cuda requested but no CUDA device is visible");
+  return asked || (auto_gpu && config.backend.kind == "auto" && gpu);
+#else
+  (void)auto_gpu;
+  if (asked)
+    throw ConfigError("backend.kind", "cuda requested but this binary was built without CUDA");
+  return false;
+#endif
+}
+
+TpUniqueId tp_rendezvous_from_flags(const TpFlags& f, bool cuda) {
   if (!f.rank || !f.master) throw InternalError("tp_rendezvous_from_flags: not multi-process");
   const auto timeout = timeout_of(f);
   if (*f.rank > 0) {
@@ -56,10 +81,15 @@ TpUniqueId tp_rendezvous_from_flags(const TpFlags& f) {
                  f.master->host.c_str(), f.master->port);
     return tp_rendezvous_join(*f.master, *f.rank, f.size, timeout);
   }
-  // The id is opaque here; a CUDA build fills it with ncclGetUniqueId before serving it.
+  // The NCCL unique id for CUDA ranks; opaque random bytes (unused) for CPU ranks.
   TpUniqueId id;
-  std::random_device rd;
-  for (auto& b : id) b = static_cast<std::uint8_t>(rd());
+#ifdef STRATA_TP_CUDA
+  if (cuda) id = cuda::tp::make_unique_id();
+#endif
+  if (!cuda) {
+    std::random_device rd;
+    for (auto& b : id) b = static_cast<std::uint8_t>(rd());
+  }
   std::fprintf(stderr, "tensor parallel: rank 0 of %d waiting for %d rank(s) on %s:%u\n", f.size,
                f.size - 1, f.master->host.c_str(), f.master->port);
   tp_rendezvous_serve(*f.master, f.size, id, timeout);
@@ -75,30 +105,36 @@ CpuBackendOptions cpu_backend_options(const Config& config) {
   return o;
 }
 
-BackendFactory tp_rank0_factory(const TpFlags& f) {
+BackendFactory tp_rank0_factory(const TpFlags& f, bool cuda) {
   if (!f.rank || *f.rank != 0 || !f.master) throw InternalError("tp_rank0_factory: not rank 0");
-  return [f](const Config& config) {
-    tp_rendezvous_from_flags(f);
+  return [f, cuda](const Config& config) {
+    const TpUniqueId id = tp_rendezvous_from_flags(f, cuda);
     const auto at = tp_link_endpoint(*f.master);
     std::fprintf(stderr, "tensor parallel: rank 0 waiting for the rank links on %s:%u\n",
                  at.host.c_str(), at.port);
     const auto mesh = tp_mesh_accept(at, f.size, timeout_of(f));
-    auto backends = make_cpu_tp_process_backends(mesh, ModelWeights::load(config.model.path),
-                                                 cpu_backend_options(config), timeout_of(f));
-    std::fprintf(stderr, "tensor parallel: rank 0 of %d ready, %d remote rank(s) joined\n", f.size,
-                 f.size - 1);
+    std::vector<std::unique_ptr<Backend>> backends;
+    (void)id;  // the CPU ranks do not use it
+#ifdef STRATA_TP_CUDA
+    if (cuda) backends = cuda::tp::make_cuda_tp_process_backends(mesh, id, config, timeout_of(f));
+#endif
+    if (!cuda)
+      backends = make_cpu_tp_process_backends(mesh, ModelWeights::load(config.model.path),
+                                              cpu_backend_options(config), timeout_of(f));
+    std::fprintf(stderr, "tensor parallel: rank 0 of %d ready (%s), %d remote rank(s) joined\n",
+                 f.size, cuda ? "cuda" : "cpu", f.size - 1);
     return backends;
   };
 }
 
-int tp_follower_main(const TpFlags& f, const Config& config) {
+int tp_follower_main(const TpFlags& f, const Config& config, bool cuda) {
   if (!f.rank || *f.rank < 1 || !f.master) throw InternalError("tp_follower_main: not rank > 0");
-  if (config.backend.kind == "cuda")
-    throw ConfigError("--tp-rank",
-                      "separate-process ranks run on the CPU backend only (the CUDA follower is "
-                      "not built, docs/tensor-parallel.md)");
-  tp_rendezvous_from_flags(f);
+  const TpUniqueId id = tp_rendezvous_from_flags(f, cuda);
   const auto mesh = tp_mesh_connect(tp_link_endpoint(*f.master), *f.rank, f.size, timeout_of(f));
+#ifdef STRATA_TP_CUDA
+  if (cuda) return cuda::tp::run_cuda_tp_follower(mesh, id, config, timeout_of(f));
+#endif
+  (void)id;
   return run_cpu_tp_follower(mesh, config.model.path, cpu_backend_options(config), timeout_of(f));
 }
 

@@ -38,17 +38,23 @@ TpFlags read_tp_flags(const Args& a, Config& config);
 
 // Multi-process mode: runs the rendezvous of the NCCL unique id (rank 0 listens on --tp-master
 // and hands the id to ranks 1..N-1; a rank that does not show up within --tp-timeout stops
-// the start-up with a ConfigError naming it). Returns the id.
-TpUniqueId tp_rendezvous_from_flags(const TpFlags& f);
+// the start-up with a ConfigError naming it). Returns the id: with `cuda`, rank 0 makes it with
+// ncclGetUniqueId (cuda::tp::make_unique_id); on the CPU it is random bytes (unused).
+TpUniqueId tp_rendezvous_from_flags(const TpFlags& f, bool cuda);
 
-// Separate processes on the CPU backend (docs/tensor-parallel.md "Separate processes").
+// Separate processes (docs/tensor-parallel.md "Separate processes"), on the CPU backend or,
+// with `cuda`, on one GPU per process joined by NCCL (cuda/tp/tp_process.h).
 // Rank 0: a BackendFactory that runs the rendezvous, accepts the other ranks' links on the
-// --tp-master port + 1 and builds rank 0's CPU backend plus one proxy per remote rank (for
+// --tp-master port + 1 and builds rank 0's rank backend plus one proxy per remote rank (for
 // Engine::create, or make_tp_group when teacher forcing).
-BackendFactory tp_rank0_factory(const TpFlags& f);
+BackendFactory tp_rank0_factory(const TpFlags& f, bool cuda);
 // Rank r > 0: the rendezvous, the links, the rank's shard, then the follower loop until rank
 // 0 stops. Returns the process exit code.
-int tp_follower_main(const TpFlags& f, const Config& config);
+int tp_follower_main(const TpFlags& f, const Config& config, bool cuda);
+// Whether this process runs the CUDA backend: backend.kind "cuda", or "auto" with a visible
+// GPU when `auto_gpu` (serve; generate runs CUDA only when asked). ConfigError when CUDA is
+// asked for but the binary has none or no device is visible.
+bool tp_use_cuda(const Config& config, bool auto_gpu);
 // The CPU backend options the engine derives from a config (threads, KV pool bytes).
 CpuBackendOptions cpu_backend_options(const Config& config);
 

@@ -26,8 +26,8 @@ struct NcclCommImpl {
   int rank = 0, size = 1, device = 0;
   std::chrono::milliseconds timeout{120000};
   std::atomic<bool> aborted{false}, abort_requested{false};
-  std::mutex reason_mu;
-  std::string abort_reason;  // under reason_mu
+  mutable std::mutex reason_mu;
+  std::string abort_reason;  // under reason_mu: the requested reason or the failure
 
   // An abort asked for by another thread: carried out here, on the rank's thread.
   void check_request() {
@@ -45,6 +45,10 @@ struct NcclCommImpl {
            std::to_string(device) + ")";
   }
   [[noreturn]] void fail(const std::string& what) {
+    {
+      std::lock_guard lk(reason_mu);
+      if (abort_reason.empty()) abort_reason = what;
+    }
     if (comm && !aborted) {
       ncclCommAbort(comm);
       aborted = true;
@@ -155,6 +159,10 @@ void NcclComm::wait(cudaStream_t stream, std::chrono::milliseconds timeout) {
 }
 
 void NcclComm::abort() {
+  {
+    std::lock_guard lk(impl_->reason_mu);
+    if (impl_->abort_reason.empty()) impl_->abort_reason = "aborted by its rank after a failure";
+  }
   if (impl_->comm && !impl_->aborted) {
     ncclCommAbort(impl_->comm);
     impl_->aborted = true;
@@ -172,6 +180,12 @@ void NcclComm::request_abort(const std::string& reason) {
 
 bool NcclComm::aborted() const {
   return impl_->aborted.load() || impl_->abort_requested.load();
+}
+
+std::string NcclComm::abort_reason() const {
+  std::lock_guard lk(impl_->reason_mu);
+  if (impl_->abort_reason.empty() && aborted()) return "aborted";
+  return impl_->abort_reason;
 }
 
 #else  // no NCCL in this build
@@ -214,6 +228,9 @@ void NcclComm::abort() {}
 void NcclComm::request_abort(const std::string&) {}
 bool NcclComm::aborted() const {
   return false;
+}
+std::string NcclComm::abort_reason() const {
+  return {};
 }
 
 #endif

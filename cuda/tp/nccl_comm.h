@@ -66,6 +66,8 @@ class NcclComm final : public Collectives {
   void request_abort(const std::string& reason);
   // Any thread: aborted, or an abort was requested.
   bool aborted() const;
+  // Any thread: why (the requested reason or the failure), empty while not aborted.
+  std::string abort_reason() const;
 
  private:
   std::unique_ptr<NcclCommImpl> impl_;

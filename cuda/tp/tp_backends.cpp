@@ -39,6 +39,13 @@ class TpRankBackend final : public Backend {
   const BackendInfo& info() const override { return be_->info(); }
   const ModelConfig& model() const override { return be_->model(); }
   StepResult step(const StepPlan& plan) override {
+    // A failed group runs nothing more: a captured decode graph would replay NCCL kernels of
+    // an aborted communicator. A requested abort is carried out here, on the rank's thread.
+    if (comm_->aborted()) {
+      comm_->abort();
+      throw InternalError("tensor-parallel rank " + std::to_string(comm_->rank()) +
+                          ": the group failed earlier (" + comm_->abort_reason() + ")");
+    }
     try {
       return be_->step(plan);
     } catch (const InvalidRequest&) {

@@ -48,6 +48,11 @@ TpLink::~TpLink() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+bool TpLink::has_data() const {
+  pollfd pfd{fd_, POLLIN, 0};
+  return ::poll(&pfd, 1, 0) > 0;
+}
+
 std::string TpLink::error() const {
   std::lock_guard lk(err_mu_);
   return error_;

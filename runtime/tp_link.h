@@ -59,6 +59,8 @@ class TpLink {
   // while no byte is waiting) returns true. A wait interrupted inside a message leaves the
   // stream unusable: later calls return kClosed.
   Recv recv(TpMessage& out, Clock::time_point deadline, const std::function<bool()>& stop = {});
+  // Whether a byte (or the peer's close) is waiting, without reading it.
+  bool has_data() const;
   const std::string& peer() const { return peer_; }
   std::string error() const;  // why recv returned kClosed / send threw
 

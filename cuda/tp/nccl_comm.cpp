@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -57,10 +58,17 @@ struct NcclCommImpl {
     throw InternalError(who() + ": " + what);
   }
   // A non-blocking call returned `r`: poll until it completed (or failed / timed out).
-  void settle(ncclResult_t r, const char* call, Clock::time_point deadline) {
+  // `give_up` (optional) is asked every 10 ms while the call is in progress.
+  void settle(ncclResult_t r, const char* call, Clock::time_point deadline,
+              const std::function<bool()>& give_up = {}) {
+    auto next_ask = Clock::now();
     while (r == ncclInProgress) {
       check_request();
       if (Clock::now() > deadline) fail(std::string(call) + " did not complete in time");
+      if (give_up && Clock::now() >= next_ask) {
+        if (give_up()) fail(std::string(call) + ": another rank gave up or went away");
+        next_ask = Clock::now() + std::chrono::milliseconds(10);
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) break;
     }
@@ -89,7 +97,7 @@ TpUniqueId make_unique_id() {
 }
 
 NcclComm::NcclComm(const TpUniqueId& id, int rank, int size, int device,
-                   std::chrono::milliseconds timeout)
+                   std::chrono::milliseconds timeout, const std::function<bool()>& give_up)
     : impl_(std::make_unique<NcclCommImpl>()) {
   auto& m = *impl_;
   m.rank = rank;
@@ -108,7 +116,7 @@ NcclComm::NcclComm(const TpUniqueId& id, int rank, int size, int device,
     throw InternalError(m.who() + ": ncclCommInitRankConfig: " + ncclGetErrorString(r));
   }
   try {
-    m.settle(r, "joining the communicator (are all ranks up?)", deadline);
+    m.settle(r, "joining the communicator (are all ranks up?)", deadline, give_up);
   } catch (const InternalError& e) {
     throw ConfigError("backend.tp_size", e.what());
   }
@@ -205,7 +213,8 @@ bool have_nccl() {
 TpUniqueId make_unique_id() {
   no_nccl();
 }
-NcclComm::NcclComm(const TpUniqueId&, int, int, int, std::chrono::milliseconds) {
+NcclComm::NcclComm(const TpUniqueId&, int, int, int, std::chrono::milliseconds,
+                   const std::function<bool()>&) {
   no_nccl();
 }
 NcclComm::~NcclComm() = default;

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,9 +42,12 @@ struct NcclCommImpl;
 class NcclComm final : public Collectives {
  public:
   // Joins the group as `rank` of `size` on CUDA device `device` (made current here). The
-  // ranks of one process call this concurrently, each from its own thread.
+  // ranks of one process call this concurrently, each from its own thread. `give_up`
+  // (optional, asked every 10 ms while joining) ends the join early with ConfigError, e.g.
+  // when a peer process reported that it cannot start or closed its connection.
   NcclComm(const TpUniqueId& id, int rank, int size, int device,
-           std::chrono::milliseconds timeout = std::chrono::seconds(120));
+           std::chrono::milliseconds timeout = std::chrono::seconds(120),
+           const std::function<bool()>& give_up = {});
   ~NcclComm() override;
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;

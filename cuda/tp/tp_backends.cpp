@@ -124,8 +124,8 @@ void gather_vocab_logits(Collectives& comm, const ModelConfig& full, const float
 }
 
 NcclRank make_nccl_rank(const Config& config, const TpUniqueId& id, int rank, int size, int device,
-                        std::chrono::milliseconds timeout) {
-  auto comm = std::make_shared<NcclComm>(id, rank, size, device, timeout);
+                        std::chrono::milliseconds timeout, const std::function<bool()>& give_up) {
+  auto comm = std::make_shared<NcclComm>(id, rank, size, device, timeout, give_up);
   std::unique_ptr<CudaBackend> be;
   try {
     be = std::make_unique<CudaBackend>(config, device, CudaTpRank{rank, size, comm.get()});

@@ -65,7 +65,8 @@ struct NcclRank {
   std::shared_ptr<NcclComm> comm;
 };
 NcclRank make_nccl_rank(const Config& config, const TpUniqueId& id, int rank, int size, int device,
-                        std::chrono::milliseconds timeout);
+                        std::chrono::milliseconds timeout,
+                        const std::function<bool()>& give_up = {});  // NcclComm's
 
 // backend.tp_size ranks in this process: one CudaBackend per GPU (backend.devices or
 // 0..tp_size-1), each built on a thread of its own with its NCCL communicator (ncclCommInit

@@ -34,7 +34,14 @@ std::vector<std::unique_ptr<Backend>> make_cuda_tp_process_backends(
     const int dev = process_rank_device(config, 0);
     std::fprintf(stderr, "tensor parallel: rank 0 of %d joining NCCL on CUDA device %d\n",
                  mesh.size, dev);
-    local = make_nccl_rank(config, id, 0, mesh.size, dev, timeout);
+    // Until every rank has joined, nothing but a start-up error (or a closed connection) can
+    // arrive on a control link: a follower sends its ready only after its join and its
+    // backend. Either ends rank 0's join at once instead of after the timeout.
+    local = make_nccl_rank(config, id, 0, mesh.size, dev, timeout, [&mesh] {
+      for (int r = 1; r < mesh.size; ++r)
+        if (mesh.control[static_cast<std::size_t>(r)]->has_data()) return true;
+      return false;
+    });
   } catch (const std::exception& e) {
     // A rank that failed to start keeps the NCCL join from completing: name it if it said so.
     const std::string remote = tp_remote_start_error(mesh, std::chrono::seconds(2));
@@ -57,7 +64,10 @@ int run_cuda_tp_follower(const TpMesh& mesh, const TpUniqueId& id, const Config&
         const int dev = process_rank_device(config, mesh.rank);
         std::fprintf(stderr, "tensor parallel: rank %d of %d joining NCCL on CUDA device %d\n",
                      mesh.rank, mesh.size, dev);
-        auto r = make_nccl_rank(config, id, mesh.rank, mesh.size, dev, timeout);
+        // Rank 0 sends nothing before the first plan: a readable control link while joining
+        // means rank 0 went away.
+        auto r = make_nccl_rank(config, id, mesh.rank, mesh.size, dev, timeout,
+                                [&mesh] { return mesh.control[0]->has_data(); });
         comm = r.comm;
         return std::move(r.backend);
       },

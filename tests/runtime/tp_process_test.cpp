@@ -348,6 +348,9 @@ TEST(TpProcess, ProxiedFollowerEqualsInProcessGroup) {
 // stuck or failed (the CUDA NCCL join waits for every rank), names the rank and the reason.
 TEST(TpProcess, FollowerStartErrorIsNamedByRankZero) {
   auto m = connect_group(2);
+  // Nothing waits on rank 0's side of the control link until the follower says something
+  // (the CUDA join gives up when has_data() turns true).
+  EXPECT_FALSE(m.zero.control[1]->has_data());
   auto rc = std::async(std::launch::async, [&] {
     return what_of([&] {
       run_tp_follower(m.others[0],
@@ -355,10 +358,16 @@ TEST(TpProcess, FollowerStartErrorIsNamedByRankZero) {
     });
   });
   EXPECT_NE(rc.get().find("no GPU 7"), std::string::npos);
+  for (int i = 0; i < 200 && !m.zero.control[1]->has_data(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(m.zero.control[1]->has_data());
   const auto msg = tp_remote_start_error(m.zero, 5s);
   EXPECT_NE(msg.find("rank 1 failed to start"), std::string::npos) << msg;
   EXPECT_NE(msg.find("no GPU 7"), std::string::npos) << msg;
   EXPECT_EQ(tp_remote_start_error(m.zero, 100ms), "");  // nothing more was sent
+  EXPECT_FALSE(m.zero.control[1]->has_data());
+  m.others.clear();  // the follower's process is gone: its close is readable
+  for (int i = 0; i < 200 && !m.zero.control[1]->has_data(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(m.zero.control[1]->has_data());
 }
 
 // A rank backend that fails every step without reaching its collectives (like a CUDA rank

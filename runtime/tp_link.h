@@ -28,7 +28,8 @@ enum class TpMsg : std::uint32_t {
   kStop = 3,   // rank 0 -> r, control: the group is shutting down (empty)
   kReady = 4,  // r -> rank 0, control: the rank's backend is built (or failed to build)
   kData = 5,   // data: fp32 values of a collective
-  kAbort = 6,  // data: the sender's communicator failed; body = the reason
+  kAbort = 6,  // data: the sender's communicator failed; body = the reason.
+               // control (rank 0 -> r, empty): rank 0's group failed during the step
 };
 
 struct TpMessage {

@@ -1,6 +1,8 @@
 #include "runtime/tp_remote.h"
 
+#include <atomic>
 #include <cstdio>
+#include <thread>
 
 #include "runtime/cpu/tcp_comm.h"
 #include "runtime/error.h"
@@ -46,8 +48,15 @@ class RemoteRank final : public Backend {
     }
     TpMessage m;
     auto st = control_->recv(m, Clock::time_point::max(), group_aborted_);
-    if (st == TpLink::Recv::kStopped)  // the group failed: the rank's step fails soon too
+    if (st == TpLink::Recv::kStopped) {
+      // The group failed: tell the rank (a CUDA rank's NCCL wait would otherwise last until
+      // its timeout; a CPU rank's collective has failed already), then wait for its answer.
+      try {
+        control_->send(TpMsg::kAbort, nullptr, 0);
+      } catch (const std::exception&) {
+      }
       st = control_->recv(m, Clock::now() + kGrace);
+    }
     if (st == TpLink::Recv::kTimeout || st == TpLink::Recv::kStopped)
       die(who + " did not answer step " + std::to_string(plan.step_id) + " within " +
           std::to_string(kGrace.count()) + " s after the group failed");
@@ -99,7 +108,59 @@ class RemoteRank final : public Backend {
   std::string dead_reason_;
 };
 
+class WatchedRank final : public Backend {
+ public:
+  WatchedRank(std::unique_ptr<Backend> inner, TpLink& control,
+              std::function<void(const std::string&)> abort)
+      : inner_(std::move(inner)), control_(control), abort_(std::move(abort)) {
+    watcher_ = std::thread([this] { watch(); });
+  }
+  ~WatchedRank() override {
+    stop_ = true;
+    watcher_.join();
+  }
+  const BackendInfo& info() const override { return inner_->info(); }
+  const ModelConfig& model() const override { return inner_->model(); }
+  StepResult step(const StepPlan& plan) override {
+    ++gen_;  // odd: a step runs
+    try {
+      auto res = inner_->step(plan);
+      ++gen_;
+      return res;
+    } catch (...) {
+      ++gen_;
+      throw;
+    }
+  }
+
+ private:
+  void watch() {
+    std::uint64_t fired = 0;  // the generation already aborted
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      // Readable between two equal odd generations: it arrived during that one step (the next
+      // plan comes only after the step's reply, and the generation changes before the reply).
+      const auto g = gen_.load();
+      if (g % 2 == 0 || g == fired || !control_.has_data() || gen_.load() != g) continue;
+      fired = g;
+      abort_("rank 0 aborted the group or went away during a step");
+    }
+  }
+
+  std::unique_ptr<Backend> inner_;
+  TpLink& control_;
+  std::function<void(const std::string&)> abort_;
+  std::atomic<std::uint64_t> gen_{0};
+  std::atomic<bool> stop_{false};
+  std::thread watcher_;
+};
+
 }  // namespace
+
+std::unique_ptr<Backend> watch_tp_steps(std::unique_ptr<Backend> inner, TpLink& control,
+                                        std::function<void(const std::string&)> abort) {
+  return std::make_unique<WatchedRank>(std::move(inner), control, std::move(abort));
+}
 
 void tp_send_ready(TpLink& control, const Backend& backend) {
   WireWriter w;
@@ -177,6 +238,7 @@ int serve_tp_plans(Backend& backend, TpLink& control, int rank,
                    rank, control.error().c_str(), static_cast<unsigned long long>(steps));
       return 0;
     }
+    if (m.type == TpMsg::kAbort) continue;  // the group failed during the last step: seen
     if (m.type == TpMsg::kStop) {
       std::fprintf(stderr, "tensor parallel: rank %d: rank 0 stopped the group after %llu steps\n",
                    rank, static_cast<unsigned long long>(steps));

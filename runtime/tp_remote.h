@@ -46,6 +46,14 @@ std::unique_ptr<Backend> make_remote_rank(int rank, std::shared_ptr<TpLink> cont
 int serve_tp_plans(Backend& backend, TpLink& control, int rank,
                    const std::function<bool()>& group_failed = {});
 
+// A follower's rank backend whose steps are watched: while a step runs, rank 0 sends nothing
+// on the control link unless its group failed (the proxy's abort message) or rank 0 went away
+// (the connection closes); either makes a watcher thread call `abort` (e.g. the CUDA rank's
+// NcclComm::request_abort), so the step's collectives end at once instead of after their
+// timeout. Between steps the link is left to serve_tp_plans.
+std::unique_ptr<Backend> watch_tp_steps(std::unique_ptr<Backend> inner, TpLink& control,
+                                        std::function<void(const std::string&)> abort);
+
 // The backend-independent glue (the CPU and the CUDA ranks use it). Rank 0's process: its own
 // rank backend `local` plus one proxy per remote rank (make_remote_rank with the callbacks),
 // rank 0 first — for the engine or make_tp_group.

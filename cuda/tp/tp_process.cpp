@@ -69,7 +69,9 @@ int run_cuda_tp_follower(const TpMesh& mesh, const TpUniqueId& id, const Config&
         auto r = make_nccl_rank(config, id, mesh.rank, mesh.size, dev, timeout,
                                 [&mesh] { return mesh.control[0]->has_data(); });
         comm = r.comm;
-        return std::move(r.backend);
+        auto c = r.comm;
+        return watch_tp_steps(std::move(r.backend), *mesh.control[0],
+                              [c](const std::string& why) { c->request_abort(why); });
       },
       [&] { return comm && comm->aborted(); });
 }

@@ -411,6 +411,41 @@ TEST(TpProcess, FollowerReportingAFailedGroupAbortsRankZeroAtOnce) {
   EXPECT_EQ(follower.get(), 1);
 }
 
+// Rank 0 sends a plan, never joins the step's collectives and then says its group failed (the
+// proxy's abort message on the control link): the watched follower (watch_tp_steps, as the
+// CUDA follower runs) stops waiting in its collective at once with the watcher's reason, long
+// before the 30 s collective timeout; it replies the error, skips the abort message between
+// steps and exits 1 when rank 0 goes away.
+TEST(TpProcess, WatchedFollowerStopsWaitingOnRankZerosAbort) {
+  auto w = test::tiny();
+  const auto& c = w->config();
+  auto m = connect_group(2);
+  auto comm = std::make_shared<cpu::TcpComm>(1, 2, m.others[0].data, 30s);
+  auto b = watch_tp_steps(make_cpu_tp_rank_backend(w, opts(), 1, comm), *m.others[0].control[0],
+                          [comm](const std::string& why) { comm->abort(why); });
+  auto rc = std::async(std::launch::async,
+                       [&] { return serve_tp_plans(*b, *m.others[0].control[0], 1); });
+  test::PageAlloc pages(b->info().num_pages);
+  test::Seq seq(1, test::tokens(20, c.vocab_size, 5),
+                std::vector<LayerRule>(static_cast<std::size_t>(c.num_hidden_layers)));
+  const auto t0 = std::chrono::steady_clock::now();
+  m.zero.control[1]->send(TpMsg::kPlan, encode_plan(test::plan_of({seq.prefill(20, pages)})));
+  std::this_thread::sleep_for(200ms);  // the follower waits in its first all-reduce
+  m.zero.control[1]->send(TpMsg::kAbort, nullptr, 0);
+  TpMessage reply;
+  ASSERT_EQ(m.zero.control[1]->recv(reply, std::chrono::steady_clock::now() + 20s),
+            TpLink::Recv::kOk);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  ASSERT_EQ(reply.type, TpMsg::kReply);
+  const auto rep = decode_reply(reply.body.data(), reply.body.size());
+  EXPECT_FALSE(rep.ok);
+  EXPECT_NE(rep.error.find("rank 0 aborted the group or went away"), std::string::npos)
+      << rep.error;
+  m.zero = TpMesh{};  // rank 0's process is gone
+  ASSERT_EQ(rc.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(rc.get(), 1);
+}
+
 // The follower's process goes away mid-group: rank 0's step fails with a message naming the
 // rank instead of hanging.
 TEST(TpProcess, VanishedFollowerFailsTheStep) {

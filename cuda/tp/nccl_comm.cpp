@@ -123,7 +123,10 @@ NcclComm::NcclComm(const TpUniqueId& id, int rank, int size, int device,
 }
 
 NcclComm::~NcclComm() {
-  if (impl_ && impl_->comm && !impl_->aborted) ncclCommDestroy(impl_->comm);
+  // Abort, not destroy: ncclCommDestroy finalizes, which may wait on peers that are gone (a
+  // follower whose rank 0 died between steps). Every step already waited for its collectives,
+  // so nothing is cut short.
+  if (impl_ && impl_->comm && !impl_->aborted) ncclCommAbort(impl_->comm);
 }
 
 int NcclComm::rank() const {

@@ -16,7 +16,7 @@
 #include <sstream>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
+#include <utility>
 
 #include "cuda/attention.h"
 #include "cuda/cuda_check.h"
@@ -184,6 +184,9 @@ struct CudaBackendImpl {
       h_tile_q0, h_q_row, h_seq_len, h_lm_rows, h_argmax;
   PinnedArray<float> h_logits;
   std::size_t activation_bytes = 0;
+  // Pages written by the step being checked: page_mark[pg] == page_gen (no per-step set).
+  std::vector<std::uint32_t> page_mark;
+  std::uint32_t page_gen = 0;
 
   // KV pool.
   DeviceArray<bf16> kv_pool;
@@ -490,13 +493,13 @@ void CudaBackendImpl::tune_decode_gemms() {
   if (mode != "1" && binfo.weight_bytes < (1ull << 30)) return;
   const int H = mc.hidden_size, I = mc.intermediate_size, V = mc.vocab_size;
   const LayerDev& w = layers.front();
-  const std::vector<GemmShape> shapes = {{"qkv", qkv_dim, H, false, w.qkv},
-                                         {"o", H, q_dim, false, w.o},
-                                         {"gate_up", 2 * I, H, false, w.gate_up},
-                                         {"down", H, I, false, w.down},
-                                         // tp > 1: the rank's vocabulary slice of rows
-                                         {"lm_head", tp.size > 1 ? shard.vocab_slice : V, H,
-                                          true, lm_head}};
+  const std::vector<GemmShape> shapes = {
+      {"qkv", qkv_dim, H, false, w.qkv},
+      {"o", H, q_dim, false, w.o},
+      {"gate_up", 2 * I, H, false, w.gate_up},
+      {"down", H, I, false, w.down},
+      // tp > 1: the rank's vocabulary slice of rows
+      {"lm_head", tp.size > 1 ? shard.vocab_slice : V, H, true, lm_head}};
   std::vector<int> rows;
   for (int b : buckets)
     if (b <= std::min(max_tokens, logit_rows)) rows.push_back(b);
@@ -734,7 +737,10 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
   std::vector<int> order;
   std::vector<char> dec_row(static_cast<std::size_t>(S));
   int T = 0, max_pages = 1;
-  std::unordered_set<int> written_pages;
+  if (page_mark.size() != static_cast<std::size_t>(binfo.num_pages) || ++page_gen == 0) {
+    page_mark.assign(static_cast<std::size_t>(binfo.num_pages), 0);
+    page_gen = 1;
+  }
   for (int i = 0; i < S; ++i)
     dec_row[static_cast<std::size_t>(i)] = is_dec(plan.seqs[static_cast<std::size_t>(i)]);
   for (int pass = 0; pass < 2; ++pass)
@@ -763,11 +769,14 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
     for (int l = 0; l < L; ++l) {
       const LayerSlots& ls = s.layers[static_cast<std::size_t>(l)];
       const LayerRule& r = ls.rule;
-      const std::string who =
-          "CUDA backend: sequence " + std::to_string(s.seq_id) + " layer " + std::to_string(l);
+      // Built only when a check fails (a decode step at batch 64 has 2,048 (sequence, layer)
+      // pairs; they used to build one string each).
+      auto who = [&] {
+        return "CUDA backend: sequence " + std::to_string(s.seq_id) + " layer " + std::to_string(l);
+      };
       auto check_table = [&](const std::vector<std::int32_t>& t, int pages, const char* what) {
         if (static_cast<int>(t.size()) < pages)
-          throw InternalError(who + " " + what + " has " + std::to_string(t.size()) +
+          throw InternalError(who() + " " + what + " has " + std::to_string(t.size()) +
                               " pages, needs " + std::to_string(pages));
         for (int pg : t)
           if (pg < 0 || pg >= binfo.num_pages)
@@ -777,37 +786,38 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
       };
       auto mark_written = [&](const std::vector<std::int32_t>& t, int first, int end) {
         for (int pi = first; pi < end; ++pi)
-          if (!written_pages.insert(t[static_cast<std::size_t>(pi)]).second)
+          if (std::exchange(page_mark[static_cast<std::size_t>(t[static_cast<std::size_t>(pi)])],
+                            page_gen) == page_gen)
             throw InternalError("CUDA backend: page " +
                                 std::to_string(t[static_cast<std::size_t>(pi)]) +
                                 " written twice in one step");
       };
       if (!r.sparse()) {
         if (ls.action != LayerAction::kNone)
-          throw InternalError(who + ": kSelect/kShrink on a full-cache layer");
+          throw InternalError(who() + ": kSelect/kShrink on a full-cache layer");
         check_table(ls.pages, need, "page table");
         mark_written(ls.pages, s.start / kBlockSize, need);
         continue;
       }
       if (r.window <= 0 || r.capacity < r.sinks + r.window + 1 || r.ring < 0 ||
           r.ring > r.capacity - r.sinks)
-        throw InternalError(who + ": bad sparse rule (capacity " + std::to_string(r.capacity) +
+        throw InternalError(who() + ": bad sparse rule (capacity " + std::to_string(r.capacity) +
                             ", sinks " + std::to_string(r.sinks) + ", window " +
                             std::to_string(r.window) + ", ring " + std::to_string(r.ring) + ")");
       if (dec) {
         if (ls.valid < 0 || (r.policy != Policy::kSnapKv && ls.valid > r.capacity) ||
             (r.ring > 0 && (ls.ring_pos < 0 || ls.ring_pos >= r.ring)))
-          throw InternalError(who + ": bad decode state (valid " + std::to_string(ls.valid) +
+          throw InternalError(who() + ": bad decode state (valid " + std::to_string(ls.valid) +
                               ", ring_pos " + std::to_string(ls.ring_pos) + ")");
         if (ls.action == LayerAction::kSelect)
-          throw InternalError(who + ": kSelect in a decode step");
+          throw InternalError(who() + ": kSelect in a decode step");
         const int slot = ls.decode_slot();
         const int att = ls.ring_full() ? r.capacity : ls.valid + 1;
         check_table(ls.pages, pages_for_slots(std::max(att, slot + 1)), "page table");
         mark_written(ls.pages, slot / kBlockSize, slot / kBlockSize + 1);
       } else if (ls.direct_prefill(s.prompt_len)) {
         if (ls.action == LayerAction::kSelect)
-          throw InternalError(who + ": kSelect with a prompt that fits the capacity");
+          throw InternalError(who() + ": kSelect with a prompt that fits the capacity");
         check_table(ls.pages, need, "page table");
         mark_written(ls.pages, s.start / kBlockSize, need);
         any_sparse_prefill = true;
@@ -815,7 +825,7 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
         const bool final_chunk = s.start + n == s.prompt_len;
         if (ls.temp_pages.empty()) {
           if (ls.action != LayerAction::kSelect || s.start != 0 || !final_chunk)
-            throw InternalError(who + ": prompt of " + std::to_string(s.prompt_len) +
+            throw InternalError(who() + ": prompt of " + std::to_string(s.prompt_len) +
                                 " tokens exceeds capacity " + std::to_string(r.capacity) +
                                 " but the step holds [" + std::to_string(s.start) + ", " +
                                 std::to_string(s.start + n) +
@@ -826,7 +836,7 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
         }
         if (ls.action == LayerAction::kSelect) {
           if (!final_chunk || n < std::min(r.window, s.prompt_len))
-            throw InternalError(who + ": kSelect needs the final chunk holding the last " +
+            throw InternalError(who() + ": kSelect needs the final chunk holding the last " +
                                 std::to_string(r.window) + " positions (chunk [" +
                                 std::to_string(s.start) + ", " + std::to_string(s.start + n) +
                                 ") of " + std::to_string(s.prompt_len) + ")");
@@ -838,7 +848,7 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
       if (ls.action == LayerAction::kShrink) {
         const LayerSlots post = state_before_shrink(ls, n, s.prefill, s.prompt_len);
         if (ls.shrink_to <= r.sinks + r.window)
-          throw InternalError(who + ": kShrink to " + std::to_string(ls.shrink_to) +
+          throw InternalError(who() + ": kShrink to " + std::to_string(ls.shrink_to) +
                               " slots (must exceed sinks + window)");
         check_table(ls.pages, pages_for_slots(std::min(post.valid, ls.shrink_to)), "page table");
         any_shrink = true;

@@ -13,6 +13,7 @@
 
 #include "cache/kv_cache_manager.h"
 #include "runtime/error.h"
+#include "tests/runtime/sparsity_test_util.h"
 
 namespace strata {
 namespace {
@@ -70,14 +71,7 @@ class ExportWorkload {
   bool chance(double p) { return std::bernoulli_distribution(p)(rng_); }
 
   SparsityProfile profile(Policy pol, int capacity) {
-    SparsityProfile p;
-    p.enabled = true;
-    p.full_layers = 2;
-    p.policy = pol;
-    p.window = 4;
-    p.sinks = 2;
-    p.capacity = capacity;
-    return p;
+    return test::sparse_profile(pol, 2, capacity, 4, 2);
   }
 
   void run(int steps) {
@@ -270,13 +264,7 @@ TEST(KvCacheExport, IncrementalExportEqualsFromScratchExport) {
 // table loses its tail and gets new pages at the same indices), preemption and readmission
 // under the same id, and a buffer that held another sequence's export.
 TEST(KvCacheExport, BufferOfTheLastExportGetsOnlyTheChanges) {
-  SparsityProfile p;
-  p.enabled = true;
-  p.full_layers = 1;
-  p.policy = Policy::kSnapKv;
-  p.window = 4;
-  p.sinks = 2;
-  p.capacity = 48;
+  const SparsityProfile p = test::sparse_profile(Policy::kSnapKv, 1, 48, 4, 2);
   KvCacheManager m(2, KvLayout{2, 16, 4}, 64, p);
   ASSERT_TRUE(m.admit(1, SeqSpec{40, 100, true, {}}));
   Buffer b;

@@ -40,6 +40,7 @@
 #include "runtime/safetensors.h"
 #include "runtime/teacher_forcing.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/runtime/sparsity_test_util.h"
 
 namespace strata::gputest {
 namespace {
@@ -83,13 +84,7 @@ std::unique_ptr<CudaBackend> cuda_backend(const std::string& dir, int max_seqs =
 }
 
 SparsityProfile profile(Policy p, int capacity, int window, int sinks, int full_layers) {
-  SparsityProfile s;
-  s.enabled = true;
-  s.policy = p;
-  s.capacity = capacity;
-  s.window = window;
-  s.sinks = sinks;
-  s.full_layers = full_layers;
+  SparsityProfile s = test::sparse_profile(p, full_layers, capacity, window, sinks);
   s.pool_kernel = 3;
   return s;
 }

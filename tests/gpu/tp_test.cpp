@@ -29,6 +29,7 @@
 #include "runtime/teacher_forcing.h"
 #include "runtime/tp_group.h"
 #include "runtime/tp_link.h"
+#include "tests/runtime/sparsity_test_util.h"
 
 namespace strata {
 namespace {
@@ -121,14 +122,7 @@ std::vector<std::int32_t> test_ids(int n, int V) {
 }
 
 SparsityProfile snapkv32() {
-  SparsityProfile prof;
-  prof.enabled = true;
-  prof.full_layers = 1;
-  prof.policy = Policy::kSnapKv;
-  prof.capacity = 32;
-  prof.window = 8;
-  prof.sinks = 4;
-  return prof;
+  return test::sparse_profile(Policy::kSnapKv, 1, 32, 8, 4);
 }
 
 // Runs on a single GPU: the sharded path of cuda_backend.cpp (local heads, sliced weights,
@@ -181,15 +175,7 @@ TEST(GpuTp, Tp2LogitsEqualTp1Llama8BShape) {
   std::vector<std::int32_t> ids(96);
   for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7919) % V);
   for (bool sparse : {false, true}) {
-    SparsityProfile prof;
-    if (sparse) {
-      prof.enabled = true;
-      prof.full_layers = 1;
-      prof.policy = Policy::kSnapKv;
-      prof.capacity = 32;
-      prof.window = 8;
-      prof.sinks = 4;
-    }
+    const SparsityProfile prof = sparse ? snapkv32() : SparsityProfile{};
     // Prefill 64, then 32 teacher-forced decodes (graphs; sparse KV when sparse).
     const auto a = teacher_forced_logits(*one, ids, prof, 64);
     const auto b = teacher_forced_logits(*two, ids, prof, 64);

@@ -14,6 +14,7 @@
 #include "runtime/tp_group.h"
 #include "runtime/tp_shard.h"
 #include "tests/runtime/cpu_test_util.h"
+#include "tests/runtime/sparsity_test_util.h"
 
 namespace strata {
 namespace {
@@ -115,14 +116,7 @@ double max_rel_err(const std::vector<std::vector<float>>& a,
 }
 
 std::vector<LayerRule> sparse_rules(const ModelConfig& c, Policy p) {
-  SparsityProfile prof;
-  prof.enabled = true;
-  prof.full_layers = 2;
-  prof.policy = p;
-  prof.capacity = 48;
-  prof.window = 16;
-  prof.sinks = 4;
-  return prof.resolve(c.num_hidden_layers);
+  return test::sparse_profile(p, 2, 48, 16, 4).resolve(c.num_hidden_layers);
 }
 
 // fp32 rounding of a different summation order (the all-reduce adds per-rank partial sums).
@@ -380,15 +374,8 @@ TEST(CpuTp, GroupTeacherForcingEqualsTp1) {
   EXPECT_EQ(group->info().tp_size, 2);
   const auto ids = test::tokens(80, c.vocab_size, 71);
   for (bool sparse : {false, true}) {
-    SparsityProfile prof;
-    if (sparse) {
-      prof.enabled = true;
-      prof.full_layers = 2;
-      prof.policy = Policy::kSnapKv;
-      prof.capacity = 32;
-      prof.window = 8;
-      prof.sinks = 2;
-    }
+    const SparsityProfile prof =
+        sparse ? test::sparse_profile(Policy::kSnapKv, 2, 32, 8, 2) : SparsityProfile{};
     // Prefill 40, then 40 teacher-forced decodes (which see the sparse KV when sparse).
     const auto ref = teacher_forced_logits(*one, ids, prof, 40);
     const auto got = teacher_forced_logits(*group, ids, prof, 40);

@@ -17,6 +17,7 @@
 #include "runtime/tp_remote.h"
 #include "runtime/tp_wire.h"
 #include "tests/runtime/cpu_test_util.h"
+#include "tests/runtime/sparsity_test_util.h"
 
 namespace strata {
 namespace {
@@ -307,13 +308,7 @@ TEST(TpProcess, ProxiedFollowerEqualsInProcessGroup) {
   auto local = make_tp_group(make_cpu_tp_backends(w, opts(), 2));
   EXPECT_EQ(remote->info().num_pages, local->info().num_pages);
   const auto ids = test::tokens(70, c.vocab_size, 3);
-  SparsityProfile dense, snap;
-  snap.enabled = true;
-  snap.full_layers = 1;
-  snap.policy = Policy::kSnapKv;
-  snap.capacity = 32;
-  snap.window = 8;
-  snap.sinks = 2;
+  const SparsityProfile dense{}, snap = test::sparse_profile(Policy::kSnapKv, 1, 32, 8, 2);
   for (const auto* prof : {&dense, &snap}) {
     const auto got = teacher_forced_logits(*remote, ids, *prof, 40);
     const auto ref = teacher_forced_logits(*local, ids, *prof, 40);

@@ -131,6 +131,43 @@ const json::value* find(const json::object& o, std::string_view key) {
   return &it->value();
 }
 
+// OpenAI and vLLM fields that would change the output but are not implemented. Ignoring
+// them like unknown fields would hand the client output that silently disregards what it
+// asked for, so a request that uses one is refused naming it; the values that ask for
+// nothing (an empty tool list, `"tool_choice": "none"`, `{"type": "text"}`, ...) pass.
+void reject_unsupported(const json::object& o) {
+  auto refuse = [](const char* param, const std::string& what) {
+    throw bad_request(param, "'" + std::string(param) + "' is not supported: " + what);
+  };
+  auto empty_array = [](const json::value& v) { return v.is_array() && v.as_array().empty(); };
+  for (const char* k : {"tools", "functions"})
+    if (const auto* v = find(o, k); v && !empty_array(*v))
+      refuse(k, "this server does not do tool or function calling");
+  for (const char* k : {"tool_choice", "function_call"})
+    if (const auto* v = find(o, k);
+        v && !(v->is_string() && (v->as_string() == "none" || v->as_string() == "auto")))
+      refuse(k, "this server does not do tool or function calling (only \"none\" or \"auto\")");
+  if (const auto* v = find(o, "response_format")) {
+    const json::value* t = v->is_object() ? find(v->as_object(), "type") : nullptr;
+    if (!(t && t->is_string() && t->as_string() == "text"))
+      refuse("response_format", "structured output is not implemented (only {\"type\": \"text\"})");
+  }
+  for (const char* k :
+       {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
+    if (find(o, k)) refuse(k, "guided decoding is not implemented");
+  if (const auto* v = find(o, "modalities")) {
+    const bool text_only = v->is_array() && v->as_array().size() == 1 &&
+                           v->as_array()[0].is_string() && v->as_array()[0].as_string() == "text";
+    if (!text_only) refuse("modalities", "only [\"text\"]");
+  }
+  if (find(o, "audio")) refuse("audio", "audio output is not implemented");
+  if (find(o, "prediction")) refuse("prediction", "predicted outputs are not implemented");
+  if (const auto* v = find(o, "use_beam_search"); v && !(v->is_bool() && !v->as_bool()))
+    refuse("use_beam_search", "beam search is not implemented");
+  if (const auto* v = find(o, "include_stop_str_in_output"); v && !(v->is_bool() && !v->as_bool()))
+    refuse("include_stop_str_in_output", "stop strings are never part of the returned text");
+}
+
 void parse_prompt(const json::value& v, Request& r, const ParseContext& ctx) {
   if (v.is_string()) {
     r.prompt_text = std::string(v.as_string());
@@ -252,6 +289,7 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
   Request& r = out.request;
   SamplingParams& sp = r.params;
   const bool chat = endpoint == Endpoint::kChat;
+  reject_unsupported(o);
 
   if (const auto* m = find(o, "model")) {
     out.model = string(*m, "model");

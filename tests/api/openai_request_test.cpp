@@ -144,6 +144,46 @@ TEST(OpenAiRequest, RejectsBadInputNamingTheParameter) {
   expect_bad(R"({"prompt":"x"})", "messages", "required", Endpoint::kChat);
 }
 
+// Fields that would change the output but are not implemented are refused by name rather
+// than ignored; the values that ask for nothing pass.
+TEST(OpenAiRequest, RefusesOutputChangingFieldsItDoesNotImplement) {
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
+  const std::string tool =
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{}}}]})";
+  expect_bad(chat + tool, "tools", "tool or function calling", Endpoint::kChat);
+  expect_bad(chat + R"("functions":[{"name":"f"}]})", "functions", "not supported",
+             Endpoint::kChat);
+  expect_bad(chat + R"("tool_choice":"required"})", "tool_choice", "\"none\" or \"auto\"",
+             Endpoint::kChat);
+  expect_bad(chat + R"("tool_choice":{"type":"function","function":{"name":"f"}}})", "tool_choice",
+             "not supported", Endpoint::kChat);
+  expect_bad(chat + R"("response_format":{"type":"json_object"}})", "response_format",
+             "structured output", Endpoint::kChat);
+  expect_bad(chat + R"("response_format":"json"})", "response_format", "structured output",
+             Endpoint::kChat);
+  expect_bad(chat + R"("modalities":["text","audio"]})", "modalities", "only", Endpoint::kChat);
+  expect_bad(chat + R"("audio":{"voice":"alloy","format":"wav"}})", "audio", "not implemented",
+             Endpoint::kChat);
+  expect_bad(chat + R"("prediction":{"type":"content","content":"x"}})", "prediction",
+             "not implemented", Endpoint::kChat);
+  expect_bad(R"({"prompt":"x","guided_json":{"type":"object"}})", "guided_json", "guided decoding");
+  expect_bad(R"({"prompt":"x","guided_choice":["a","b"]})", "guided_choice", "guided decoding");
+  expect_bad(R"({"prompt":"x","use_beam_search":true})", "use_beam_search", "beam search");
+  expect_bad(R"({"prompt":"x","include_stop_str_in_output":true})", "include_stop_str_in_output",
+             "never part of the returned text");
+  // No-ops pass, and so do fields that change nothing here (null counts as absent).
+  const auto ok = parse(chat + R"("tools":[],"tool_choice":"none","function_call":"auto",)" +
+                            R"("response_format":{"type":"text"},"modalities":["text"],)" +
+                            R"("parallel_tool_calls":false,"audio":null,"store":false,)" +
+                            R"("metadata":{"k":"v"},"user":"u"})",
+                        Endpoint::kChat);
+  ASSERT_TRUE(ok.request.messages.has_value());
+  EXPECT_EQ(ok.request.messages->size(), 1u);
+  const auto c =
+      parse(R"({"prompt":"x","use_beam_search":false,"include_stop_str_in_output":false})");
+  EXPECT_EQ(c.request.prompt_text.value_or(""), "x");
+}
+
 TEST(OpenAiRequest, TokenizeAndDetokenize) {
   auto t = parse_tokenize_request(parse_json_body(R"({"prompt":"ab","add_special_tokens":false})"));
   EXPECT_EQ(t.prompt, "ab");

@@ -114,11 +114,16 @@ void BatcherActor::leave_waiting(Req& r) {
 void BatcherActor::on_abort(const std::string& id, FinishReason reason, const std::string& error) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
-  if (reason == FinishReason::kAbort) ++stats_.requests_aborted;
   // The last finish_seq may end the request (and destroy it): collect first.
   std::vector<Seq*> open;
   for (auto& s : it->second->seqs) {
     if (s->finish == FinishReason::kNone) open.push_back(s.get());
+  }
+  // A request counts once, as aborted or as finished: a repeated abort, or one that arrives
+  // after every choice finished (final events held until the release), changes nothing.
+  if (reason == FinishReason::kAbort && !open.empty() && !it->second->aborted) {
+    it->second->aborted = true;
+    ++stats_.requests_aborted;
   }
   for (Seq* s : open) {
     StreamEvent ev;
@@ -181,7 +186,7 @@ void BatcherActor::emit_final(Seq& s, const SeqUsage* usage) {
     u.compression_ratio = comp / static_cast<double>(r.seqs.size());
     ev.usage = u;
     send(r.in->sink, std::move(ev));
-    if (s.finish != FinishReason::kAbort) ++stats_.requests_finished;
+    if (!r.aborted) ++stats_.requests_finished;
     for (const auto& q : r.seqs) seqs_.erase(q->id);
     const std::string id = r.in->id;  // (a key inside the erased element would dangle)
     requests_.erase(id);              // destroys r and s

@@ -122,8 +122,9 @@ class BatcherActor final : public Actor<BatcherMsg> {
   struct Req {
     std::shared_ptr<PreparedRequest> in;
     std::vector<std::unique_ptr<Seq>> seqs;
-    int open = 0;         // choices not finished yet (final event not sent)
-    bool waiting = true;  // holds an intake waiting slot
+    int open = 0;          // choices not finished yet (final event not sent)
+    bool waiting = true;   // holds an intake waiting slot
+    bool aborted = false;  // counted in requests_aborted (else requests_finished at the end)
     std::optional<Clock::time_point> first_scheduled, first_token;
   };
 

@@ -224,6 +224,32 @@ TEST(Engine, DroppingAStreamAbortsItsRequest) {
   EXPECT_EQ(st.pages_used, 0);
 }
 
+// Each request is counted once, as aborted or as finished: the server aborts a request both
+// when it sees the client go and when its response loop ends, and those repeated aborts (and
+// one after the end) used to be counted again, so finished + aborted exceeded the requests.
+TEST(Engine, RepeatedAbortsCountARequestOnce) {
+  auto e = Engine::create(tiny_config());
+  auto a = e->submit(greedy_request({5, 6, 7, 8}, 2000));
+  auto b = e->submit(greedy_request({9, 10, 11}, 2000));
+  ASSERT_TRUE(a->next_blocking().has_value());
+  ASSERT_TRUE(b->next_blocking().has_value());
+  for (int i = 0; i < 3; ++i) e->abort(a->id());  // while steps are running
+  e->abort(b->id());
+  e->abort(b->id());
+  auto c = e->submit(greedy_request({12, 13}, 2));
+  const auto done = drain(*c);
+  EXPECT_EQ(done.finish.at(0), FinishReason::kLength);
+  e->abort(c->id());  // after its end: nothing to abort
+  auto st = wait_stats(*e, [](const EngineStats& s) {
+    return s.pages_used == 0 && s.requests_aborted + s.requests_finished >= 3;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  st = e->stats();
+  EXPECT_EQ(st.pages_used, 0);
+  EXPECT_EQ(st.requests_aborted, 2u);
+  EXPECT_EQ(st.requests_finished, 1u);
+}
+
 // ---- preemption --------------------------------------------------------------------------
 
 TEST(Engine, PreemptionByRecomputeKeepsGreedyOutputs) {

@@ -151,8 +151,11 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
               static_cast<double>(s.steps));
     w.counter("strata_requests_refused_total", "Requests refused because the queue was full.",
               static_cast<double>(s.requests_refused));
-    w.counter("strata_requests_aborted_total", "Requests aborted (client gone, cancel, deadline).",
+    w.counter("strata_requests_aborted_total", "Requests aborted (client gone, cancel, shutdown).",
               static_cast<double>(s.requests_aborted));
+    w.counter("strata_requests_finished_total",
+              "Requests ended without an abort (stop, length, timeout, error).",
+              static_cast<double>(s.requests_finished));
     w.gauge("strata_kv_pages_capacity", "KV pages in the pool.", s.pages_total);
     w.gauge("strata_kv_pages_used", "KV pages held by sequences.", s.pages_used);
     w.gauge("strata_kv_compression_ratio",

@@ -47,6 +47,8 @@ TEST(Metrics, EngineGaugesAndLayerGroups) {
   s.pages_per_layer = {8, 8, 2, 2};
   s.compression_ratio = 2.5;
   s.profile_version = 4;
+  s.requests_finished = 7;
+  s.requests_aborted = 2;
   std::vector<LayerRule> rules(4);
   rules[2].policy = rules[3].policy = Policy::kScored;
   MetricsInput in;
@@ -56,6 +58,8 @@ TEST(Metrics, EngineGaugesAndLayerGroups) {
   in.rules = &rules;
   const std::string t = render_metrics(m, in);
   EXPECT_NE(t.find("vllm:num_requests_running{model_name=\"m\\\"x\"} 3\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata_requests_finished_total{model_name=\"m\\\"x\"} 7\n"), std::string::npos);
+  EXPECT_NE(t.find("strata_requests_aborted_total{model_name=\"m\\\"x\"} 2\n"), std::string::npos);
   EXPECT_NE(t.find("strata_kv_group_pages{model_name=\"m\\\"x\",group=\"full\"} 16\n"),
             std::string::npos);
   EXPECT_NE(t.find("strata_kv_group_pages{model_name=\"m\\\"x\",group=\"sparse\"} 4\n"),

@@ -1,7 +1,8 @@
 # Script tests of `strata serve` (label api_e2e): the `openai` npm client, a battery of bad
-# requests, `promtool check metrics` and the admin console in headless Chromium. They need
-# node + tools/npm/node_modules (tools/deps.sh test); promtool and chromium tests are added
-# only when those programs exist. Each script starts its own server on a free port.
+# requests, a chaos/soak run, `promtool check metrics` and the admin console in headless
+# Chromium. They need node + tools/npm/node_modules (tools/deps.sh test); promtool and
+# chromium tests are added only when those programs exist. Each script starts its own server
+# on a free port.
 # Release builds only: the sanitizer presets run the C++ server test (tests/api/server_test.cpp).
 if(NOT STRATA_SANITIZE STREQUAL "")
   return()
@@ -26,6 +27,10 @@ endfunction()
 
 strata_api_script(api_openai_client)
 strata_api_script(api_bad_requests)
+# ~16 random clients for 20 s (valid, invalid, abandoned, WebSocket, admin changes), then no
+# leak, consistent counters, same greedy output; the seed is printed (STRATA_CHAOS_SEED replays).
+strata_api_script(api_chaos)
+set_tests_properties(api_chaos PROPERTIES TIMEOUT 90)
 find_program(STRATA_PROMTOOL promtool)
 if(STRATA_PROMTOOL)
   strata_api_script(api_metrics_promtool ${STRATA_PROMTOOL})

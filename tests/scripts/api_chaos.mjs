@@ -48,6 +48,7 @@ const fail = (what) => { if (failures.length < 50) failures.push(what); };
 const admin = { Authorization: `Bearer ${s.token}` };
 const counts = {};
 const count = (k) => (counts[k] = (counts[k] ?? 0) + 1);
+let chaosEnd = Infinity;
 let acceptedSeen = 0;     // requests the server confirmed (HTTP 200 or response.created)
 let acceptedUnknown = 0;  // requests that may or may not have reached the engine
 
@@ -294,6 +295,7 @@ async function adminChange(r) {
 
 async function wsSession(r) {
   count("ws_session");
+  const wsStart = Date.now();
   const ws = new WebSocket(s.base.replace("http", "ws") + "/v1/ws");
   await new Promise((res, rej) => { ws.onopen = res; ws.onerror = () => rej(new Error("WebSocket open failed")); });
   const created = [], done = new Map();
@@ -313,7 +315,8 @@ async function wsSession(r) {
     count("ws_create");
   }
   const mode = r.pick(["finish", "cancel_one", "cancel_all", "close"]);
-  const until = Date.now() + 15000;
+  // A response may take long on a slow (sanitized) build: it must end within 20 s of the chaos.
+  const until = Math.max(Date.now() + 15000, chaosEnd + 20000);
   while (created.length + errors.length < k && Date.now() < until && ws.readyState === WebSocket.OPEN) await sleep(10);
   if (mode === "close") {
     await sleep(r.int(0, 100));
@@ -325,7 +328,8 @@ async function wsSession(r) {
   if (mode === "cancel_one" && created.length) { ws.send(JSON.stringify({ type: "response.cancel", response_id: r.pick(created) })); count("ws_cancel"); }
   if (mode === "cancel_all") { ws.send(JSON.stringify({ type: "response.cancel" })); count("ws_cancel"); }
   while (done.size < created.length && Date.now() < until) await sleep(10);
-  if (done.size < created.length) fail(`WebSocket: ${created.length} responses created, ${done.size} done after 15 s`);
+  if (done.size < created.length)
+    fail(`WebSocket (${mode}): ${created.length} responses created, ${done.size} done after ${((Date.now() - wsStart) / 1000).toFixed(1)} s`);
   for (const [id, d] of done) {
     if (d.status === "failed") fail(`WebSocket response ${id} failed: ${JSON.stringify(d.status_details)}`);
   }
@@ -366,8 +370,9 @@ async function client(i, until) {
 // ---- run -------------------------------------------------------------------------------------
 
 const t0 = Date.now();
+chaosEnd = t0 + seconds * 1000;
 try {
-  await Promise.all(Array.from({ length: clients }, (_, i) => client(i, t0 + seconds * 1000)));
+  await Promise.all(Array.from({ length: clients }, (_, i) => client(i, chaosEnd)));
   const chaosS = (Date.now() - t0) / 1000;
   console.log(`chaos: ${chaosS.toFixed(1)} s, issued ${JSON.stringify(counts)}`);
   check(!serverExit, `server process alive after the chaos${serverExit ? ": " + serverExit : ""}`);

@@ -20,15 +20,6 @@ std::vector<std::int32_t> prompt_of(std::mt19937& rng, int len) {
   return p;
 }
 
-Request greedy(std::vector<std::int32_t> prompt, int max_tokens) {
-  Request r;
-  r.prompt_ids = std::move(prompt);
-  r.params.temperature = 0.0f;
-  r.params.ignore_eos = true;
-  r.params.max_tokens = max_tokens;
-  return r;
-}
-
 EngineStats settled(Engine& e) {
   for (int i = 0; i < 20000; ++i) {
     const EngineStats s = e.stats();
@@ -42,7 +33,8 @@ TEST(StepLoop, TimingsPartitionEachStepsWallTime) {
   auto e = Engine::create(tiny_config());
   std::mt19937 rng(3);
   std::vector<std::shared_ptr<TokenStream>> ss;
-  for (int i = 0; i < 6; ++i) ss.push_back(e->submit(greedy(prompt_of(rng, 10 + 7 * i), 12)));
+  for (int i = 0; i < 6; ++i)
+    ss.push_back(e->submit(greedy_request(prompt_of(rng, 10 + 7 * i), 12)));
   for (auto& s : ss) drain(*s);
   const EngineStats st = settled(*e);
   const StepTimings& t = st.timings;
@@ -66,7 +58,7 @@ TEST(StepLoop, RecycledPlansCarryEachSequencesOwnCurrentTables) {
   std::vector<std::shared_ptr<TokenStream>> ss;
   // Different lengths: sequences join and leave, so buffers change hands between them.
   for (int i = 0; i < 10; ++i)
-    ss.push_back(e->submit(greedy(prompt_of(rng, 5 + 13 * i), 20 + 9 * (i % 4))));
+    ss.push_back(e->submit(greedy_request(prompt_of(rng, 5 + 13 * i), 20 + 9 * (i % 4))));
   for (auto& s : ss) drain(*s);
   settled(*e);
   std::lock_guard<std::mutex> l(probe->mu);

@@ -38,6 +38,8 @@ def main():
     ap.add_argument("--bundle", default=".gpu-bundle/evalmodel")
     ap.add_argument("--tokenizer-dir", default=os.path.join(HERE, "tokenizer"))
     ap.add_argument("--max-bytes", type=int, default=12_000_000)
+    ap.add_argument("--eval-filler-bytes", type=int, default=400_000,
+                    help="held-out documents kept for the evaluation's filler")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     os.makedirs(a.bundle, exist_ok=True)
@@ -58,7 +60,7 @@ def main():
     for s in synth.piece_strings():
         for p in bpe.pretokens(s):
             boost[p] += 20000
-    for w in synth.EVAL_WORDS + synth.EVAL_NAMES:
+    for w in synth.WORDS[:24] + synth.FIRST_NAMES + synth.LAST_NAMES:
         boost[" " + w] += 100000
     for s in ["Question", "Answer", " secret", " number"]:
         boost[s] += 100000
@@ -81,12 +83,38 @@ def main():
     enc = bpe.Encoder(tokens, merges)
     eos = specials["<|end_of_text|>"]
     t0 = time.time()
+    # Held-out documents: the evaluation's filler, never in training (synth.py's docstring).
+    heldout, train_docs, held_bytes = [], [], 0
+    for d in docs:
+        if synth.fnv1a64(d) % 20 == 0 and held_bytes < a.eval_filler_bytes and len(d) > 2000:
+            heldout.append(d)
+            held_bytes += len(d)
+        else:
+            train_docs.append(d)
+    filler_text = "\n\n".join(heldout)
+    filler_ids = enc.encode(filler_text)
+    with open(os.path.join(a.bundle, "eval_filler.txt"), "w") as f:
+        f.write(filler_text)
+    fa = array.array("H", filler_ids)
+    if sys.byteorder != "little":
+        fa.byteswap()
+    with open(os.path.join(a.bundle, "eval_filler.u16"), "wb") as f:
+        fa.tofile(f)
+    with open(os.path.join(a.work, "eval_filler.jsonl"), "w") as f:
+        f.write(json.dumps(filler_text) + "\n")
+    with open(os.path.join(a.work, "eval_filler.ids"), "w") as f:
+        f.write(" ".join(map(str, filler_ids)) + "\n")
+    print(f"prepare: {len(heldout)} held-out documents ({held_bytes} bytes, {len(filler_ids)} "
+          f"tokens) -> {a.bundle}/eval_filler.txt, .u16", flush=True)
+    held = set(id(d) for d in heldout)
     stream = array.array("H")
     n_bytes = 0
     with open(os.path.join(a.work, "corpus.ids"), "w") as f:
-        for d in docs:
+        for d in docs:  # every document (verify.sh), the held-out ones out of natural.u16
             ids = enc.encode(d)
             f.write(" ".join(map(str, ids)) + "\n")
+            if id(d) in held:
+                continue
             stream.extend(ids)
             stream.append(eos)
             n_bytes += len(d)
@@ -117,14 +145,20 @@ def main():
         def emit(text, ids):
             fj.write(json.dumps(text) + "\n")
             fi.write(" ".join(map(str, ids)) + "\n")
-        for i, name in enumerate(synth.NAMES):
+        templates = synth.QUESTIONS + [synth.EVAL_PARAPHRASE]
+        for i in range(400):
+            f, l = S.pick_names(1, S.heldout_names if i % 2 else S.train_names)[0]
             digits = S.number()
             number = "".join(map(str, digits))
-            fact, question, answer = synth.eval_strings(name, number)
-            emit(fact, S.fact(i, digits))
-            emit(question, S.question(i))
+            t = i % len(templates)
+            fact, question, answer = synth.eval_strings(synth.FIRST_NAMES[f], synth.LAST_NAMES[l],
+                                                        number, templates[t])
+            tq = S.paraphrase if t == len(templates) - 1 else S.questions[t]
+            emit(fact, S.fact((f, l), digits))
+            emit(question, S.question((f, l), tq))
             emit(answer, S.answer(digits))
-            emit(fact + question + answer, S.fact(i, digits) + S.question(i) + S.answer(digits))
+            emit(fact + question + answer,
+                 S.fact((f, l), digits) + S.question((f, l), tq) + S.answer(digits))
         for _ in range(300):
             words = rng.sample(synth.WORDS, 5)
             n = rng.randint(6, 12)

@@ -54,17 +54,33 @@ def parse_args():
     ap.add_argument("--data", required=True, help="folder with pieces.json and natural.u16")
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget-s", type=float, default=150.0,
-                    help="wall-clock seconds for the whole script, imports included")
+                    help="wall-clock seconds for this run of the script, imports included")
+    ap.add_argument("--total-s", type=float, default=0.0,
+                    help="training seconds of the whole schedule, over every resumed run "
+                         "(LR and sequence-length phases follow it); 0: this run's budget")
+    ap.add_argument("--state", default="",
+                    help="folder for the full resumable state (model, optimizer, schedule "
+                         "position): resumed from when it holds state.pt, saved every "
+                         "--state-every s and at the end")
+    ap.add_argument("--state-every", type=float, default=90.0)
+    ap.add_argument("--init", default="",
+                    help="folder with a model.safetensors (+ trainstate.json) of an earlier run: "
+                         "the weights are loaded, the optimizer starts afresh with --rewarmup-s "
+                         "of warm-up, the schedule goes on from trainstate.json")
+    ap.add_argument("--rewarmup-s", type=float, default=20.0)
+    ap.add_argument("--answer-weight", type=float, default=5.0,
+                    help="loss weight of answer tokens (the rest weigh 1)")
+    ap.add_argument("--eval-cases", type=int, default=16, help="held-out cases per context")
     ap.add_argument("--reserve-s", type=float, default=12.0,
                     help="seconds kept at the end for the final save and check.json")
     ap.add_argument("--dry-run", action="store_true", help="2 tiny steps on the CPU")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
-    ap.add_argument("--warmup-frac", type=float, default=0.06)
+    ap.add_argument("--warmup-frac", type=float, default=0.03)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--tokens-per-step", type=int, default=65536)
-    ap.add_argument("--phases", default="0.3:2048,0.55:4096,1.0:8320",
+    ap.add_argument("--phases", default="0.1:512,0.22:1024,0.38:2048,0.6:4096,1.0:8320",
                     help="FRACTION:SEQLEN,...: sequence length until that fraction of the "
                          "training time")
     ap.add_argument("--save-every", type=float, default=20.0)
@@ -104,17 +120,25 @@ def _worker_loop(data_dir, seed, tasks, results):
             if task is None:
                 return
             n, b = task
-            buf = array.array("H")
-            for _ in range(b):
-                buf.extend(S.sample(n + 1))
-            results.put((n, b, buf.tobytes()))
+            results.put((n, b) + sample_batch(S, n, b))
     except Exception:  # the parent falls back to in-process generation
         results.put(("error", traceback.format_exc()))
 
 
-def load_natural(data_dir):
+def sample_batch(S, n, b):
+    """b sequences of n + 1 ids: (uint16 ids bytes, uint8 answer-mask bytes)."""
+    buf = array.array("H")
+    msk = bytearray()
+    for _ in range(b):
+        ids, mask = S.sample(n + 1)
+        buf.extend(ids)
+        msk.extend(mask)
+    return buf.tobytes(), bytes(msk)
+
+
+def load_natural(data_dir, name="natural.u16"):
     natural = array.array("H")
-    path = os.path.join(data_dir, "natural.u16")
+    path = os.path.join(data_dir, name)
     if os.path.exists(path):
         with open(path, "rb") as f:
             natural.frombytes(f.read())
@@ -154,7 +178,7 @@ class Batches:
             self.pending += 1
 
     def get(self, n, b, depth):
-        """(n', b', bytes of b' x (n' + 1) uint16 ids); n', b' may be a previous phase's."""
+        """(n', b', ids bytes, mask bytes) of b' x (n' + 1); n', b' may be a previous phase's."""
         if self.ok:
             self.prefetch(n, b, depth)
             try:
@@ -166,10 +190,7 @@ class Batches:
             except Exception as e:
                 log(f"data workers failed ({str(e)[-300:]!r}); generating in-process")
                 self.ok = False
-        buf = array.array("H")
-        for _ in range(b):
-            buf.extend(self.local.sample(n + 1))
-        return n, b, buf.tobytes()
+        return (n, b) + sample_batch(self.local, n, b)
 
     def close(self):
         if self.ok:
@@ -377,11 +398,17 @@ def main():
         opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
 
     # ---- held-out retrieval check (quality.cpp's format; its own seed) --------------------
-    heldout = synth.Synth(meta["pieces"], natural, meta["eos_id"], seed=424242)
+    eval_filler = load_natural(a.data, "eval_filler.u16")
+    heldout = synth.Synth(meta["pieces"], natural, meta["eos_id"], seed=424242,
+                          eval_filler=eval_filler)
+    log(f"held-out check: {len(heldout.heldout_names)} held-out names, "
+        f"{len(eval_filler)} filler tokens, {a.eval_cases} cases per context")
     eval_sets = []
-    contexts = [96] if a.dry_run else [2048, 4096, 8192]
+    contexts = [160] if a.dry_run else [2048, 4096, 8192]
+    ne = 4 if a.dry_run else a.eval_cases
     for ctx in contexts:
-        cases = [heldout.eval_case(ctx, (i + 0.5) / 8) for i in range(8)]
+        cases = [heldout.eval_case(ctx, (i + 0.5) / ne, paraphrase=i % 2 == 1)
+                 for i in range(ne)]
         width = max(len(ids) for ids, _ in cases)
         x = np.full((len(cases), width), meta["pad_id"], dtype=np.int64)
         for i, (ids, _) in enumerate(cases):
@@ -393,10 +420,14 @@ def main():
         res = {}
         with torch.no_grad():
             for ctx, x, cases in eval_sets:
-                with torch.autocast(device_type=device.type, dtype=torch.bfloat16,
-                                    enabled=use_amp):
-                    logits = model(input_ids=x, use_cache=False).logits
-                am = logits.argmax(-1).cpu().numpy()
+                ams = []
+                for c0 in range(0, x.shape[0], 8):
+                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                                        enabled=use_amp):
+                        logits = model(input_ids=x[c0:c0 + 8], use_cache=False).logits
+                    ams.append(logits.argmax(-1).cpu().numpy())
+                    del logits
+                am = np.concatenate(ams)
                 exact = digits = total = 0
                 for i, (ids, rows) in enumerate(cases):
                     ok = [int(am[i, r]) == ids[r + 1] for r in rows]
@@ -427,74 +458,135 @@ def main():
         write_atomic(os.path.join(a.out, "metrics.json"),
                      json.dumps(metrics, indent=1).encode())
 
+    # ---- resume: the full state (same machine) or the weights of an earlier run -----------
+    sched = {"elapsed": 0.0, "step": 0, "tokens": 0, "runs": 0}
+    rewarm_until = -1.0
+    state_path = os.path.join(a.state, "state.pt") if a.state else ""
+    if state_path and os.path.exists(state_path):
+        st = torch.load(state_path, map_location=device, weights_only=False)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        sched = st["sched"]
+        metrics["log"] = st.get("log", [])
+        log(f"resumed the full state from {state_path}: step {sched['step']}, "
+            f"{sched['elapsed']:.0f} s trained, {sched['tokens'] / 1e6:.0f} M tokens")
+    elif a.init:
+        from safetensors.torch import load_file
+        w = load_file(os.path.join(a.init, "model.safetensors"))
+        sd = model.state_dict()
+        missing = [k for k in sd if k != "lm_head.weight" and k.endswith(".weight") and k not in w]
+        if missing:
+            fatal(f"--init {a.init}: missing {missing[:3]}")
+        with torch.no_grad():
+            for k, v in w.items():
+                sd[k].copy_(v.to(sd[k].dtype))
+        ts = os.path.join(a.init, "trainstate.json")
+        if os.path.exists(ts):
+            sched = json.load(open(ts))["sched"]
+        rewarm_until = sched["elapsed"] + a.rewarmup_s
+        log(f"initialised from {a.init} (fp16 weights; optimizer afresh, {a.rewarmup_s:.0f} s "
+            f"warm-up): step {sched['step']}, {sched['elapsed']:.0f} s trained")
+    sched["runs"] += 1
+
+    def save_state(tag):
+        if not state_path:
+            return
+        t = time.time()
+        os.makedirs(a.state, exist_ok=True)
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": dict(sched),
+                    "log": metrics["log"]}, state_path + ".tmp")
+        os.replace(state_path + ".tmp", state_path)
+        log(f"state ({tag}) -> {state_path} in {time.time() - t:.2f} s")
+
+    def write_trainstate():
+        write_atomic(os.path.join(a.out, "trainstate.json"),
+                     json.dumps({"sched": sched, "args": vars(a)}, indent=1).encode())
+
     train_start = time.time()
     train_budget = a.budget_s - (train_start - T0) - a.reserve_s
     if not a.dry_run and train_budget < 20:
         fatal(f"only {train_budget:.0f} s left for training after setup")
-    log(f"training for {train_budget:.0f} s (phases {phases}, {a.tokens_per_step} tokens/step, "
-        f"peak lr {a.lr})")
+    total = a.total_s if a.total_s > 0 else sched["elapsed"] + train_budget
+    elapsed0 = sched["elapsed"]
+    if not a.dry_run and elapsed0 >= total:
+        fatal(f"the schedule is complete ({elapsed0:.0f} of {total:.0f} s)")
+    log(f"training for {train_budget:.0f} s of {total:.0f} s in all, from {elapsed0:.0f} s "
+        f"(phases {phases}, {a.tokens_per_step} tokens/step, peak lr {a.lr}, answer weight "
+        f"{a.answer_weight})")
     model.train()
-    step = 0
-    tokens = 0
+    step = start_step = sched["step"]
+    tokens = sched["tokens"]
     loss_sum = torch.zeros((), device=device)
+    ans_sum = torch.zeros((), device=device)
     loss_n = 0
-    last_log = last_save = time.time()
-    last_tokens = 0
+    last_log = last_save = last_state = time.time()
+    last_tokens = tokens
     depth = max(4, len(batches.procs))
     diverged = False
     try:
         while True:
             now = time.time()
-            frac = (now - train_start) / train_budget
-            if a.dry_run and step >= 2:
+            sched["elapsed"] = elapsed0 + (now - train_start)
+            frac = sched["elapsed"] / total
+            if a.dry_run and step - start_step >= 2:
                 break
-            if not a.dry_run and frac >= 1.0:
+            if not a.dry_run and (now - train_start >= train_budget or frac >= 1.0):
                 break
             n = phase_len(frac)
             b = max(1, round(a.tokens_per_step / n))
-            n_got, b_got, raw = batches.get(n, b, depth)
+            n_got, b_got, raw, raw_mask = batches.get(n, b, depth)
             arr = np.frombuffer(raw, dtype=np.uint16).reshape(b_got, n_got + 1).astype(np.int64)
+            msk = np.frombuffer(raw_mask, dtype=np.uint8).reshape(b_got, n_got + 1)
             x = torch.from_numpy(arr)
+            wt = torch.from_numpy(1.0 + (a.answer_weight - 1.0) * msk[:, 1:].astype(np.float32))
             if device.type == "cuda":
-                try:
-                    x = x.pin_memory().to(device, non_blocking=True)
-                except Exception:
-                    x = x.to(device)
+                x = x.pin_memory().to(device, non_blocking=True)
+                wt = wt.pin_memory().to(device, non_blocking=True)
             lr = lr_at(min(frac, 1.0))
+            if sched["elapsed"] < rewarm_until:
+                lr *= max(0.02, 1.0 - (rewarm_until - sched["elapsed"]) / a.rewarmup_s)
             for g in opt.param_groups:
                 g["lr"] = lr
             with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
                 logits = model(input_ids=x[:, :-1], use_cache=False).logits
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
-                                   x[:, 1:].reshape(-1))
+            ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                 x[:, 1:].reshape(-1), reduction="none").view_as(wt)
+            loss = (ce * wt).sum() / wt.sum()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
             del logits
-            loss_sum += loss.detach()
+            with torch.no_grad():
+                am = (wt > 1).float()
+                ans_sum += (ce.detach() * am).sum() / am.sum().clamp(min=1)
+                loss_sum += (ce.detach().sum() / ce.numel())
             loss_n += 1
             step += 1
             tokens += b_got * n_got
+            sched["step"], sched["tokens"] = step, tokens
             now = time.time()
             if a.dry_run or now - last_log >= a.log_every:
                 lv = float(loss_sum.item()) / max(1, loss_n)
+                av = float(ans_sum.item()) / max(1, loss_n)
                 if not math.isfinite(lv):
                     log(f"loss is {lv} at step {step}: stopping (last checkpoint kept)")
                     diverged = True
                     break
                 tps = (tokens - last_tokens) / max(1e-9, now - last_log)
                 ev = heldout_eval()
-                entry = {"t": round(now - T0, 1), "step": step, "tokens": tokens,
-                         "seq": n_got, "lr": lr, "loss": round(lv, 4),
+                entry = {"t": round(now - T0, 1), "elapsed": round(sched["elapsed"], 1),
+                         "step": step, "tokens": tokens, "seq": n_got, "lr": lr,
+                         "loss": round(lv, 4), "answer_loss": round(av, 4),
                          "tok_per_s": round(tps), "retrieval": ev}
                 metrics["log"].append(entry)
                 write_metrics()
-                log(f"step {step} seq {n_got}x{b_got} lr {lr:.2e} loss {lv:.3f} "
-                    f"{tps / 1e3:.0f}k tok/s | retrieval exact "
-                    + " ".join(f"{k}:{v['exact']:.2f}(digits {v['digit_acc']:.2f})"
+                log(f"[{sched['elapsed']:.0f}s] step {step} seq {n_got}x{b_got} lr {lr:.2e} "
+                    f"loss {lv:.3f} answer {av:.3f} {tps / 1e3:.0f}k tok/s | exact "
+                    + " ".join(f"{k}:{v['exact']:.2f}(d {v['digit_acc']:.2f})"
                                for k, v in ev.items()))
                 loss_sum.zero_()
+                ans_sum.zero_()
                 loss_n = 0
                 last_log = time.time()
                 last_tokens = tokens
@@ -504,7 +596,11 @@ def main():
                     diverged = True
                     break
                 save_checkpoint(f"step {step}")
+                write_trainstate()
                 last_save = time.time()
+            if not a.dry_run and now - last_state >= a.state_every:
+                save_state(f"step {step}")
+                last_state = time.time()
     except Exception:
         log("training stopped by an error (saving what there is):\n" + traceback.format_exc())
         metrics["error"] = traceback.format_exc()[-2000:]
@@ -518,6 +614,8 @@ def main():
         log("diverged: the last saved checkpoint stays; no final save, no check.json")
         return
     save_checkpoint(f"final, step {step}")
+    write_trainstate()
+    save_state("final")
     ev = heldout_eval()
     metrics["final"] = {"step": step, "tokens": tokens, "train_s": round(time.time() - train_start, 1),
                         "retrieval": ev}

@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "api/openai_response.h"
+#include "api/secret.h"
 #include "api/server_impl.h"
 #include "runtime/chat_template.h"
 #include "runtime/error.h"
@@ -42,19 +43,14 @@ std::string query_param(std::string_view query, std::string_view key) {
 
 // ---- Impl -----------------------------------------------------------------------------------
 
-Server::Impl::Impl(ServerOptions o) : opt(std::move(o)), rng(std::random_device{}()) {
+Server::Impl::Impl(ServerOptions o) : opt(std::move(o)) {
   admin_token = opt.server.admin_token;
-  if (admin_token.empty()) {
-    static const char* hex = "0123456789abcdef";
-    for (int i = 0; i < 32; ++i) admin_token += hex[rng() % 16];
-  }
+  if (admin_token.empty()) admin_token = random_hex(16);
 }
 
+// Fresh OS randomness per id (api/secret.h): ids reveal nothing of each other or the token.
 std::string Server::Impl::new_id(const char* prefix) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%s-%016llx%04llx", prefix, static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(++next_id & 0xffff));
-  return buf;
+  return std::string(prefix) + "-" + random_hex(12);
 }
 
 ParseContext Server::Impl::parse_context() const {
@@ -117,12 +113,7 @@ bool bearer_matches(const Req& req, const std::string& secret) {
   if (it == req.end()) return false;
   const std::string_view v = it->value();
   if (v.size() < 7 || (v.substr(0, 7) != "Bearer " && v.substr(0, 7) != "bearer ")) return false;
-  const std::string_view got = v.substr(7);
-  if (got.size() != secret.size()) return false;
-  unsigned diff = 0;  // constant time in the secret's length
-  for (std::size_t i = 0; i < got.size(); ++i)
-    diff |= static_cast<unsigned char>(got[i] ^ secret[i]);
-  return diff == 0;
+  return secret_equal(v.substr(7), secret);
 }
 }  // namespace
 
@@ -136,7 +127,7 @@ bool Server::Impl::api_key_ok(const Req& req) const {
 bool Server::Impl::admin_ok(const Req& req, std::string_view query) const {
   if (bearer_matches(req, admin_token)) return true;
   const std::string t = query_param(query, "token");
-  return !t.empty() && t == admin_token;
+  return !t.empty() && secret_equal(t, admin_token);
 }
 
 net::awaitable<void> Server::Impl::accept_loop() {

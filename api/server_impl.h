@@ -12,7 +12,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <set>
 #include <string>
 #include <string_view>
@@ -49,8 +48,6 @@ struct Server::Impl {
   std::map<void*, std::function<void()>> ws_closers;  // close a socket with nothing in flight
   bool stopping = false;
   std::string admin_token;
-  std::uint64_t next_id = 0;
-  std::mt19937_64 rng;
   unsigned short bound_port = 0;
   Clock::time_point started = Clock::now();
 

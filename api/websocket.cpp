@@ -7,6 +7,7 @@
 #include <map>
 
 #include "api/openai_response.h"
+#include "api/secret.h"
 #include "api/server_impl.h"
 
 namespace strata::api {
@@ -285,7 +286,7 @@ net::awaitable<void> run_websocket(Server::Impl& srv, tcp::socket sock, Req req)
   std::optional<ApiError> refuse;
   if (!srv.api_key_ok(req)) {
     bool ok = false;
-    for (const auto& k : srv.opt.server.api_keys) ok = ok || (!key.empty() && k == key);
+    for (const auto& k : srv.opt.server.api_keys) ok = ok || (!key.empty() && secret_equal(key, k));
     if (!ok)
       refuse = ApiError(401, "authentication_error", "a valid API key is required", "",
                         "invalid_api_key");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 namespace strata::bench {
@@ -23,7 +24,11 @@ Summary summarize(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
   s.median = percentile(v, 50);
+  double sq = 0;
+  for (double x : v) sq += (x - s.mean) * (x - s.mean);
+  s.std = std::sqrt(sq / static_cast<double>(v.size()));
   s.p90 = percentile(v, 90);
+  s.p95 = percentile(v, 95);
   s.p99 = percentile(v, 99);
   s.min = v.front();
   s.max = v.back();
@@ -52,6 +57,7 @@ LevelResult aggregate(const std::vector<RequestRecord>& recs, double duration_s)
     r.output_throughput = r.total_output_tokens / duration_s;
     r.total_throughput = (r.total_input_tokens + r.total_output_tokens) / duration_s;
   }
+  r.errors = count_errors(recs);
   r.ttft_ms = summarize(ttft);
   r.tpot_ms = summarize(tpot);
   r.itl_ms = summarize(itl);
@@ -59,10 +65,20 @@ LevelResult aggregate(const std::vector<RequestRecord>& recs, double duration_s)
   return r;
 }
 
+std::vector<std::pair<std::string, int>> count_errors(const std::vector<RequestRecord>& recs) {
+  std::map<std::string, int> by;
+  for (const auto& x : recs)
+    if (!x.ok) ++by[x.error.empty() ? "unknown error" : x.error];
+  std::vector<std::pair<std::string, int>> out(by.begin(), by.end());
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
 namespace {
 json::object sum_json(const Summary& s) {
-  return {{"mean", s.mean}, {"median", s.median}, {"p90", s.p90},
-          {"p99", s.p99},   {"min", s.min},       {"max", s.max}};
+  return {{"mean", s.mean}, {"median", s.median}, {"std", s.std}, {"p90", s.p90},
+          {"p95", s.p95},   {"p99", s.p99},       {"min", s.min}, {"max", s.max}};
 }
 Summary sum_from(const json::value& v) {
   Summary s;
@@ -73,6 +89,8 @@ Summary sum_from(const json::value& v) {
   s.p99 = o.at("p99").to_number<double>();
   s.min = o.at("min").to_number<double>();
   s.max = o.at("max").to_number<double>();
+  if (auto* x = o.if_contains("std")) s.std = x->to_number<double>();  // older reports lack them
+  if (auto* x = o.if_contains("p95")) s.p95 = x->to_number<double>();
   return s;
 }
 }  // namespace
@@ -80,11 +98,14 @@ Summary sum_from(const json::value& v) {
 json::value to_json(const LevelResult& r) {
   json::object server;
   for (const auto& [k, v] : r.server) server[k] = v;
+  json::array errors;
+  for (const auto& [e, n] : r.errors) errors.push_back(json::object{{"error", e}, {"count", n}});
   return json::object{{"config", r.config},
                       {"concurrency", r.concurrency},
                       {"request_rate", r.request_rate},
                       {"completed", r.completed},
                       {"failed", r.failed},
+                      {"errors", errors},
                       {"duration_s", r.duration_s},
                       {"total_input_tokens", r.total_input_tokens},
                       {"total_output_tokens", r.total_output_tokens},
@@ -111,6 +132,10 @@ LevelResult level_from_json(const json::value& v) {
   r.request_rate = o.at("request_rate").to_number<double>();
   r.completed = static_cast<int>(o.at("completed").to_number<std::int64_t>());
   r.failed = static_cast<int>(o.at("failed").to_number<std::int64_t>());
+  if (auto* es = o.if_contains("errors"))
+    for (const auto& e : es->as_array())
+      r.errors.emplace_back(std::string(e.at("error").as_string()),
+                            static_cast<int>(e.at("count").to_number<std::int64_t>()));
   r.duration_s = o.at("duration_s").to_number<double>();
   r.total_input_tokens = static_cast<int>(o.at("total_input_tokens").to_number<std::int64_t>());
   r.total_output_tokens = static_cast<int>(o.at("total_output_tokens").to_number<std::int64_t>());

@@ -1,11 +1,15 @@
-// Serving-benchmark statistics, defined as vLLM's serving benchmark defines them:
-// TTFT = first content chunk - send; TPOT = (e2e - TTFT) / (output_tokens - 1);
-// ITL = gaps between successive content chunks; E2E = last byte - send.
+// Serving-benchmark statistics, defined as vLLM's serving benchmark (benchmark_serving.py,
+// `vllm bench serve`) defines them, from client-side timestamps taken as each SSE event is read
+// off the socket (tools/bench/load_gen.cpp):
+//   TTFT = first token-bearing event - send;  ITL = gaps between successive token-bearing events;
+//   TPOT = (E2E - TTFT) / (output_tokens - 1); E2E = `data: [DONE]` read - send.
+// Events read in one socket read share a timestamp (their ITL is 0), as in vLLM's client.
 #pragma once
 
 #include <boost/json/fwd.hpp>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata::bench {
@@ -18,11 +22,11 @@ struct RequestRecord {
   double send_s = 0;          // seconds since the run started
   double ttft_s = 0;          // relative to send
   double e2e_s = 0;           // relative to send
-  std::vector<double> itl_s;  // gaps between content chunks
+  std::vector<double> itl_s;  // gaps between token-bearing events
 };
 
-struct Summary {  // one statistic over requests
-  double mean = 0, median = 0, p90 = 0, p99 = 0, min = 0, max = 0;
+struct Summary {  // one statistic over requests; std is the population standard deviation
+  double mean = 0, median = 0, std = 0, p90 = 0, p95 = 0, p99 = 0, min = 0, max = 0;
 };
 Summary summarize(std::vector<double> values);            // empty -> zeros
 double percentile(std::vector<double> sorted, double q);  // linear interpolation, q in [0,100]
@@ -32,6 +36,7 @@ struct LevelResult {
   int concurrency = 0;      // max in flight (0 = unbounded)
   double request_rate = 0;  // 0 = infinite
   int completed = 0, failed = 0;
+  std::vector<std::pair<std::string, int>> errors;  // why they failed: {error, count}
   double duration_s = 0;
   int total_input_tokens = 0, total_output_tokens = 0;
   double request_throughput = 0;  // completed / duration
@@ -47,6 +52,8 @@ struct LevelResult {
 };
 
 LevelResult aggregate(const std::vector<RequestRecord>& records, double duration_s);
+// The failed records' errors, most frequent first: {error, count}.
+std::vector<std::pair<std::string, int>> count_errors(const std::vector<RequestRecord>& records);
 boost::json::value to_json(const LevelResult& r);
 LevelResult level_from_json(const boost::json::value& v);
 

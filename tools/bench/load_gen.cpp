@@ -8,8 +8,12 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <stdexcept>
+#include <string_view>
+#include <tuple>
 
 #include "runtime/error.h"
 
@@ -74,140 +78,257 @@ class ConnectionPool {
   std::deque<std::unique_ptr<beast::tcp_stream>> idle_;
 };
 
+// The message of an error body: the OpenAI error object's message, a FastAPI-style "detail", or
+// the start of the body as text.
+std::string error_message(const std::string& body) {
+  std::string msg;
+  try {
+    const auto v = json::parse(body);
+    if (const auto* obj = v.if_object()) {
+      if (const auto* e = obj->if_contains("error")) {
+        if (e->is_string()) msg = e->as_string();
+        if (const auto* eo = e->if_object())
+          if (const auto* m = eo->if_contains("message"); m && m->is_string()) msg = m->as_string();
+        if (msg.empty()) msg = json::serialize(*e);
+      }
+      if (const auto* d = obj->if_contains("detail"); msg.empty() && d)
+        msg = d->is_string() ? std::string(d->as_string()) : json::serialize(*d);
+    }
+  } catch (const std::exception&) {
+  }
+  if (msg.empty()) msg = body.substr(0, 200);
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == '\r')) msg.pop_back();
+  return msg;
+}
+
+std::string http_error(int status, const std::string& body) {
+  const auto msg = error_message(body);
+  return "HTTP " + std::to_string(status) + (msg.empty() ? "" : ": " + msg);
+}
+
+// Takes complete SSE events off the front of `buf` (carriage returns already dropped) and returns
+// the data of the next one that has any (its `data:` lines joined by '\n'); nullopt when no
+// complete event is left. Comments, `event:` and `id:` lines are skipped.
+std::optional<std::string> next_sse_data(std::string& buf) {
+  for (;;) {
+    const auto end = buf.find("\n\n");
+    if (end == std::string::npos) return std::nullopt;
+    const std::string ev = buf.substr(0, end);
+    buf.erase(0, end + 2);
+    std::string data;
+    bool any = false;
+    for (std::size_t pos = 0; pos <= ev.size();) {
+      std::size_t nl = ev.find('\n', pos);
+      if (nl == std::string::npos) nl = ev.size();
+      std::string_view line(ev.data() + pos, nl - pos);
+      if (line.starts_with("data:")) {
+        line.remove_prefix(5);
+        if (line.starts_with(' ')) line.remove_prefix(1);
+        if (any) data += '\n';
+        data += line;
+        any = true;
+      }
+      pos = nl + 1;
+    }
+    if (any) return data;
+  }
+}
+
+// A token-bearing chunk: the first choice carries text (completions), delta content (chat), or
+// token ids without being the finish chunk.
+bool carries_token(const json::object& obj) {
+  const auto* ch = obj.if_contains("choices");
+  if (!ch || !ch->is_array() || ch->as_array().empty() || !ch->as_array()[0].is_object())
+    return false;
+  const auto& c0 = ch->as_array()[0].as_object();
+  auto nonempty = [](const json::value* v) {
+    return v && v->is_string() && !v->as_string().empty();
+  };
+  if (nonempty(c0.if_contains("text"))) return true;
+  if (const auto* d = c0.if_contains("delta"); d && d->is_object())
+    if (nonempty(d->as_object().if_contains("content"))) return true;
+  const bool finish = c0.if_contains("finish_reason") && !c0.at("finish_reason").is_null();
+  return !finish && c0.if_contains("token_ids");
+}
+
+RequestRecord failed(RequestRecord r, Clock::time_point sent, std::string why) {
+  r.ok = false;
+  r.error = std::move(why);
+  r.e2e_s = std::chrono::duration<double>(Clock::now() - sent).count();
+  return r;
+}
+
 awaitable<RequestRecord> one_request(const LoadOptions& o, std::string body, ConnectionPool& pool,
                                      Clock::time_point t0) {
   RequestRecord r;
   r.send_s = since(t0);
   const auto sent = Clock::now();
   auto ex = co_await asio::this_coro::executor;
-  try {
-    auto stream = pool.take();
-    bool reused = stream != nullptr;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      if (!stream) {
-        stream = std::make_unique<beast::tcp_stream>(ex);
-        tcp::resolver res(ex);
-        auto eps = co_await res.async_resolve(o.host, std::to_string(o.port), use_awaitable);
-        stream->expires_after(std::chrono::seconds(30));
-        co_await stream->async_connect(eps, use_awaitable);
-      }
-      http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
-      req.set(http::field::host, o.host);
-      req.set(http::field::content_type, "application/json");
-      req.set(http::field::accept, "text/event-stream");
-      if (!o.api_key.empty()) req.set(http::field::authorization, "Bearer " + o.api_key);
-      req.keep_alive(o.keep_alive);
-      req.body() = body;
-      req.prepare_payload();
-      stream->expires_after(std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000)));
-      auto [wec, wn] = co_await http::async_write(*stream, req, asio::as_tuple(use_awaitable));
-      if (wec && reused && attempt == 0) {  // a kept-alive connection the server closed
-        stream.reset();
-        continue;
-      }
-      if (wec) throw beast::system_error(wec);
-      break;
+  const std::string where = o.host + ":" + std::to_string(o.port);
+  const auto timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1000));
+
+  http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
+  req.set(http::field::host, o.host);
+  req.set(http::field::content_type, "application/json");
+  req.set(http::field::accept, "text/event-stream");
+  if (!o.api_key.empty()) req.set(http::field::authorization, "Bearer " + o.api_key);
+  req.keep_alive(o.keep_alive);
+  req.body() = std::move(body);
+  req.prepare_payload();
+
+  auto stream = pool.take();
+  bool reused = stream != nullptr;
+  beast::flat_buffer buf;
+  std::optional<http::response_parser<http::buffer_body>> p;
+  for (;;) {
+    if (!stream) {
+      stream = std::make_unique<beast::tcp_stream>(ex);
+      tcp::resolver res(ex);
+      auto [rec, eps] =
+          co_await res.async_resolve(o.host, std::to_string(o.port), asio::as_tuple(use_awaitable));
+      if (rec) co_return failed(r, sent, "resolve " + where + ": " + rec.message());
+      stream->expires_after(std::min<Clock::duration>(timeout, std::chrono::seconds(30)));
+      auto [cec, ep] = co_await stream->async_connect(eps, asio::as_tuple(use_awaitable));
+      if (cec) co_return failed(r, sent, "connect " + where + ": " + cec.message());
+      beast::error_code ignored;
+      stream->socket().set_option(tcp::no_delay(true), ignored);
     }
-    beast::flat_buffer buf;
-    http::response_parser<http::buffer_body> p;
-    p.body_limit(boost::none);
-    co_await http::async_read_header(*stream, buf, p, use_awaitable);
-    if (p.get().result() != http::status::ok) {
-      r.error = "HTTP " + std::to_string(p.get().result_int());
-      co_return r;
+    stream->expires_after(timeout);
+    auto [wec, wn] = co_await http::async_write(*stream, req, asio::as_tuple(use_awaitable));
+    beast::error_code hec = wec;
+    if (!wec) {
+      buf.clear();
+      p.emplace();
+      p->body_limit(boost::none);
+      std::tie(hec, std::ignore) =
+          co_await http::async_read_header(*stream, buf, *p, asio::as_tuple(use_awaitable));
     }
-    std::string sse;
-    char tmp[16384];
-    bool done = false, first = true;
-    Clock::time_point last{};
-    int chunks = 0;
-    while (!p.is_done()) {
-      p.get().body().data = tmp;
-      p.get().body().size = sizeof tmp;
-      auto [ec, n] = co_await http::async_read(*stream, buf, p, asio::as_tuple(use_awaitable));
+    if (!hec) break;
+    if (reused) {  // a kept-alive connection the server had closed: once more on a new one
+      stream.reset();
+      reused = false;
+      continue;
+    }
+    co_return failed(
+        r, sent,
+        std::string(wec ? "send to " : "read response from ") + where + ": " + hec.message());
+  }
+
+  char tmp[16384];
+  const int status = p->get().result_int();
+  if (status != 200) {
+    std::string err_body;
+    while (!p->is_done() && err_body.size() < 65536) {
+      p->get().body().data = tmp;
+      p->get().body().size = sizeof tmp;
+      auto [ec, n] =
+          co_await http::async_read_some(*stream, buf, *p, asio::as_tuple(use_awaitable));
+      err_body.append(tmp, sizeof tmp - p->get().body().size);
+      if (ec && ec != http::error::need_buffer) break;
+    }
+    co_return failed(r, sent, http_error(status, err_body));
+  }
+
+  // One socket read per iteration: the events it completes are stamped with its return time.
+  std::string sse;
+  bool done = false, first = true;
+  Clock::time_point last{};
+  int events = 0;
+  while (!done && !p->is_done()) {
+    p->get().body().data = tmp;
+    p->get().body().size = sizeof tmp;
+    auto [ec, n] = co_await http::async_read_some(*stream, buf, *p, asio::as_tuple(use_awaitable));
+    const auto now = Clock::now();
+    const std::size_t got = sizeof tmp - p->get().body().size;
+    for (std::size_t i = 0; i < got; ++i)
+      if (tmp[i] != '\r') sse += tmp[i];
+    while (!done) {
+      auto data = next_sse_data(sse);
+      if (!data) break;
+      if (*data == "[DONE]") {
+        done = true;
+        r.e2e_s = std::chrono::duration<double>(now - sent).count();
+        break;
+      }
+      json::value v;
+      try {
+        v = json::parse(*data);
+      } catch (const std::exception&) {
+        co_return failed(r, sent, "stream: an event is not JSON: " + data->substr(0, 120));
+      }
+      if (!v.is_object()) continue;
+      const auto& obj = v.as_object();
+      if (obj.contains("error")) co_return failed(r, sent, "stream error: " + error_message(*data));
+      if (const auto* u = obj.if_contains("usage"); u && u->is_object()) {
+        const auto& uo = u->as_object();
+        if (const auto* c = uo.if_contains("completion_tokens"); c && c->is_number())
+          r.output_tokens = static_cast<int>(c->to_number<std::int64_t>());
+        if (const auto* c = uo.if_contains("prompt_tokens"); c && c->is_number())
+          r.prompt_tokens = static_cast<int>(c->to_number<std::int64_t>());
+      }
+      if (carries_token(obj)) {
+        ++events;
+        if (first)
+          r.ttft_s = std::chrono::duration<double>(now - sent).count();
+        else
+          r.itl_s.push_back(std::chrono::duration<double>(now - last).count());
+        first = false;
+        last = now;
+      }
+    }
+    if (done) break;
+    if (ec == http::error::need_buffer) continue;
+    if (ec)
+      co_return failed(r, sent, "stream from " + where + " ended without [DONE]: " + ec.message());
+  }
+  if (!done) co_return failed(r, sent, "stream from " + where + " ended without [DONE]");
+  if (first) co_return failed(r, sent, "stream from " + where + " carried no token");
+  if (r.output_tokens == 0) r.output_tokens = events;  // the server sent no usage
+  r.ok = true;
+  if (o.keep_alive && p->get().keep_alive()) {  // read the rest (the last chunk) before reuse
+    beast::error_code ec;
+    while (!ec && !p->is_done()) {
+      p->get().body().data = tmp;
+      p->get().body().size = sizeof tmp;
+      std::tie(ec, std::ignore) =
+          co_await http::async_read_some(*stream, buf, *p, asio::as_tuple(use_awaitable));
       if (ec == http::error::need_buffer) ec = {};
-      if (ec == http::error::end_of_stream || ec == asio::error::eof) break;
-      if (ec) throw beast::system_error(ec);
-      sse.append(tmp, sizeof tmp - p.get().body().size);
-      for (std::size_t pos; (pos = sse.find("\n\n")) != std::string::npos;) {
-        std::string ev = sse.substr(0, pos);
-        sse.erase(0, pos + 2);
-        if (ev.rfind("data: ", 0) != 0) continue;
-        const std::string data = ev.substr(6);
-        if (data == "[DONE]") {
-          done = true;
-          continue;
-        }
-        const auto v = json::parse(data);
-        const auto& obj = v.as_object();
-        if (auto* e = obj.if_contains("error")) {
-          r.error = json::serialize(*e);
-          co_return r;
-        }
-        if (auto* u = obj.if_contains("usage"); u && u->is_object()) {
-          r.output_tokens =
-              static_cast<int>(u->as_object().at("completion_tokens").to_number<std::int64_t>());
-          r.prompt_tokens =
-              static_cast<int>(u->as_object().at("prompt_tokens").to_number<std::int64_t>());
-        }
-        if (auto* ch = obj.if_contains("choices");
-            ch && ch->is_array() && !ch->as_array().empty()) {
-          const auto& c0 = ch->as_array()[0].as_object();
-          const auto* text = c0.if_contains("text");
-          const bool content = text && text->is_string() && !text->as_string().empty();
-          const bool finish = c0.if_contains("finish_reason") && !c0.at("finish_reason").is_null();
-          if (content || (!finish && c0.if_contains("token_ids"))) {
-            const auto now = Clock::now();
-            ++chunks;
-            if (first) {
-              r.ttft_s = std::chrono::duration<double>(now - sent).count();
-              first = false;
-            } else {
-              r.itl_s.push_back(std::chrono::duration<double>(now - last).count());
-            }
-            last = now;
-          }
-        }
-      }
-      if (done) break;
     }
-    r.e2e_s = std::chrono::duration<double>(Clock::now() - sent).count();
-    if (!done) {
-      r.error = "stream ended without [DONE]";
-      co_return r;
-    }
-    if (r.output_tokens == 0) r.output_tokens = chunks;  // server sent no usage
-    if (first) r.ttft_s = r.e2e_s;
-    r.ok = true;
-    if (o.keep_alive && p.get().keep_alive()) pool.give(std::move(stream));
-  } catch (const std::exception& e) {
-    r.error = e.what();
-    r.e2e_s = std::chrono::duration<double>(Clock::now() - sent).count();
+    if (!ec) pool.give(std::move(stream));
   }
   co_return r;
 }
 
-std::string first_model(const LoadOptions& o) {
-  if (!o.model.empty()) return o.model;
-  auto [status, body] = http_get(o.host, o.port, "/v1/models");
-  if (status == 200) {
-    try {
-      const auto v = json::parse(body);
-      return std::string(v.at("data").as_array().at(0).at("id").as_string());
-    } catch (const std::exception&) {
-    }
-  }
-  return "default";
-}
-
 }  // namespace
+
+std::string discover_model(const LoadOptions& o) {
+  if (!o.model.empty()) return o.model;
+  const std::string url = "http://" + o.host + ":" + std::to_string(o.port) + "/v1/models";
+  std::string err;
+  const auto [status, body] = http_get(o.host, o.port, "/v1/models", 30, o.api_key, &err);
+  if (status == 0)
+    throw std::runtime_error("model discovery: GET " + url + ": " + err +
+                             " (is the server running there? --host/--port name it)");
+  if (status != 200)
+    throw std::runtime_error(
+        "model discovery: GET " + url + ": " + http_error(status, body) +
+        (status == 401 || status == 403 ? " (give the server's key with --api-key)" : "") +
+        "; --model NAME skips the discovery");
+  try {
+    return std::string(json::parse(body).at("data").as_array().at(0).at("id").as_string());
+  } catch (const std::exception&) {
+    throw std::runtime_error("model discovery: GET " + url +
+                             " answered 200 without a model (no data[0].id): " +
+                             body.substr(0, 200) + "; --model NAME skips the discovery");
+  }
+}
 
 std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
                                     LoadExcluded* excluded) {
   if (o.steady_state && o.concurrency < 1)
     throw ConfigError("--steady-state", "needs a concurrency level >= 1");
   asio::io_context io;
-  const std::string model = first_model(o);
+  const std::string model = discover_model(o);
   std::mt19937_64 rng(o.seed);
   std::vector<RequestRecord> records(static_cast<std::size_t>(o.num_prompts));
   ConnectionPool pool(o.keep_alive);
@@ -217,8 +338,14 @@ std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
 
   auto driver = [&]() -> awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
-    for (int i = 0; i < o.warmup; ++i)
-      co_await one_request(o, make_body(o, model, rng, o.output_tokens), pool, Clock::now());
+    for (int i = 0; i < o.warmup; ++i) {
+      auto w =
+          co_await one_request(o, make_body(o, model, rng, o.output_tokens), pool, Clock::now());
+      if (!w.ok) {
+        ++ex_counts.warmup_failed;
+        ex_counts.failures.push_back(std::move(w));
+      }
+    }
     if (o.on_measure_start) o.on_measure_start();
     t0 = Clock::now();
     std::exponential_distribution<double> gap(o.request_rate > 0 ? o.request_rate : 1.0);
@@ -236,7 +363,10 @@ std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
               const auto r = co_await one_request(o, body, pool, t0);
               --in_flight;
               ++ex_counts.requests;
-              if (!r.ok) ++ex_counts.failed;
+              if (!r.ok) {
+                ++ex_counts.failed;
+                ex_counts.failures.push_back(r);
+              }
               ex_counts.input_tokens += r.ok ? r.prompt_tokens : 0;
               ex_counts.output_tokens += r.ok ? r.output_tokens : 0;
               slot.cancel();
@@ -295,23 +425,32 @@ std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
 }
 
 std::pair<int, std::string> http_get(const std::string& host, int port, const std::string& path,
-                                     double timeout_s) {
-  try {
-    asio::io_context io;
-    tcp::resolver res(io);
-    beast::tcp_stream s(io);
-    s.expires_after(std::chrono::milliseconds(static_cast<long>(timeout_s * 1000)));
-    s.connect(res.resolve(host, std::to_string(port)));
-    http::request<http::empty_body> req{http::verb::get, path, 11};
-    req.set(http::field::host, host);
-    http::write(s, req);
-    beast::flat_buffer buf;
-    http::response<http::string_body> resp;
-    http::read(s, buf, resp);
-    return {resp.result_int(), resp.body()};
-  } catch (const std::exception&) {
-    return {0, ""};
-  }
+                                     double timeout_s, const std::string& api_key,
+                                     std::string* error) {
+  auto fail = [&](const std::string& what, const beast::error_code& ec) {
+    if (error) *error = what + " " + host + ":" + std::to_string(port) + ": " + ec.message();
+    return std::pair<int, std::string>{0, ""};
+  };
+  asio::io_context io;
+  tcp::resolver res(io);
+  beast::error_code ec;
+  const auto eps = res.resolve(host, std::to_string(port), ec);
+  if (ec) return fail("resolve", ec);
+  beast::tcp_stream s(io);
+  s.expires_after(std::chrono::milliseconds(static_cast<long>(timeout_s * 1000)));
+  s.connect(eps, ec);
+  if (ec) return fail("connect", ec);
+  http::request<http::empty_body> req{http::verb::get, path, 11};
+  req.set(http::field::host, host);
+  if (!api_key.empty()) req.set(http::field::authorization, "Bearer " + api_key);
+  http::write(s, req, ec);
+  if (ec) return fail("send to", ec);
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> p;
+  p.body_limit(64u << 20);
+  http::read(s, buf, p, ec);
+  if (ec) return fail("read response from", ec);
+  return {p.get().result_int(), p.get().body()};
 }
 
 std::map<std::string, double> parse_prometheus(const std::string& text) {

@@ -2,6 +2,14 @@
 // server (ours or another), prompts of an exact token length sent as token ids (or text),
 // fixed output length with ignore_eos, infinite or Poisson request rate, max concurrency,
 // warm-up, bounded run time, one connection per request or keep-alive.
+//
+// Timing: the response is read with beast's parser one socket read at a time
+// (http::async_read_some into a buffer_body), and each SSE event is timestamped when the read
+// that completed it returns — not when a buffer fills or the response ends. Token-bearing events
+// are those whose first choice has non-empty `text` (or `token_ids`, without a finish_reason);
+// the finish chunk, usage chunk and `[DONE]` carry no token. Definitions: bench_stats.h.
+// Failures are records with ok = false and an error saying why ("connect 127.0.0.1:8000:
+// Connection refused", "HTTP 401: <the server's error message>", "stream error: ...").
 #pragma once
 
 #include <cstdint>
@@ -17,8 +25,8 @@ namespace strata::bench {
 struct LoadOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
-  std::string model;  // "model" field ("" = first of GET /v1/models)
-  std::string api_key;
+  std::string model;    // "model" field ("" = first of GET /v1/models, sent with api_key)
+  std::string api_key;  // "Authorization: Bearer <key>" on every request, discovery included
   int input_tokens = 128;
   int output_tokens = 32;
   bool text_prompts = false;  // text instead of token ids (length then approximate)
@@ -43,19 +51,29 @@ struct LoadOptions {
   std::function<void()> on_measure_start;  // after the warm-up, before the first request
 };
 
-// Requests sent but left out of the records (the steady-state ramp-up round).
+// Requests sent but left out of the records: the steady-state ramp-up round (counted in
+// requests/failed/tokens) and the warm-up (warmup_failed only; sent before on_measure_start).
 struct LoadExcluded {
   int requests = 0, failed = 0, input_tokens = 0, output_tokens = 0;
+  int warmup_failed = 0;
+  std::vector<RequestRecord> failures;  // the failed excluded requests, for their errors
 };
 
+// The model to name in requests: o.model, else the first id of GET /v1/models (sent with
+// o.api_key). Throws std::runtime_error saying why when the server cannot be reached or does not
+// answer 200 with a model list — no silent fallback name.
+std::string discover_model(const LoadOptions& o);
+
 // Runs one level; returns the per-request records (warm-up and ramp-up excluded) and the
-// measured wall time.
+// measured wall time. Throws (via discover_model) when no model can be named.
 std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
                                     LoadExcluded* excluded = nullptr);
 
-// GET a path (e.g. /metrics, /health, /v1/models): {status, body}; status 0 on connect error.
+// GET a path (e.g. /metrics, /health, /v1/models): {status, body}; status 0 when no response
+// came (then *error, if given, says why). api_key, if not empty, is sent as a bearer token.
 std::pair<int, std::string> http_get(const std::string& host, int port, const std::string& path,
-                                     double timeout_s = 10);
+                                     double timeout_s = 10, const std::string& api_key = "",
+                                     std::string* error = nullptr);
 // Parses Prometheus text: sums every sample of each metric name over its labels.
 std::map<std::string, double> parse_prometheus(const std::string& text);
 

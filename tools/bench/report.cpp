@@ -34,6 +34,57 @@ std::string format_table(const std::vector<LevelResult>& levels) {
   return out;
 }
 
+std::string format_level(const LevelResult& l) {
+  std::string out;
+  char line[256];
+  auto row = [&](const char* name, double v, int decimals) {
+    std::snprintf(line, sizeof line, "%-40s %-10.*f\n", name, decimals, v);
+    out += line;
+  };
+  auto rule = [&](const std::string& title) {
+    const int w = 50, pad = (w - static_cast<int>(title.size())) / 2;
+    std::string r(static_cast<std::size_t>(pad), '-');
+    r += title;
+    r.resize(static_cast<std::size_t>(w), '-');
+    out += r + "\n";
+  };
+  out += "============ Serving Benchmark Result ============\n";
+  std::snprintf(line, sizeof line, "%-40s %s, concurrency %d%s\n", "Level:", l.config.c_str(),
+                l.concurrency, l.steady_state ? ", steady state" : "");
+  out += line;
+  row("Successful requests:", l.completed, 0);
+  row("Failed requests:", l.failed, 0);
+  row("Benchmark duration (s):", l.duration_s, 2);
+  row("Total input tokens:", l.total_input_tokens, 0);
+  row("Total generated tokens:", l.total_output_tokens, 0);
+  row("Request throughput (req/s):", l.request_throughput, 2);
+  row("Output token throughput (tok/s):", l.output_throughput, 2);
+  row("Total Token throughput (tok/s):", l.total_throughput, 2);
+  auto block = [&](const std::string& title, const char* key, const Summary& s) {
+    rule(title);
+    const std::string k = key;
+    row(("Mean " + k + " (ms):").c_str(), s.mean, 2);
+    row(("Median " + k + " (ms):").c_str(), s.median, 2);
+    row(("P90 " + k + " (ms):").c_str(), s.p90, 2);
+    row(("P99 " + k + " (ms):").c_str(), s.p99, 2);
+  };
+  block("Time to First Token", "TTFT", l.ttft_ms);
+  block("Time per Output Token (excl. 1st token)", "TPOT", l.tpot_ms);
+  block("Inter-token Latency", "ITL", l.itl_ms);
+  block("End-to-end Latency", "E2EL", l.e2e_ms);
+  out += "==================================================\n";
+  return out;
+}
+
+std::string format_failures(const std::string& what, int failed, int total,
+                            const std::vector<std::pair<std::string, int>>& errors) {
+  if (failed == 0) return "";
+  std::string out =
+      what + ": " + std::to_string(failed) + " of " + std::to_string(total) + " requests failed:\n";
+  for (const auto& [e, n] : errors) out += "  " + std::to_string(n) + " x " + e + "\n";
+  return out;
+}
+
 void write_report_json(const std::string& path, const Report& r) {
   json::array lv;
   for (const auto& l : r.levels) lv.push_back(to_json(l));

@@ -15,6 +15,13 @@ struct Report {
 };
 
 std::string format_table(const std::vector<LevelResult>& levels);
+// One level in the layout of vLLM's serving benchmark ("Serving Benchmark Result": counts,
+// throughputs, then mean/median/P90/P99 of TTFT, TPOT, ITL and E2E latency), for comparison
+// with its output line by line.
+std::string format_level(const LevelResult& level);
+// "3 of 12 requests failed:\n  3 x HTTP 401: ...\n" ("" when none failed).
+std::string format_failures(const std::string& what, int failed, int total,
+                            const std::vector<std::pair<std::string, int>>& errors);
 void write_report_json(const std::string& path, const Report& r);
 Report read_report_json(const std::string& path);  // throws std::runtime_error naming the file
 // Later reports replace earlier levels with the same (config, concurrency, rate).

@@ -113,9 +113,62 @@ std::map<std::string, double> settled_metrics(const std::string& host, int port)
   return last;
 }
 
+// `strata bench serve --help`. Keep the defaults here equal to the ones run_serve reads.
+constexpr const char* kServeHelp =
+    R"(strata bench serve: the serving benchmark (docs/benchmarks.md). Streams
+OpenAI /v1/completions requests (prompts of an exact token length sent as token ids,
+ignore_eos, temperature 0) at each concurrency level and reports, per level, what a client
+sees: TTFT, TPOT, ITL and end-to-end latency (mean, median, P90, P99, as vLLM's serving
+benchmark defines them; each SSE event is timestamped as it is read off the socket) and
+request/token throughput, plus the server's /metrics deltas and a roofline fraction.
+
+Target (one is required; there is no default server):
+  --host H --port P          an OpenAI-compatible server already running (strata, vLLM, ...);
+                             either flag alone means the other's default (127.0.0.1, 8000)
+  --server-config CFG.yaml   start `strata serve --config CFG.yaml` on a free port for each level
+                             and stop it after (repeat to compare configurations back to back)
+  --serve-arg ARG            one more argument for those servers (repeat: --serve-arg --set
+                             --serve-arg model.tokenizer=PATH)
+  --strata-bin PATH          the strata binary to start (default: this one)
+  --ready-timeout S          seconds to wait for a started server's /health (default 900)
+  --model NAME               "model" of the requests (default: the first id of GET /v1/models)
+  --api-key KEY              sent as "Authorization: Bearer KEY", model discovery included
+
+Workload:
+  --input N                  prompt tokens per request (default 128)
+  --output N                 output tokens per request, min_tokens = max_tokens (default 32)
+  --text                     send text prompts (N words; token count then approximate)
+  --id-range N               prompt token ids drawn from [1, N) (default 600)
+  --seed N                   seed of the prompts and of the Poisson arrival gaps (default 0)
+  --concurrency LIST         levels, max requests in flight, 0 = unbounded (default 1,4,16)
+  --num-prompts N            measured requests per level (default: as below)
+  --prompts-per-concurrency K  measured requests per level = max(min-prompts, K x c) (default 4)
+  --min-prompts N            (default 8)
+  --request-rate R           Poisson arrivals at R requests/s (default 0 = all at once)
+  --warmup N                 requests sent one at a time before each level, not measured
+                             (default 1)
+  --steady-state             a ramp-up round of c requests with staggered output lengths, left
+                             out of the figures; the measured requests then arrive as slots free
+                             up (steady-state TTFT/TPOT; needs c >= 1)
+  --duration S               stop sending after S seconds of a level (default 0 = no bound)
+  --request-timeout S        give up on one request after S seconds (default 600)
+  --keep-alive               reuse connections between requests (default: one per request)
+
+Output:
+  --out-dir D                report.json, throughput.svg, ttft.svg, server logs
+                             (default bench-results)
+  --label NAME               configuration name of a --host/--port target (default server)
+  --merge OLD.json           merge earlier reports into this one (repeatable)
+  --kv-budget B              KV budget for the roofline (e.g. 8GiB; default none)
+  --roofline-model DIR|random:PRESET  model shape for the roofline of a --host/--port target
+
+Exit status: 0 when every request (warm-up and ramp-up included) succeeded; 1 when any
+failed (the count and the reasons are printed: refused connection, HTTP 401, ...) or the model
+could not be discovered; 2 on a usage error. (--fail-on-error is accepted: it is the default.)
+)";
+
 int run_serve(Args& a) {
   const auto out_dir = a.get_or("out-dir", "bench-results");
-  fs::create_directories(out_dir);
   LoadOptions base;
   base.host = a.get_or("host", "127.0.0.1");
   base.port = static_cast<int>(a.get_int("port", 8000));
@@ -130,15 +183,40 @@ int run_serve(Args& a) {
   base.warmup = static_cast<int>(a.get_int("warmup", 1));
   base.request_rate = a.get_double("request-rate", 0);
   base.max_duration_s = a.get_double("duration", 0);
+  base.timeout_s = a.get_double("request-timeout", 600);
+  if (base.timeout_s <= 0) throw ConfigError("--request-timeout", "must be > 0");
   base.keep_alive = a.flag("keep-alive");
   base.steady_state = a.flag("steady-state");
   base.seed = static_cast<std::uint64_t>(a.get_int("seed", 0));
-  const auto levels = int_list(a.get_or("concurrency", "1,4,16"), "--concurrency");
+  const std::string level_list = a.get_or("concurrency", "1,4,16");
+  const auto levels = int_list(level_list, "--concurrency");
   const int fixed_prompts = static_cast<int>(a.get_int("num-prompts", 0));
   const int per_level = static_cast<int>(a.get_int("prompts-per-concurrency", 4));
   const int min_prompts = static_cast<int>(a.get_int("min-prompts", 8));
   const auto configs = a.all("server-config");
   const auto serve_args = a.all("serve-arg");
+  if (configs.empty() && !a.get("host") && !a.get("port")) {
+    const std::string count = fixed_prompts > 0 ? std::to_string(fixed_prompts)
+                                                : "max(" + std::to_string(min_prompts) + ", " +
+                                                      std::to_string(per_level) + " x concurrency)";
+    std::fprintf(
+        stderr,
+        "strata bench serve: which server? Nothing was sent: there is no default target.\n"
+        "With these settings it would send, at each concurrency level %s, %s streamed\n"
+        "/v1/completions requests of %d prompt tokens and %d output tokens (after %d warm-up\n"
+        "request%s), measure TTFT/TPOT/ITL/E2E and throughput, and write %s/report.json and "
+        "plots.\n"
+        "Name the target:\n"
+        "  --host H --port P          a server already running (OpenAI-compatible)\n"
+        "  --server-config CFG.yaml   start `strata serve` with that config for each level\n"
+        "e.g. strata bench serve --host 127.0.0.1 --port 8000\n"
+        "     strata bench serve --server-config configs/tiny-cpu.yaml --concurrency 1,4\n"
+        "strata bench serve --help lists every flag.\n",
+        level_list.c_str(), count.c_str(), base.input_tokens, base.output_tokens, base.warmup,
+        base.warmup == 1 ? "" : "s", out_dir.c_str());
+    return 2;
+  }
+  fs::create_directories(out_dir);
   const std::string binary = a.get_or("strata-bin", fs::read_symlink("/proc/self/exe").string());
   const double budget =
       a.get("kv-budget")
@@ -169,6 +247,7 @@ int run_serve(Args& a) {
   const std::vector<std::string> cfgs = configs.empty() ? std::vector<std::string>{""} : configs;
   std::vector<std::unique_ptr<Roofline>> roofs;
   for (const auto& c : cfgs) roofs.push_back(roofline_for(c));
+  int failed_measured = 0, failed_excluded = 0;
   for (int level : levels) {
     for (std::size_t ci = 0; ci < cfgs.size(); ++ci) {
       const auto& cfg = cfgs[ci];
@@ -195,12 +274,22 @@ int run_serve(Args& a) {
       const auto recs = run_load(o, &dur, &excluded);
       std::fprintf(stderr, "\n");
       auto res = aggregate(recs, dur);
+      const std::string what = "bench: [" + label + " c=" + std::to_string(level) + "]";
+      std::fprintf(
+          stderr, "%s",
+          format_failures(what, res.failed, static_cast<int>(recs.size()), res.errors).c_str());
+      const int excluded_sent = excluded.requests + o.warmup;
+      std::fprintf(
+          stderr, "%s",
+          format_failures(what + " warm-up/ramp-up", excluded.warmup_failed + excluded.failed,
+                          excluded_sent, count_errors(excluded.failures))
+              .c_str());
+      failed_measured += res.failed;
+      failed_excluded += excluded.warmup_failed + excluded.failed;
       res.steady_state = o.steady_state;
       res.excluded_requests = excluded.requests;
       res.excluded_input_tokens = excluded.input_tokens;
       res.excluded_output_tokens = excluded.output_tokens;
-      if (excluded.failed > 0)
-        std::fprintf(stderr, "bench: %d ramp-up requests failed\n", excluded.failed);
       res.config = label;
       res.concurrency = level;
       res.request_rate = o.request_rate;
@@ -212,11 +301,8 @@ int run_serve(Args& a) {
       if (roofs[ci])
         res.roofline_output_throughput =
             roofs[ci]->best_output_throughput(level, {o.input_tokens, o.output_tokens}, budget);
-      for (const auto& r : recs)
-        if (!r.ok) {
-          std::fprintf(stderr, "bench: first failure: %s\n", r.error.c_str());
-          break;
-        }
+      std::printf("%s", format_level(res).c_str());
+      std::fflush(stdout);
       report.levels.push_back(res);
       if (server) server->stop();
     }
@@ -229,9 +315,14 @@ int run_serve(Args& a) {
   std::printf("%s", format_table(merged.levels).c_str());
   std::printf("report: %s/report.json, plots: %s/throughput.svg, %s/ttft.svg\n", out_dir.c_str(),
               out_dir.c_str(), out_dir.c_str());
-  int failed = 0;
-  for (const auto& l : report.levels) failed += l.failed;
-  return failed > 0 && a.flag("fail-on-error") ? 1 : 0;
+  if (failed_measured + failed_excluded > 0) {
+    std::fprintf(stderr,
+                 "bench: %d requests failed (%d measured, %d warm-up/ramp-up; reasons above): "
+                 "exit status 1\n",
+                 failed_measured + failed_excluded, failed_measured, failed_excluded);
+    return 1;
+  }
+  return 0;
 }
 
 int run_report(Args& a) {
@@ -251,14 +342,19 @@ int run(int argc, char** argv) {
   const std::string sub = argc > 0 ? argv[0] : "";
   Args a(argc > 0 ? argc - 1 : 0, argv + (argc > 0 ? 1 : 0),
          {"help", "text", "keep-alive", "fail-on-error", "steady-state"});
-  if (sub == "serve" && !a.flag("help")) {
+  if (sub == "serve" && a.flag("help")) {
+    std::printf("%s", kServeHelp);
+    return 0;
+  }
+  if (sub == "serve") {
     a.expect_only({"host",           "port",          "model",         "api-key",
                    "input",          "output",        "text",          "id-range",
                    "warmup",         "request-rate",  "duration",      "keep-alive",
                    "seed",           "concurrency",   "num-prompts",   "prompts-per-concurrency",
                    "min-prompts",    "server-config", "serve-arg",     "strata-bin",
                    "kv-budget",      "out-dir",       "merge",         "label",
-                   "roofline-model", "ready-timeout", "fail-on-error", "steady-state"});
+                   "roofline-model", "ready-timeout", "fail-on-error", "steady-state",
+                   "request-timeout"});
     return run_serve(a);
   }
   if (sub == "roofline" && !a.flag("help")) {
@@ -275,17 +371,11 @@ int run(int argc, char** argv) {
     return run_report(a);
   }
   std::printf(
-      "strata bench serve   [--host H --port P | --server-config CFG.yaml ...] --input N --output "
-      "N\n"
-      "                     [--concurrency 1,2,5,10,20] [--num-prompts N | "
-      "--prompts-per-concurrency K]\n"
-      "                     [--request-rate R] [--warmup N] [--duration S] [--keep-alive] "
-      "[--text]\n"
-      "                     [--steady-state]  (a staggered ramp-up round of c requests, excluded; "
-      "then the\n"
-      "                     measured prompts arrive as slots free up: steady-state TTFT/TPOT)\n"
-      "                     [--serve-arg ARG]... [--kv-budget 8GiB] [--out-dir D] [--merge "
-      "OLD.json]...\n"
+      "strata bench serve   --host H --port P | --server-config CFG.yaml ...  [--input 128] "
+      "[--output 32]\n"
+      "                     [--concurrency 1,4,16] [--steady-state] [--api-key K] [--model M] "
+      "...\n"
+      "                     (strata bench serve --help: every flag and its default)\n"
       "strata bench roofline [--preset llama3-8b | --model DIR] [--sparsity F] --input N --output "
       "N\n"
       "                     [--kv-budget B] [--concurrency LIST]\n"

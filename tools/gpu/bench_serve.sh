@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The serving benchmark on the GPU machine, as a client sees it (docs/benchmarks.md):
+#   .gpu-bundle/bench_serve.sh OUT_DIR       (from a bundle made by tools/gpu/bundle.sh)
+# For each configuration (default: configs/bench/llama3-8b-full.yaml, then
+# configs/bench/llama3-8b-sparse.yaml = the default sparsity profile) it starts ONE
+# `strata serve --port 0` (one start per configuration, not per level), then runs
+# `strata bench serve --steady-state` against it at 4000 in / 500 out for each level, one
+# invocation per level, and stops the server. Writes into OUT_DIR: <config>-c<N>/report.json
+# (+ bench.log) per level, server-<config>.log, report.json / throughput.svg / ttft.svg
+# (all levels merged by `strata bench report`), table.txt, status.txt. Exit status 0 only when
+# every level ran with no failed request.
+#
+# Levels: "concurrency:measured prompts" (STRATA_BENCH_LEVELS, default "1:4 16:16 64:64 256:128").
+# In steady state each level first sends a ramp-up round of c requests (staggered lengths,
+# excluded), then the measured ones as slots free up. At c = 256 only 128 are measured, so the
+# level ends as the ramp-up round drains: its TTFT is steady state, its throughput slightly low.
+#
+# Time estimate (H200, from earlier runs: 4000-token prefill ≈ 110 ms, TPOT ≈ 6 ms at c 1,
+# ≈ 12 ms at c 20, 30-45 ms at c 64; server start with random:llama3-8b ≈ 20-30 s):
+#   per configuration: start 25 s + warm-up 3 s + c=1 (1+4 requests × 3.2 s) 16 s
+#   + c=16 (≈ 2 output periods of ≈ 7 s) 15 s + c=64 (2 × ≈ 17 s) 35 s
+#   + c=256 (≈ 1.5 periods of ≈ 55 s: 256 prefills ≈ 28 s + 500 steps ≈ 27 s) 85 s  ≈ 180 s;
+#   both configurations ≈ 6 minutes. Hard cap STRATA_BENCH_BUDGET_S (default 480 s = 8 min),
+#   split evenly between the configurations: a level that would start past its share is
+#   skipped (status.txt says so) and a running level is killed at the cap.
+#
+# Other knobs (for a CPU check with the tiny model, e.g. STRATA_BIN=build/release/bin/strata
+# STRATA_BENCH_CONFIG_FILES="a.yaml b.yaml" STRATA_BENCH_INPUT=64 STRATA_BENCH_OUTPUT=16
+# STRATA_BENCH_LEVELS="1:2 4:4" STRATA_BENCH_SERVE_ARGS="--model /tmp/tiny"):
+#   STRATA_BIN, STRATA_BENCH_CONFIG_FILES, STRATA_BENCH_INPUT/OUTPUT, STRATA_BENCH_SERVE_ARGS
+#   (extra `strata serve` arguments, word-split), STRATA_BENCH_READY_S (server start, default
+#   180), STRATA_BENCH_TOKENIZER (default parity/tokenizer.json of the bundle, if present).
+set -uo pipefail
+out=${1:?usage: bench_serve.sh OUT_DIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+strata=${STRATA_BIN:-$here/bin/strata}
+cfg_dir=$here/configs/bench
+[ -d "$cfg_dir" ] || cfg_dir=$here/../../configs/bench  # run from the repository
+configs=${STRATA_BENCH_CONFIG_FILES:-"$cfg_dir/llama3-8b-full.yaml $cfg_dir/llama3-8b-sparse.yaml"}
+input=${STRATA_BENCH_INPUT:-4000}
+output=${STRATA_BENCH_OUTPUT:-500}
+levels=${STRATA_BENCH_LEVELS:-"1:4 16:16 64:64 256:128"}
+budget=${STRATA_BENCH_BUDGET_S:-480}
+ready_s=${STRATA_BENCH_READY_S:-180}
+tokenizer=${STRATA_BENCH_TOKENIZER:-$here/parity/tokenizer.json}
+read -r -a serve_args <<<"${STRATA_BENCH_SERVE_ARGS:-}"
+[ -f "$tokenizer" ] && serve_args+=(--set "model.tokenizer=$tokenizer")
+[ -x "$strata" ] || { echo "bench_serve: no strata binary at $strata (STRATA_BIN)" >&2; exit 2; }
+
+start=$(date +%s)
+status=$out/status.txt
+: >"$status"
+rc_all=0
+server_pid=
+stop_server() {
+  [ -n "$server_pid" ] || return 0
+  kill "$server_pid" 2>/dev/null
+  for _ in $(seq 1 40); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
+  kill -9 "$server_pid" 2>/dev/null
+  wait "$server_pid" 2>/dev/null
+  server_pid=
+}
+trap stop_server EXIT
+
+# GET /health over bash's /dev/tcp (no curl needed): 0 when it answers 200.
+healthy() {
+  local reply
+  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
+  printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+  IFS= read -r -t 5 reply <&3
+  exec 3<&- 3>&-
+  [[ $reply == *" 200 "* ]]
+}
+
+read -r -a cfg_list <<<"$configs"
+n_cfg=${#cfg_list[@]}
+merge=()
+i=0
+for cfg in "${cfg_list[@]}"; do
+  name=$(basename "$cfg" .yaml)
+  deadline=$((start + budget * (i + 1) / n_cfg))
+  i=$((i + 1))
+  log=$out/server-$name.log
+  "$strata" serve --config "$cfg" --port 0 "${serve_args[@]}" >"$log" 2>&1 &
+  server_pid=$!
+  port=
+  t0=$(date +%s)
+  while [ $(($(date +%s) - t0)) -lt "$ready_s" ] && kill -0 "$server_pid" 2>/dev/null; do
+    [ -z "$port" ] && port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\).*/\1/p' "$log" | head -1)
+    [ -n "$port" ] && healthy "$port" && break
+    sleep 1
+  done
+  if [ -z "$port" ] || ! healthy "$port"; then
+    echo "$name: server not ready after $(($(date +%s) - t0)) s (log: $log)" | tee -a "$status"
+    tail -20 "$log"
+    stop_server
+    rc_all=1
+    continue
+  fi
+  echo "$name: server ready on port $port in $(($(date +%s) - t0)) s" | tee -a "$status"
+  warm=1
+  for lv in $levels; do
+    c=${lv%%:*}
+    n=${lv#*:}
+    now=$(date +%s)
+    if [ "$now" -ge $((deadline - 10)) ]; then
+      echo "$name c=$c: skipped (time budget: $((now - start)) s of $budget used)" | tee -a "$status"
+      rc_all=1
+      continue
+    fi
+    dir=$out/$name-c$c
+    mkdir -p "$dir"
+    t1=$(date +%s)
+    timeout $((deadline - now)) "$strata" bench serve --host 127.0.0.1 --port "$port" \
+      --label "$name" --input "$input" --output "$output" --concurrency "$c" --num-prompts "$n" \
+      --steady-state --warmup "$warm" --out-dir "$dir" >"$dir/bench.log" 2>&1
+    rc=$?
+    warm=0
+    echo "$name c=$c: $n measured, rc=$rc ($(($(date +%s) - t1)) s)" | tee -a "$status"
+    grep -A3 "requests failed" "$dir/bench.log" | head -8 | tee -a "$status"
+    [ "$rc" = 0 ] || rc_all=1
+    [ -f "$dir/report.json" ] && merge+=(--merge "$dir/report.json")
+  done
+  stop_server
+done
+
+if [ ${#merge[@]} -gt 0 ]; then
+  "$strata" bench report "${merge[@]}" --out-dir "$out" >"$out/table.txt" 2>&1 || rc_all=1
+  cat "$out/table.txt"
+fi
+echo "total $(($(date +%s) - start)) s, exit $rc_all" | tee -a "$status"
+exit "$rc_all"

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <cmath>
 #include <cstdio>
 
 #include "runtime/make_model.h"
@@ -23,6 +24,8 @@ TEST(BenchStats, PercentilesInterpolateLikeNumpy) {
   EXPECT_DOUBLE_EQ(s.mean, 20);
   EXPECT_DOUBLE_EQ(s.median, 20);
   EXPECT_DOUBLE_EQ(summarize({}).p99, 0);
+  EXPECT_NEAR(s.std, std::sqrt(200.0 / 3), 1e-12);  // population std, as numpy's default
+  EXPECT_DOUBLE_EQ(s.p95, 29);
 }
 
 TEST(BenchStats, AggregateFollowsVllmDefinitions) {
@@ -38,7 +41,10 @@ TEST(BenchStats, AggregateFollowsVllmDefinitions) {
   b.e2e_s = 2.7;  // TPOT = 200 ms
   RequestRecord c;
   c.ok = false;
+  c.error = "HTTP 401: no key";
   const auto r = aggregate({a, b, c}, 2.0);
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0], (std::pair<std::string, int>{"HTTP 401: no key", 1}));
   EXPECT_EQ(r.completed, 2);
   EXPECT_EQ(r.failed, 1);
   EXPECT_EQ(r.total_output_tokens, 22);
@@ -52,6 +58,8 @@ TEST(BenchStats, AggregateFollowsVllmDefinitions) {
   const auto back = level_from_json(to_json(r));
   EXPECT_EQ(back.completed, 2);
   EXPECT_DOUBLE_EQ(back.tpot_ms.mean, r.tpot_ms.mean);
+  EXPECT_DOUBLE_EQ(back.ttft_ms.std, r.ttft_ms.std);
+  EXPECT_EQ(back.errors, r.errors);
 }
 
 TEST(Roofline, Llama3DefaultProfileArithmetic) {

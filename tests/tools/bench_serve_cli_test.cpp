@@ -1,0 +1,138 @@
+// `strata bench serve` as a user runs it (tools/cli/bench_cmd.cpp): exit status and messages
+// for a refused port, a server that answers 401, no target at all, and --help; the binary is
+// build/.../bin/strata, the server the stub of tests/tools/sse_stub_server.h.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "tests/tools/sse_stub_server.h"
+
+namespace strata::bench {
+namespace {
+
+using testing::SseStubServer;
+using testing::StubOptions;
+
+struct Run {
+  int status = -1;  // exit status
+  std::string out;  // stdout and stderr
+};
+
+Run strata(const std::string& args) {
+  const std::string bin = std::string(STRATA_BINARY_DIR) + "/bin/strata";
+  EXPECT_TRUE(std::filesystem::exists(bin))
+      << bin << " not built (cmake --build ... --target strata)";
+  Run r;
+  FILE* p = ::popen((bin + " " + args + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string out_dir(const std::string& name) {
+  return ::testing::TempDir() + "/bench_serve_cli." + std::to_string(::getpid()) + "." + name;
+}
+
+const std::string kSmall = " --input 4 --output 5 --concurrency 1,2 --num-prompts 2 --warmup 1";
+
+bool has(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+TEST(BenchServeCli, NoTargetExplainsAndSendsNothing) {
+  const auto r = strata("bench serve --out-dir " + out_dir("none"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(has(r.out, "no default target")) << r.out;
+  EXPECT_TRUE(has(r.out, "--host H --port P")) << r.out;
+  EXPECT_TRUE(has(r.out, "--server-config")) << r.out;
+  EXPECT_TRUE(has(r.out, "128 prompt tokens and 32 output tokens")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(out_dir("none")));
+}
+
+TEST(BenchServeCli, RefusedPortExitsOneAndSaysSo) {
+  int dead = 0;
+  {
+    SseStubServer gone(StubOptions{});
+    dead = gone.port();
+  }
+  // Without --model the discovery fails first and nothing more is sent.
+  auto r = strata("bench serve --port " + std::to_string(dead) + kSmall + " --out-dir " +
+                  out_dir("refused"));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "model discovery")) << r.out;
+  EXPECT_TRUE(has(r.out, "Connection refused")) << r.out;
+  // With --model every request fails, and the report says how many and why.
+  r = strata("bench serve --port " + std::to_string(dead) + " --model m" + kSmall + " --out-dir " +
+             out_dir("refused-model"));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "2 of 2 requests failed")) << r.out;
+  EXPECT_TRUE(has(r.out, "2 x connect 127.0.0.1:" + std::to_string(dead) + ": Connection refused"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "requests failed (")) << r.out;
+}
+
+TEST(BenchServeCli, UnauthorizedExitsOneUnlessTheKeyIsGiven) {
+  SseStubServer stub({.api_key = "k1", .first_token_ms = 20, .token_interval_ms = 5});
+  const std::string target = "bench serve --port " + std::to_string(stub.port()) + kSmall;
+  auto r = strata(target + " --out-dir " + out_dir("401"));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "model discovery")) << r.out;
+  EXPECT_TRUE(has(r.out, "HTTP 401: stub: a valid API key is required")) << r.out;
+  EXPECT_TRUE(has(r.out, "--api-key")) << r.out;
+
+  r = strata(target + " --model stub-model --out-dir " + out_dir("401-model"));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "2 x HTTP 401: stub: a valid API key is required")) << r.out;
+
+  // The key reaches the discovery too: the model is found and every request succeeds.
+  const auto dir = out_dir("key");
+  r = strata(target + " --api-key k1 --out-dir " + dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "Serving Benchmark Result")) << r.out;
+  std::ifstream f(dir + "/report.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const auto report = boost::json::parse(ss.str());
+  const auto& levels = report.at("levels").as_array();
+  ASSERT_EQ(levels.size(), 2u);
+  for (const auto& l : levels) {
+    EXPECT_EQ(l.at("failed").to_number<int>(), 0);
+    EXPECT_EQ(l.at("completed").to_number<int>(), 2);
+    const double ttft = l.at("ttft_ms").at("median").to_number<double>();
+    const double e2e = l.at("e2e_ms").at("median").to_number<double>();
+    EXPECT_GE(ttft, 18);  // the stub's 20 ms (less 2 for clock granularity)
+    EXPECT_GE(e2e, 38);   // 20 + 4 x 5 ms
+    EXPECT_LT(ttft, e2e);
+  }
+}
+
+TEST(BenchServeCli, HelpShowsEveryFlagAndTheRealDefaults) {
+  const auto r = strata("bench serve --help");
+  EXPECT_EQ(r.status, 0) << r.out;
+  for (const char* flag :
+       {"--host",           "--port",          "--model",         "--api-key",
+        "--input",          "--output",        "--text",          "--id-range",
+        "--warmup",         "--request-rate",  "--duration",      "--keep-alive",
+        "--seed",           "--concurrency",   "--num-prompts",   "--prompts-per-concurrency",
+        "--min-prompts",    "--server-config", "--serve-arg",     "--strata-bin",
+        "--kv-budget",      "--out-dir",       "--merge",         "--label",
+        "--roofline-model", "--ready-timeout", "--fail-on-error", "--steady-state",
+        "--request-timeout"})
+    EXPECT_TRUE(has(r.out, std::string(flag) + " ")) << flag;
+  EXPECT_TRUE(has(r.out, "(default 1,4,16)")) << r.out;
+  EXPECT_TRUE(has(r.out, "prompt tokens per request (default 128)")) << r.out;
+  EXPECT_TRUE(has(r.out, "(default 32)")) << r.out;
+}
+
+}  // namespace
+}  // namespace strata::bench

@@ -48,7 +48,7 @@ TEST(LoadGen, TimestampsEachEventAsItArrives) {
     EXPECT_GE((r.e2e_s - r.ttft_s) * 1e3, 100);
     EXPECT_GE(r.e2e_s * 1e3, 235);
     EXPECT_LE(r.itl_s.size(), 19u);  // one gap per token after the first (fewer if coalesced)
-    EXPECT_GE(r.itl_s.size(), 10u);
+    EXPECT_GE(r.itl_s.size(), 5u);
   }
   const auto level = aggregate(recs, duration);
   EXPECT_EQ(level.completed, 4);

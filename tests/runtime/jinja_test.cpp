@@ -1,0 +1,121 @@
+// runtime/jinja/: what the parity test against Python cannot show — constructs outside the
+// subset fail at parse time with their line, and hostile templates hit the render limits
+// instead of exhausting memory or the stack.
+#include "runtime/jinja/jinja.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+namespace {
+
+using strata::jinja::RenderError;
+using strata::jinja::RenderOptions;
+using strata::jinja::Template;
+using strata::jinja::TemplateError;
+
+std::string render(const std::string& src, const std::string& vars_json = "{}",
+                   const RenderOptions& o = {}) {
+  return Template::parse(src).render(boost::json::parse(vars_json).as_object(), o);
+}
+
+// The TemplateError's message for `src` ("" if it parses).
+std::string parse_error(const std::string& src) {
+  try {
+    Template::parse(src);
+  } catch (const TemplateError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Jinja, RendersAChatTemplate) {
+  EXPECT_EQ(render("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}{% endfor %}"
+                   "{% if add_generation_prompt %}<assistant>{% endif %}",
+                   R"({"messages": [{"role": "user", "content": " hi "}],
+                       "add_generation_prompt": true})"),
+            "<user>hi<assistant>");
+}
+
+TEST(Jinja, UnsupportedConstructsFailAtParseTimeWithTheirLine) {
+  EXPECT_EQ(parse_error("a\n{{ x | wordwrap(3) }}"), "line 2: unsupported filter 'wordwrap'");
+  EXPECT_EQ(parse_error("\n\n{% if x is fizzbuzz %}{% endif %}"),
+            "line 3: unsupported test 'fizzbuzz'");
+  EXPECT_EQ(parse_error("{% include 'other.jinja' %}"), "line 1: unsupported tag '{% include %}'");
+  EXPECT_EQ(parse_error("{% extends 'base' %}"), "line 1: unsupported tag '{% extends %}'");
+  EXPECT_EQ(parse_error("\n{% call foo() %}{% endcall %}"), "line 2: unsupported tag '{% call %}'");
+  EXPECT_EQ(parse_error("{{ messages.append(1) }}"), "line 1: unsupported method '.append()'");
+  EXPECT_EQ(parse_error("x\ny\n{{ cycler(1, 2) }}"), "line 3: unknown function 'cycler()'");
+  EXPECT_EQ(parse_error("{% for x in y recursive %}{% endfor %}"),
+            "line 1: recursive for loops are not supported");
+  EXPECT_EQ(parse_error("{{ f(*args) }}"), "line 1: *args and **kwargs in calls are not supported");
+  EXPECT_EQ(parse_error("{% break %}"), "line 1: 'break' outside a for loop");
+}
+
+TEST(Jinja, SyntaxErrorsNameTheirLine) {
+  EXPECT_EQ(parse_error("{% if x %}\nno end"),
+            "line 2: unexpected end of template: expected '{% elif %}'");
+  EXPECT_EQ(parse_error("{{ 'abc }}"), "line 1: unterminated string literal");
+  EXPECT_EQ(parse_error("\n{{ x ) }}"), "line 2: unexpected ')'");
+  EXPECT_EQ(parse_error("{{ x"), "line 1: unexpected end of template: missing '}}'");
+  EXPECT_EQ(parse_error("{# never closed"), "line 1: missing end of comment tag");
+  EXPECT_EQ(parse_error("{% for x %}{% endfor %}"),
+            "line 1: expected 'in' in a for loop, got '%}'");
+  EXPECT_EQ(parse_error("{% endfor %}"), "line 1: unsupported tag '{% endfor %}'");
+  EXPECT_EQ(parse_error("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}"),
+            "line 1: expression nested too deeply");  // not a stack overflow
+}
+
+TEST(Jinja, MacrosAreCollectedBeforeCallsAreChecked) {
+  EXPECT_EQ(render("{{ later() if false }}{% macro later() %}x{% endmacro %}{{ later() }}"), "x");
+}
+
+TEST(Jinja, RaiseExceptionKeepsTheMessage) {
+  try {
+    render("{{ raise_exception('Conversation roles must alternate') }}");
+    FAIL();
+  } catch (const RenderError& e) {
+    EXPECT_TRUE(e.raised());
+    EXPECT_STREQ(e.what(), "Conversation roles must alternate");
+  }
+}
+
+TEST(Jinja, RenderErrorsNameTheLine) {
+  try {
+    render("ok\n{{ missing.attr }}");
+    FAIL();
+  } catch (const RenderError& e) {
+    EXPECT_FALSE(e.raised());
+    EXPECT_STREQ(e.what(), "line 2: 'missing' is undefined");
+  }
+}
+
+TEST(Jinja, LimitsStopRunawayTemplates) {
+  RenderOptions o;
+  o.max_steps = 10000;
+  EXPECT_THROW(render("{% for i in range(100000) %}{{ i }}{% endfor %}", "{}", o), RenderError);
+  o = {};
+  o.max_output = 1000;
+  EXPECT_THROW(render("{{ 'x' * 100000000000 }}", "{}", o), RenderError);
+  EXPECT_THROW(render("{% for i in range(10) %}{{ 'y' * 200 }}{% endfor %}", "{}", o), RenderError);
+  EXPECT_THROW(render("{{ range(1000000000)|length }}"), RenderError);
+  // a macro calling itself forever ends at max_depth, not in a stack overflow
+  EXPECT_THROW(render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"), RenderError);
+}
+
+TEST(Jinja, TemplateIsReusableAndIndependentOfRenders) {
+  const Template t = Template::parse(
+      "{% set ns = namespace(n=0) %}{% for m in xs %}"
+      "{% set ns.n = ns.n + m %}{% endfor %}{{ ns.n }}");
+  EXPECT_EQ(t.render(boost::json::parse(R"({"xs": [1, 2, 3]})").as_object()), "6");
+  EXPECT_EQ(t.render(boost::json::parse(R"({"xs": [10]})").as_object()), "10");
+}
+
+TEST(Jinja, StrftimeNowUsesTheGivenClock) {
+  RenderOptions o;
+  o.now = 0;
+  const std::string year = render("{{ strftime_now('%Y') }}", "{}", o);
+  EXPECT_TRUE(year == "1970" || year == "1969") << year;  // local time
+}
+
+}  // namespace

@@ -178,7 +178,7 @@ net::awaitable<bool> handle_admin(Conn& c, Req& req, std::string_view path,
           last_gen = s.generation_tokens_total;
           last_t = now;
           const std::string ev = sse_data(json::serialize(o));
-          c.set_deadline(to_duration(srv.opt.server.idle_timeout_s));
+          c.set_deadline(to_duration(srv.opt.server.write_timeout_s));
           auto [ec, n] = co_await net::async_write(c.sock, http::make_chunk(net::buffer(ev)),
                                                    as_tuple(use_awaitable));
           c.clear_deadline();

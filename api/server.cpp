@@ -74,19 +74,54 @@ std::string Server::Impl::token_text(std::int32_t id) const {
   }
 }
 
-bool Server::Impl::origin_allowed(std::string_view origin) const {
-  for (const auto& o : opt.server.cors_origins)
-    if (o == "*" || o == origin) return true;
-  return false;
+namespace {
+bool private_route(std::string_view path) {
+  return path.starts_with("/admin") || path == "/metrics";
 }
+std::string clip(std::string_view s) {  // for echoing client input in a message
+  return s.size() <= 64 ? std::string(s) : std::string(s.substr(0, 64)) + "...";
+}
+}  // namespace
 
 void Server::Impl::decorate(const Req& req, http::fields& f) const {
   f.set(http::field::server, "strata");
   auto it = req.find(http::field::origin);
-  if (it != req.end() && origin_allowed(it->value())) {
+  const std::string_view target = req.target();
+  if (it != req.end() && !private_route(target.substr(0, target.find('?'))) &&
+      policy.cors_listed(it->value())) {
     f.set(http::field::access_control_allow_origin, it->value());
     f.set(http::field::vary, "Origin");
   }
+}
+
+std::optional<ApiError> Server::Impl::refuse_caller(const Req& req, std::string_view path) const {
+  const auto host = req.find(http::field::host);
+  if (host == req.end() ? req.version() >= 11 : !policy.host_ok(host->value())) {
+    return ApiError(421, "invalid_request_error",
+                    "the Host header must name this server (got '" +
+                        (host == req.end() ? std::string() : clip(host->value())) +
+                        "'; other names: server.allowed_hosts)",
+                    "", "misdirected_request");
+  }
+  std::optional<std::string_view> origin;
+  if (auto it = req.find(http::field::origin); it != req.end()) origin = it->value();
+  if (!policy.origin_ok(origin,
+                        host == req.end() ? std::string_view() : std::string_view(host->value()),
+                        private_route(path))) {
+    return ApiError(403, "permission_error",
+                    "requests from the origin '" + clip(*origin) + "' are not allowed" +
+                        (private_route(path) ? " on " + std::string(path) + " (same origin only)"
+                                             : std::string(" (server.cors_origins)")),
+                    "", "origin_not_allowed");
+  }
+  if ((req.method() == http::verb::post || req.method() == http::verb::put) &&
+      !is_json_content_type(req[http::field::content_type])) {
+    return ApiError(415, "invalid_request_error",
+                    "the request body must be JSON sent as Content-Type: application/json (got '" +
+                        clip(req[http::field::content_type]) + "')",
+                    "", "unsupported_media_type");
+  }
+  return std::nullopt;
 }
 
 Res Server::Impl::response(const Req& req, http::status st, std::string body,
@@ -104,6 +139,7 @@ Res Server::Impl::response(const Req& req, http::status st, std::string body,
 Res Server::Impl::error_response(const Req& req, const ApiError& e) {
   Res res = response(req, static_cast<http::status>(e.status), error_json(e));
   if (e.status == 401) res.set(http::field::www_authenticate, "Bearer");
+  if (e.status == 429 || e.status == 503) res.set(http::field::retry_after, "1");
   return res;
 }
 
@@ -128,39 +164,6 @@ bool Server::Impl::admin_ok(const Req& req, std::string_view query) const {
   if (bearer_matches(req, admin_token)) return true;
   const std::string t = query_param(query, "token");
   return !t.empty() && secret_equal(t, admin_token);
-}
-
-net::awaitable<void> Server::Impl::accept_loop() {
-  for (;;) {
-    auto [ec, sock] = co_await acceptor.async_accept(as_tuple(use_awaitable));
-    if (ec) {
-      if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
-      continue;  // EMFILE and friends: keep serving the others
-    }
-    if (static_cast<int>(conns.size()) + websockets >= opt.server.max_connections) {
-      // Over the cap: answer 503 without reading the request, then close.
-      auto body = std::make_shared<std::string>(
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: "
-          "close\r\nContent-Length: ");
-      const std::string err =
-          error_json(ApiError(503, "overloaded_error",
-                              "too many open connections (server.max_connections = " +
-                                  std::to_string(opt.server.max_connections) + ")",
-                              "", "too_many_connections"));
-      *body += std::to_string(err.size()) + "\r\n\r\n" + err;
-      auto s = std::make_shared<tcp::socket>(std::move(sock));
-      net::async_write(*s, net::buffer(*body), [s, body](boost::system::error_code, std::size_t) {
-        boost::system::error_code ignored;
-        s->shutdown(tcp::socket::shutdown_both, ignored);
-        s->close(ignored);
-      });
-      metrics.observe_http(503);
-      continue;
-    }
-    auto c = std::make_shared<Conn>(*this, std::move(sock));
-    net::co_spawn(io, c->watchdog(), [c](std::exception_ptr) {});
-    net::co_spawn(io, c->run(), [c](std::exception_ptr) {});
-  }
 }
 
 void Server::Impl::begin_stop() {
@@ -230,7 +233,7 @@ net::awaitable<void> Conn::watchdog() {
 }
 
 net::awaitable<bool> Conn::write(Res res) {
-  set_deadline(to_duration(srv.opt.server.idle_timeout_s));
+  set_deadline(to_duration(srv.opt.server.write_timeout_s));
   auto [ec, n] = co_await http::async_write(sock, res, as_tuple(use_awaitable));
   clear_deadline();
   co_return !ec && res.keep_alive();
@@ -239,11 +242,17 @@ net::awaitable<bool> Conn::write(Res res) {
 net::awaitable<void> Conn::run() {
   auto self = shared_from_this();
   const auto header_to = to_duration(srv.opt.server.header_timeout_s);
-  for (;;) {
+  // The first request's head must be complete within header_timeout_s of the accept (a
+  // silent socket holds its slot no longer); a later one within header_timeout_s of its
+  // first byte, after at most idle_timeout_s of keep-alive idleness.
+  set_deadline(header_to);
+  for (bool first = true;; first = false) {
     idle = true;
+    waiting = true;
+    waiting_since = Clock::now();
     if (srv.stopping) break;
     if (buf.size() == 0) {  // wait for the next request's first bytes (keep-alive idle)
-      set_deadline(to_duration(srv.opt.server.idle_timeout_s));
+      if (!first) set_deadline(to_duration(srv.opt.server.idle_timeout_s));
       auto [ec, n] = co_await sock.async_read_some(buf.prepare(4096), as_tuple(use_awaitable));
       if (ec) break;
       buf.commit(n);
@@ -253,7 +262,7 @@ net::awaitable<void> Conn::run() {
     parser.header_limit(16 * 1024);
     parser.body_limit(srv.opt.server.max_body_bytes);
     timed_out = false;
-    set_deadline(header_to);
+    if (!first) set_deadline(header_to);
     auto [hec, hn] = co_await http::async_read_header(sock, buf, parser, as_tuple(use_awaitable));
     Req dummy;  // for errors before a request exists: they close the connection
     dummy.keep_alive(false);
@@ -327,6 +336,7 @@ net::awaitable<void> Conn::run() {
       break;
     }
     Req req = parser.release();
+    waiting = false;
     bool keep = false;
     try {
       keep = co_await handle(req);
@@ -336,6 +346,7 @@ net::awaitable<void> Conn::run() {
     }
     if (!keep || !sock.is_open()) break;
   }
+  waiting = true;
   // Lingering close: stop sending, then drain what the client still sends (an oversized body)
   // for a moment, so the kernel does not answer it with a reset that would destroy our reply.
   if (sock.is_open()) {
@@ -367,6 +378,7 @@ net::awaitable<bool> Conn::handle(Req& req) {
   auto fail = [&](const ApiError& e) { return write(srv.error_response(req, e)); };
   std::optional<ApiError> err;
 
+  if (auto refused = srv.refuse_caller(req, path)) co_return co_await fail(*refused);
   if (method == http::verb::options) {  // CORS preflight
     Res res = srv.response(req, http::status::no_content, "");
     res.set(http::field::access_control_allow_methods, "GET, POST, PUT, OPTIONS");
@@ -561,7 +573,7 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
   head.chunked(true);
   srv.metrics.observe_http(200);
   http::response_serializer<http::empty_body> sr{head};
-  set_deadline(to_duration(srv.opt.server.idle_timeout_s));
+  set_deadline(to_duration(srv.opt.server.write_timeout_s));
   auto [hec, hn] = co_await http::async_write_header(sock, sr, as_tuple(use_awaitable));
   clear_deadline();
   if (hec) {
@@ -572,7 +584,7 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
   shaper.set_prompt_tokens(ts->prompt_tokens());
   auto send = [&](const std::string& s) -> net::awaitable<bool> {
     if (s.empty() || write_failed) co_return !write_failed;
-    set_deadline(to_duration(srv.opt.server.idle_timeout_s));
+    set_deadline(to_duration(srv.opt.server.write_timeout_s));
     auto [ec, n] =
         co_await net::async_write(sock, http::make_chunk(net::buffer(s)), as_tuple(use_awaitable));
     clear_deadline();
@@ -616,7 +628,7 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
     engine->abort(id);
     co_return false;
   }
-  set_deadline(to_duration(srv.opt.server.idle_timeout_s));
+  set_deadline(to_duration(srv.opt.server.write_timeout_s));
   auto [lec, ln] =
       co_await net::async_write(sock, http::make_chunk_last(), as_tuple(use_awaitable));
   clear_deadline();

@@ -19,6 +19,7 @@
 #include "api/api_error.h"
 #include "api/metrics.h"
 #include "api/openai_request.h"
+#include "api/origin_policy.h"
 #include "api/server.h"
 
 namespace strata::api {
@@ -37,6 +38,7 @@ struct Server::Impl {
   explicit Impl(ServerOptions o);
 
   ServerOptions opt;
+  OriginPolicy policy{opt.server};
   net::io_context io{1};
   tcp::acceptor acceptor{io};
   net::signal_set signals{io};
@@ -51,7 +53,10 @@ struct Server::Impl {
   unsigned short bound_port = 0;
   Clock::time_point started = Clock::now();
 
+  // accept.cpp: accepts, applies the connection cap (evicting the connection that has waited
+  // longest for its request head, else 503) and the per-socket options.
   net::awaitable<void> accept_loop();
+  bool evict_one_waiting();
   void begin_stop();
   net::awaitable<void> drain();
 
@@ -64,7 +69,8 @@ struct Server::Impl {
                const char* content_type = "application/json");
   Res error_response(const Req& req, const ApiError& e);
   void decorate(const Req& req, http::fields& f) const;  // CORS
-  bool origin_allowed(std::string_view origin) const;
+  // 421 (Host names another server), 403 (Origin not allowed), 415 (POST/PUT not JSON).
+  std::optional<ApiError> refuse_caller(const Req& req, std::string_view path) const;
   bool api_key_ok(const Req& req) const;
   bool admin_ok(const Req& req, std::string_view query) const;
 };
@@ -78,7 +84,9 @@ struct Conn : std::enable_shared_from_this<Conn> {
   net::steady_timer timer;
   Clock::time_point deadline = Clock::time_point::max();
   bool timed_out = false;
-  bool idle = true;        // between requests: a graceful stop may close it
+  bool idle = true;     // between requests: a graceful stop may close it
+  bool waiting = true;  // no request in hand (idle or reading a head): may be evicted
+  Clock::time_point waiting_since = Clock::now();
   beast::flat_buffer buf;  // bytes read ahead of the current request
 
   void set_deadline(Clock::duration d);

@@ -21,15 +21,34 @@ namespace {
 
 constexpr int kMaxInFlight = 16;
 
+// Ending: end() closes the socket and cancels the event channel, which completes every
+// pending operation (the reader's read, the writer's write, and senders blocked on a full
+// channel: closing a channel alone wakes only receivers). It runs when the writer fails,
+// when a write stays blocked past server.write_timeout_s (the peer stopped reading), and
+// when the reader ends; so a session ends within write_timeout_s of its socket going.
 struct WsSession : std::enable_shared_from_this<WsSession> {
-  WsSession(Server::Impl& s, tcp::socket sock) : srv(s), ws(std::move(sock)), out(srv.io, 1024) {}
+  WsSession(Server::Impl& s, tcp::socket sock)
+      : srv(s), ws(std::move(sock)), out(srv.io, 1024), stall(srv.io) {}
   Server::Impl& srv;
   websocket::stream<tcp::socket> ws;
   net::experimental::channel<void(boost::system::error_code, std::string)> out;
+  net::steady_timer stall;  // expires when the write in progress has been blocked too long
   std::map<std::string, bool> inflight;  // response id -> cancel requested
   std::uint64_t seq = 0;
   bool closed = false;
 
+  void end() {
+    if (closed) return;
+    closed = true;
+    out.cancel();
+    out.close();
+    stall.cancel();
+    boost::system::error_code ec;
+    ws.next_layer().shutdown(tcp::socket::shutdown_both, ec);
+    ws.next_layer().close(ec);
+  }
+
+  // Returns at once when the session has ended; otherwise waits while the queue is full.
   net::awaitable<void> emit(json::object ev) {
     if (closed) co_return;
     ev["event_id"] = "event_" + std::to_string(++seq);
@@ -54,10 +73,22 @@ struct WsSession : std::enable_shared_from_this<WsSession> {
     auto self = shared_from_this();
     for (;;) {
       auto [ec, msg] = co_await out.async_receive(as_tuple(use_awaitable));
-      if (ec) break;
+      if (ec || closed) break;
       ws.text(true);
+      stall.expires_after(to_duration(srv.opt.server.write_timeout_s));
       auto [wec, n] = co_await ws.async_write(net::buffer(msg), as_tuple(use_awaitable));
+      stall.expires_at(Clock::time_point::max());
       if (wec) break;
+    }
+    end();
+  }
+
+  net::awaitable<void> stall_watch() {
+    auto self = shared_from_this();
+    while (!closed) {
+      auto [ec] = co_await stall.async_wait(as_tuple(use_awaitable));
+      // note: re-arming the timer cancels the wait (ec set); only a real expiry ends it.
+      if (!ec && !closed && stall.expiry() <= Clock::now()) end();
     }
   }
 
@@ -283,8 +314,8 @@ net::awaitable<void> run_websocket(Server::Impl& srv, tcp::socket sock, Req req)
   const auto q = target.find('?');
   const std::string key =
       q == std::string_view::npos ? "" : query_param(target.substr(q + 1), "api_key");
-  std::optional<ApiError> refuse;
-  if (!srv.api_key_ok(req)) {
+  std::optional<ApiError> refuse = srv.refuse_caller(req, "/v1/ws");
+  if (!refuse && !srv.api_key_ok(req)) {
     bool ok = false;
     for (const auto& k : srv.opt.server.api_keys) ok = ok || (!key.empty() && secret_equal(key, k));
     if (!ok)
@@ -316,13 +347,14 @@ net::awaitable<void> run_websocket(Server::Impl& srv, tcp::socket sock, Req req)
     }
   };
   srv.ws_closers[s.get()] = closer;
+  s->stall.expires_at(Clock::time_point::max());
+  net::co_spawn(srv.io, s->stall_watch(), net::detached);
   net::co_spawn(srv.io, s->writer(), net::detached);
   co_await s->reader();
   srv.ws_closers.erase(s.get());
-  s->closed = true;
+  s->end();
   for (auto& [id, c] : s->inflight)
     if (srv.engine) srv.engine->abort(id);  // the client is gone: free its pages
-  s->out.close();
 }
 
 }  // namespace strata::api

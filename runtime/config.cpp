@@ -99,8 +99,8 @@ void apply_cache(const YAML::Node& n, CacheSection& c) {
 void apply_server(const YAML::Node& n, ServerSection& s) {
   check_keys(n, "server",
              {"host", "port", "served_model_name", "api_keys", "admin_token", "cors_origins",
-              "max_body_bytes", "max_connections", "header_timeout_s", "idle_timeout_s",
-              "shutdown_grace_s"});
+              "allowed_hosts", "max_body_bytes", "max_connections", "header_timeout_s",
+              "idle_timeout_s", "write_timeout_s", "shutdown_grace_s"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "server." + k;
@@ -116,6 +116,8 @@ void apply_server(const YAML::Node& n, ServerSection& s) {
       s.admin_token = read_string(kv.second, key);
     else if (k == "cors_origins")
       s.cors_origins = read_string_list(kv.second, key);
+    else if (k == "allowed_hosts")
+      s.allowed_hosts = read_string_list(kv.second, key);
     else if (k == "max_body_bytes")
       s.max_body_bytes = read_bytes(kv.second, key);
     else if (k == "max_connections")
@@ -124,9 +126,28 @@ void apply_server(const YAML::Node& n, ServerSection& s) {
       s.header_timeout_s = read_double(kv.second, key, 0.1, 3600);
     else if (k == "idle_timeout_s")
       s.idle_timeout_s = read_double(kv.second, key, 0.1, 86400);
+    else if (k == "write_timeout_s")
+      s.write_timeout_s = read_double(kv.second, key, 0.1, 86400);
     else if (k == "shutdown_grace_s")
       s.shutdown_grace_s = read_double(kv.second, key, 0, 3600);
   }
+}
+
+// `request_override` is the operator's rule over per-request profiles, not part of the
+// profile itself (which requests and the admin API replace).
+void apply_sparsity(const YAML::Node& n, Config& c) {
+  if (n.IsMap() && n["request_override"]) {
+    YAML::Node profile = YAML::Clone(n);
+    const auto v = read_enum(profile["request_override"], "sparsity.request_override",
+                             {"off", "within-limits", "any"});
+    c.sparsity_request_override = v == "off"   ? RequestOverride::kOff
+                                  : v == "any" ? RequestOverride::kAny
+                                               : RequestOverride::kWithinLimits;
+    profile.remove("request_override");
+    if (profile.size() > 0) c.sparsity = parse_sparsity_yaml(profile, c.sparsity);
+    return;
+  }
+  c.sparsity = parse_sparsity_yaml(n, c.sparsity);
 }
 
 void apply(const YAML::Node& root, Config& c) {
@@ -143,7 +164,7 @@ void apply(const YAML::Node& root, Config& c) {
     else if (k == "cache")
       apply_cache(kv.second, c.cache);
     else if (k == "sparsity")
-      c.sparsity = parse_sparsity_yaml(kv.second, c.sparsity);
+      apply_sparsity(kv.second, c);
     else if (k == "server")
       apply_server(kv.second, c.server);
   }

@@ -55,12 +55,21 @@ struct ServerSection {
   std::vector<std::string> api_keys;  // empty: inference needs no key
   std::string admin_token;            // empty: generated at start and printed
   std::vector<std::string> cors_origins;
+  // Host header values accepted besides loopback names and the bound address ("*": any);
+  // anything else gets 421 (DNS rebinding).
+  std::vector<std::string> allowed_hosts;
   std::uint64_t max_body_bytes = 8ull << 20;
   int max_connections = 1024;
   double header_timeout_s = 10;
   double idle_timeout_s = 120;
+  double write_timeout_s = 30;  // a write blocked that long (peer not reading) ends the connection
   double shutdown_grace_s = 10;
 };
+
+// sparsity.request_override: what a request's `kv_sparsity` may change. kWithinLimits: only
+// lower capacity and window below the operator's profile (never disable sparsity or use
+// more KV); kOff: refused; kAny: any valid profile.
+enum class RequestOverride : std::uint8_t { kOff, kWithinLimits, kAny };
 
 struct Config {
   ModelSection model;
@@ -68,6 +77,7 @@ struct Config {
   SchedulerSection scheduler;
   CacheSection cache;
   SparsityProfile sparsity;
+  RequestOverride sparsity_request_override = RequestOverride::kWithinLimits;
   ServerSection server;
 
   // Sets one dotted key from a string (flags: --set scheduler.max_num_seqs=8).

@@ -86,7 +86,8 @@ TEST_F(ServerTest, ClientDisconnectMidStreamAbortsTheRequest) {
   {
     auto s = connect();
     http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
-    req.set(http::field::host, "x");
+    req.set(http::field::host, "localhost");
+    req.set(http::field::content_type, "application/json");
     req.body() = R"({"prompt":"x","max_tokens":250,"stream":true})";
     req.prepare_payload();
     http::write(s, req);

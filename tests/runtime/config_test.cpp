@@ -135,6 +135,24 @@ TEST(Config, SparsityFileReplacesTheProfile) {
   }
 }
 
+TEST(Config, SparsityRequestOverrideIsTheOperatorsRuleNotPartOfTheProfile) {
+  Config c = parse_config_yaml("sparsity: {}\n", "t");
+  EXPECT_EQ(c.sparsity_request_override, RequestOverride::kWithinLimits);  // the default
+  c = parse_config_yaml("sparsity: {request_override: off}\n", "t");
+  EXPECT_EQ(c.sparsity_request_override, RequestOverride::kOff);
+  EXPECT_FALSE(c.sparsity.enabled);  // naming only the rule does not switch sparsity on
+  c = parse_config_yaml("sparsity: {request_override: any, capacity: 256}\n", "t");
+  EXPECT_EQ(c.sparsity_request_override, RequestOverride::kAny);
+  EXPECT_TRUE(c.sparsity.enabled);
+  EXPECT_EQ(c.sparsity.capacity, 256);
+  c.set("sparsity.request_override", "off");
+  EXPECT_EQ(c.sparsity_request_override, RequestOverride::kOff);
+  EXPECT_THROW(parse_config_yaml("sparsity: {request_override: maybe}\n", "t"), ConfigError);
+  c = parse_config_yaml("server: {write_timeout_s: 2, allowed_hosts: [strata.lan]}\n", "t");
+  EXPECT_EQ(c.server.write_timeout_s, 2);
+  EXPECT_EQ(c.server.allowed_hosts, std::vector<std::string>{"strata.lan"});
+}
+
 TEST(Config, RepoConfigsParse) {
   for (const char* f : {"tiny-cpu.yaml", "tiny-cuda.yaml", "llama3-8b.yaml", "llama3-70b-tp2.yaml",
                         "bench/llama3-8b-full.yaml", "bench/llama3-8b-sparse.yaml"}) {

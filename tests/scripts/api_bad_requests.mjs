@@ -48,9 +48,15 @@ try {
   await expectError("oversized body", await post("/v1/completions", JSON.stringify({ prompt: "x".repeat(100000) })), 413, "over the limit");
   await expectError("admin without token", await fetch(s.base + "/admin/api/stats"), 401, "admin token");
   await expectError("admin bad profile", await fetch(s.base + "/admin/api/profile", { method: "PUT",
-    headers: { Authorization: `Bearer ${s.token}` }, body: JSON.stringify({ window: 100 }) }), 400, "sparsity");
+    headers: { Authorization: `Bearer ${s.token}`, "Content-Type": "application/json" }, body: JSON.stringify({ window: 100 }) }), 400, "sparsity");
+  // Callers a browser page could be: a CORS-simple body, a foreign origin, a rebound DNS name.
+  await expectError("text/plain body", await fetch(s.base + "/v1/completions", { method: "POST", body: JSON.stringify({ prompt: "x" }) }),
+                    415, "application/json");
+  await expectError("foreign origin", await post("/v1/completions", { prompt: "x" }, { Origin: "https://evil.example" }), 403, "origin");
+  const rebound = await raw(`GET /health HTTP/1.1\r\nHost: attacker.example:${new URL(s.base).port}\r\n\r\n`);
+  check(/^HTTP\/1\.1 421/.test(rebound), "Host naming another server (DNS rebinding): 421");
 
-  const loris = await raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\n", { trickle: true });
+  const loris = await raw("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n", { trickle: true });
   check(loris.startsWith("HTTP/1.1 408") && loris.includes("timed out"), "slow-loris: 408 after the header timeout, then closed");
   const garbage = await raw("GARBAGE\r\n\r\n");
   check(/^HTTP\/1\.1 400/.test(garbage), "garbage request line: 400");

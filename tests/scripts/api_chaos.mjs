@@ -40,7 +40,9 @@ function rng(s) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const s = await startServer(bin, model, ["--set", `model.max_model_len=${kMaxLen}`, "--set", "server.max_body_bytes=65536",
-                                         "--set", "server.header_timeout_s=2"]);
+                                         "--set", "server.header_timeout_s=2",
+                                         // any per-request profile, not only ones below the server's
+                                         "--set", "sparsity.request_override=any"]);
 const failures = [];
 let serverExit = null;
 s.proc.on("exit", (code, sig) => { serverExit = `server process exited (code ${code}, signal ${sig})`; });
@@ -262,7 +264,7 @@ function vanish(r) {
   const body = JSON.stringify({ prompt: "vanishing", max_tokens: r.int(10, 100), ignore_eos: true, stream: r.chance(0.5) });
   const whole = r.chance(0.6);
   if (whole) acceptedUnknown++;
-  const head = `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`;
+  const head = `POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`;
   const waitMs = r.int(0, 150);
   return new Promise((resolve) => {
     const sock = net.connect(Number(url.port), url.hostname, () => {
@@ -285,7 +287,7 @@ async function adminChange(r) {
   count(valid ? "admin_profile_valid" : "admin_profile_invalid");
   const p = profileFor(r, valid);
   if (valid && r.chance(0.2)) { p.schedule = "pyramid"; p.capacity = 96; }  // may not fit every layer: 200 or 400
-  const res = await fetch(`${s.base}/admin/api/profile`, { method: "PUT", headers: admin, body: JSON.stringify(p) });
+  const res = await fetch(`${s.base}/admin/api/profile`, { method: "PUT", headers: { ...admin, "Content-Type": "application/json" }, body: JSON.stringify(p) });
   const text = await res.text();
   if (valid && p.schedule === "uniform" && res.status !== 200) fail(`admin valid profile ${JSON.stringify(p)}: ${res.status} ${text}`);
   if (!valid || p.schedule !== "uniform") {
@@ -410,7 +412,7 @@ try {
   check(bad5xx.length === 0, `/metrics: no 5xx other than 503 answered (${JSON.stringify(codes)})`);
 
   // The engine state is intact: same greedy output as before, under the starting profile.
-  const put = await fetch(`${s.base}/admin/api/profile`, { method: "PUT", headers: admin, body: JSON.stringify(info.profile) });
+  const put = await fetch(`${s.base}/admin/api/profile`, { method: "PUT", headers: { ...admin, "Content-Type": "application/json" }, body: JSON.stringify(info.profile) });
   check(put.status === 200, "starting profile restored");
   const after = await reference();
   check(after === before, `greedy output after the chaos equals the output before (${before} vs ${after})`);

@@ -56,7 +56,7 @@ class EngineImpl final : public Engine {
       tokenizer_config = weights->tokenizer_config_json();
     }
     tokenizer_ = Tokenizer::load(tokenizer_json, tokenizer_config);
-    const auto chat = detect_chat_format(tokenizer_config, config_.model.chat_template);
+    auto chat = ChatTemplate::load(tokenizer_config, config_.model.chat_template);
 
     std::vector<std::unique_ptr<Backend>> backends;
     if (factory) {
@@ -101,7 +101,8 @@ class EngineImpl final : public Engine {
     IntakeSettings is;
     is.tokenizer = tokenizer_.get();
     is.model = model_;
-    is.chat_format = chat;
+    is.chat = chat;
+    chat_ = std::move(chat);
     is.max_model_len = max_len;
     is.request_timeout_s = config_.scheduler.request_timeout_s;
     intake_ = std::make_unique<IntakeActor>(std::move(is));
@@ -179,6 +180,10 @@ class EngineImpl final : public Engine {
   const Tokenizer& tokenizer() const override { return *tokenizer_; }
   const ModelConfig& model() const override { return model_; }
   const Config& config() const override { return config_; }
+  std::vector<std::int32_t> chat_prompt(const std::vector<ChatMessage>& messages,
+                                        const ChatOptions& options) const override {
+    return chat_prompt_ids(*chat_, *tokenizer_, messages, options);
+  }
 
   void shutdown(std::chrono::milliseconds grace) override {
     if (shut_down_.exchange(true)) return;
@@ -199,6 +204,7 @@ class EngineImpl final : public Engine {
   Config config_;
   ModelConfig model_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::shared_ptr<const ChatTemplate> chat_;
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::unique_ptr<CacheActor> cache_;
@@ -214,6 +220,11 @@ class EngineImpl final : public Engine {
 };
 
 }  // namespace
+
+std::vector<std::int32_t> Engine::chat_prompt(const std::vector<ChatMessage>&,
+                                              const ChatOptions&) const {
+  throw InvalidRequest("messages", "this engine has no chat template");
+}
 
 std::unique_ptr<Engine> Engine::create(const Config& config, BackendFactory factory) {
   return std::make_unique<EngineImpl>(config, std::move(factory));

@@ -18,6 +18,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/chat_message.h"
+#include "runtime/chat_template.h"
 #include "runtime/config.h"
 #include "runtime/sampling_params.h"
 #include "runtime/sparsity_profile.h"
@@ -33,6 +34,7 @@ struct Request {
   std::optional<std::string> prompt_text;               // completions: text (BOS per model config)
   std::optional<std::vector<std::int32_t>> prompt_ids;  // completions: token ids, used verbatim
   std::optional<std::vector<ChatMessage>> messages;     // chat: formatted with the chat template
+  ChatOptions chat;  // with messages: add_generation_prompt, chat_template(_kwargs), ...
   SamplingParams params;
   bool random_seed = false;  // true: the request gave no seed; intake draws one into params.seed
   int n = 1;                 // independent choices
@@ -156,6 +158,10 @@ class Engine {
   virtual const Tokenizer& tokenizer() const = 0;
   virtual const ModelConfig& model() const = 0;
   virtual const Config& config() const = 0;
+  // The prompt ids of a chat conversation, exactly as submit() assembles them (/tokenize uses
+  // it). Throws InvalidRequest.
+  virtual std::vector<std::int32_t> chat_prompt(const std::vector<ChatMessage>& messages,
+                                                const ChatOptions& options) const;
   // Stops accepting, lets running requests finish until `grace`, then aborts the rest.
   virtual void shutdown(std::chrono::milliseconds grace) = 0;
 };

@@ -27,11 +27,7 @@ std::shared_ptr<PreparedRequest> IntakeActor::prepare(Request r) const {
     const auto ids = tok.encode(*r.prompt_text);
     out->prompt.insert(out->prompt.end(), ids.begin(), ids.end());
   } else {
-    if (r.messages->empty()) throw InvalidRequest("messages", "at least one message is required");
-    std::string bos;
-    if (auto id = tok.bos_id()) bos = tok.token_bytes(*id);
-    const auto text = apply_chat_template(s_.chat_format, *r.messages, true, bos);
-    out->prompt = tok.encode(text, /*allow_special=*/true);
+    out->prompt = chat_prompt_ids(*s_.chat, tok, *r.messages, r.chat);
   }
   if (out->prompt.empty()) throw InvalidRequest("prompt", "the prompt is empty");
   const int vocab = s_.model.vocab_size;

@@ -23,9 +23,9 @@ namespace strata::actors {
 struct IntakeSettings {
   const Tokenizer* tokenizer = nullptr;
   ModelConfig model;
-  ChatFormat chat_format = ChatFormat::kNone;
-  std::int64_t max_model_len = 0;  // resolved (> 0)
-  double request_timeout_s = 0;    // 0: no default deadline
+  std::shared_ptr<const ChatTemplate> chat;  // never null (available() may be false)
+  std::int64_t max_model_len = 0;            // resolved (> 0)
+  double request_timeout_s = 0;              // 0: no default deadline
   int max_n = 16;
 };
 

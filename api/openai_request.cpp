@@ -232,6 +232,33 @@ json::value parse_json_body(std::string_view body) {
   return v;
 }
 
+ChatOptions parse_chat_options(const json::object& o) {
+  ChatOptions c;
+  if (const auto* v = find(o, "add_generation_prompt"))
+    c.add_generation_prompt = boolean(*v, "add_generation_prompt");
+  if (const auto* v = find(o, "continue_final_message"))
+    c.continue_final_message = boolean(*v, "continue_final_message");
+  if (c.continue_final_message && c.add_generation_prompt)
+    throw bad_request("continue_final_message",
+                      "'continue_final_message' cannot be combined with 'add_generation_prompt' "
+                      "(true by default): set \"add_generation_prompt\": false");
+  if (const auto* v = find(o, "chat_template")) {
+    try {
+      c.request_template = parse_request_chat_template(string(*v, "chat_template"));
+    } catch (const InvalidRequest& e) {
+      throw bad_request("chat_template", e.what());
+    }
+  }
+  if (const auto* v = find(o, "chat_template_kwargs")) {
+    if (!v->is_object()) wrong_type("chat_template_kwargs", "an object", *v);
+    if (v->as_object().contains("messages"))
+      throw bad_request("chat_template_kwargs",
+                        "'chat_template_kwargs' cannot set 'messages'; send them as messages");
+    c.kwargs = v->as_object();
+  }
+  return c;
+}
+
 std::vector<ChatMessage> parse_messages(const json::value& v, const std::string& param) {
   if (!v.is_array()) wrong_type(param, "an array of messages", v);
   const auto& a = v.as_array();
@@ -311,6 +338,7 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
     const auto* m = find(o, "messages");
     if (!m) throw bad_request("messages", "'messages' is required");
     r.messages = parse_messages(*m, "messages");
+    r.chat = parse_chat_options(o);
     if (find(o, "prompt"))
       throw bad_request("prompt", "chat completions take 'messages', not 'prompt'");
   } else {
@@ -472,13 +500,12 @@ TokenizeRequest parse_tokenize_request(const json::value& body) {
     t.prompt = string(*p, "prompt");
   } else if (m) {
     t.messages = parse_messages(*m, "messages");
+    t.chat = parse_chat_options(o);
   } else {
     throw bad_request("prompt", "'prompt' (or 'messages') is required");
   }
   if (const auto* v = find(o, "add_special_tokens"))
     t.add_special_tokens = boolean(*v, "add_special_tokens");
-  if (const auto* v = find(o, "add_generation_prompt"))
-    t.add_generation_prompt = boolean(*v, "add_generation_prompt");
   return t;
 }
 

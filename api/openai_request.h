@@ -48,17 +48,24 @@ boost::json::value parse_json_body(std::string_view body);
 ParsedRequest parse_openai_request(const boost::json::value& body, Endpoint endpoint,
                                    const ParseContext& ctx, bool* has_seed = nullptr);
 
-// POST /tokenize: {"prompt": str | "messages": [...], "add_special_tokens": bool}.
+// POST /tokenize: {"prompt": str | "messages": [...], "add_special_tokens": bool} and, with
+// messages, the chat template fields (parse_chat_options).
 struct TokenizeRequest {
   std::string prompt;
   std::vector<ChatMessage> messages;  // non-empty: chat form
   bool add_special_tokens = true;
-  bool add_generation_prompt = true;
+  ChatOptions chat;  // chat form: add_generation_prompt, continue_final_message, chat_template...
 };
 TokenizeRequest parse_tokenize_request(const boost::json::value& body);
 
 // POST /detokenize: {"tokens": [int...]} (ids checked against the vocabulary).
 std::vector<std::int32_t> parse_detokenize_request(const boost::json::value& body, int vocab_size);
+
+// The chat template fields of a chat or /tokenize request, with vLLM's names and defaults:
+// add_generation_prompt (true), continue_final_message (false; needs add_generation_prompt
+// false), chat_template (a template text, parsed here: 400 with its line when it does not),
+// chat_template_kwargs (an object of extra template variables; not `messages`).
+ChatOptions parse_chat_options(const boost::json::object& body);
 
 // Chat messages: [{role, content: str | [{type:"text", text}]}]; `param` names the field.
 std::vector<ChatMessage> parse_messages(const boost::json::value& v, const std::string& param);

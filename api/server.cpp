@@ -471,13 +471,7 @@ net::awaitable<bool> Conn::handle(Req& req) {
       const auto t = parse_tokenize_request(body);
       std::vector<std::int32_t> ids;
       if (!t.messages.empty()) {
-        const auto& cfg = srv.engine->config();
-        const ChatFormat f =
-            detect_chat_format(cfg.model.path + "/tokenizer_config.json", cfg.model.chat_template);
-        const auto bos = tok.bos_id();
-        const std::string text = apply_chat_template(f, t.messages, t.add_generation_prompt,
-                                                     bos ? tok.token_bytes(*bos) : "");
-        ids = tok.encode(text, true);
+        ids = srv.engine->chat_prompt(t.messages, t.chat);  // as a chat request's prompt
       } else {
         if (t.add_special_tokens && tok.adds_bos() && tok.bos_id()) ids.push_back(*tok.bos_id());
         const auto enc = tok.encode(t.prompt, t.add_special_tokens);

@@ -1,33 +1,87 @@
-// Built-in chat formats (Llama-3 Instruct, ChatML), chosen by matching the model's
-// tokenizer_config.json `chat_template` text against the known templates. Templates are
-// not interpreted: an unrecognised one is an error at load, which a config can override
-// (model.chat_template: llama3 | chatml | none).
+// How a chat request becomes a prompt: the checkpoint's own Jinja chat template, rendered by
+// runtime/jinja/ the way Hugging Face transformers renders it (apply_chat_template) and vLLM
+// serves it, or a built-in format for checkpoints without one.
+//
+// Which template (model.chat_template, `strata serve --chat-template`):
+//   auto (default)   chat_template.jinja next to tokenizer_config.json if present, else
+//                    tokenizer_config.json's `chat_template` (a string, or the list form's
+//                    "default" entry); a checkpoint with neither has no chat format
+//   llama3 | chatml  the built-in Llama-3 Instruct / ChatML template (whatever the checkpoint has)
+//   none             no chat format: chat requests are refused
+//   anything else    a path to a Jinja template file
+// A template that does not parse, or uses a construct outside the supported subset, is a
+// ConfigError("model.chat_template", "<where>: line N: ...") at load.
 #pragma once
 
+#include <boost/json/object.hpp>
+#include <cstdint>
+#include <ctime>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/chat_message.h"
+#include "runtime/jinja/jinja.h"
 
 namespace strata {
 
-enum class ChatFormat { kLlama3, kChatML, kNone };
+class Tokenizer;
 
-// forced: "auto" | "llama3" | "chatml" | "none". "auto" matches the tokenizer_config.json
-// chat_template against the built-in templates (path "" or no such file, or no chat_template
-// -> kNone);
-// unrecognised -> ConfigError("model.chat_template", ...) saying so and that it can be forced.
-// An unreadable or malformed file is a ModelError naming it.
-ChatFormat detect_chat_format(const std::string& tokenizer_config_json_path,
-                              const std::string& forced);
+// The per-request parts of a chat rendering (OpenAI / vLLM fields of the same names).
+struct ChatOptions {
+  bool add_generation_prompt = true;
+  // The last message (an assistant's, normally) is left open: the rendering ends right after
+  // its content, without the end-of-turn the template writes; excludes add_generation_prompt.
+  bool continue_final_message = false;
+  boost::json::object kwargs;  // chat_template_kwargs: extra template variables
+  std::shared_ptr<const jinja::Template> request_template;  // the request's chat_template
+  std::optional<std::time_t> now;  // strftime_now's clock (tests); unset: the current time
+};
 
-// The prompt text (special tokens as text; encode with allow_special = true).
-// kLlama3: bos_token before the first message, contents trimmed like the template's `| trim`.
-// kNone: throws InvalidRequest("messages", ...) (the model has no chat format).
-// Unknown roles are passed through as the template does; an empty role is InvalidRequest.
-std::string apply_chat_template(ChatFormat f, const std::vector<ChatMessage>& messages,
-                                bool add_generation_prompt, const std::string& bos_token);
+class ChatTemplate {
+ public:
+  // Throws ConfigError("model.chat_template", ...) (bad setting, unreadable file, template
+  // that does not parse) or ModelError (malformed tokenizer_config.json). The file may be
+  // missing ("" or no such path): then only the built-ins or a file can be used.
+  static std::shared_ptr<const ChatTemplate> load(const std::string& tokenizer_config_json_path,
+                                                  const std::string& setting);
+  // A template from its text (tests, tools); `origin` names it in messages.
+  static std::shared_ptr<const ChatTemplate> from_text(const std::string& text,
+                                                       boost::json::object special_tokens,
+                                                       const std::string& origin);
 
-const char* chat_format_name(ChatFormat f);  // "llama3" | "chatml" | "none"
+  bool available() const { return static_cast<bool>(template_); }
+  const std::string& origin() const { return origin_; }  // e.g. "tokenizer_config.json"
+  // bos_token, eos_token, unk_token, pad_token as tokenizer_config.json gives them.
+  const boost::json::object& special_tokens() const { return special_tokens_; }
+
+  // The prompt text. Throws InvalidRequest naming the field: "messages" (no chat format, empty
+  // messages, the template's raise_exception or another rendering failure),
+  // "continue_final_message" (with add_generation_prompt, or the final message not found in
+  // the rendering), "chat_template_kwargs" (sets `messages`).
+  std::string render(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
+
+ private:
+  std::shared_ptr<const jinja::Template> template_;
+  boost::json::object special_tokens_;
+  std::string origin_;
+};
+
+// The prompt token ids of a chat request: the rendering encoded with special tokens
+// recognised and nothing added, as HF's apply_chat_template(tokenize=True) and vLLM's chat
+// endpoint do (add_special_tokens=False). The template is the only source of BOS, so a template
+// that writes bos_token gives exactly one even when the tokenizer adds BOS to plain text.
+// The one prompt assembly for chat: the intake and /tokenize both call it.
+std::vector<std::int32_t> chat_prompt_ids(const ChatTemplate& t, const Tokenizer& tok,
+                                          const std::vector<ChatMessage>& messages,
+                                          const ChatOptions& options);
+
+// A request's `chat_template` text; InvalidRequest("chat_template", "line N: ...") when it
+// does not parse.
+std::shared_ptr<const jinja::Template> parse_request_chat_template(const std::string& text);
+
+// The built-in template texts ("llama3", "chatml"); nullptr for other names.
+const char* builtin_chat_template(const std::string& name);
 
 }  // namespace strata

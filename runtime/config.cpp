@@ -23,7 +23,7 @@ void apply_model(const YAML::Node& n, ModelSection& m) {
     else if (k == "tokenizer")
       m.tokenizer = read_string(kv.second, key);
     else if (k == "chat_template")
-      m.chat_template = read_enum(kv.second, key, {"auto", "llama3", "chatml", "none"});
+      m.chat_template = read_string(kv.second, key);  // checked when the model loads
     else if (k == "max_model_len")
       m.max_model_len = read_int(kv.second, key, 0, 1 << 24);
     else if (k == "seed")

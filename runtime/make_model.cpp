@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "runtime/chat_template.h"
 #include "runtime/error.h"
 #include "runtime/model_loader.h"
 #include "runtime/progress.h"
@@ -103,13 +104,6 @@ const char* kSpecials[] = {"<|begin_of_text|>",         "<|end_of_text|>",
 constexpr const char* kLlama3Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-constexpr const char* kLlama3ChatTemplate =
-    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
-    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
-    "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% "
-    "endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
-    "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
@@ -207,7 +201,7 @@ int write_builtin_tokenizer(const std::string& dir) {
   write_file(dir + "/tokenizer.json", json::serialize(tok));
   json::object tc{{"bos_token", kSpecials[0]},
                   {"eos_token", kSpecials[9]},
-                  {"chat_template", kLlama3ChatTemplate},
+                  {"chat_template", builtin_chat_template("llama3")},
                   {"model_max_length", 131072},
                   {"clean_up_tokenization_spaces", true},
                   {"tokenizer_class", "PreTrainedTokenizerFast"}};

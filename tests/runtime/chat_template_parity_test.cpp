@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/chat_template.h"
+#include "runtime/error.h"
 #include "runtime/jinja/jinja.h"
 
 #ifndef STRATA_PYTHON3
@@ -50,6 +52,23 @@ std::string first_difference(const std::string& want, const std::string& got) {
          "\n  strata: " + json::serialize(json::value(got.substr(from, 120)));
 }
 
+// continue_final_message goes through ChatTemplate::render, the serving path: the messages as
+// ChatMessages, the other variables as chat_template_kwargs.
+std::string render_continued(const std::string& source, const json::object& vars, std::time_t now) {
+  const auto t = strata::ChatTemplate::from_text(source, {}, "test");
+  std::vector<strata::ChatMessage> messages;
+  for (const auto& m : vars.at("messages").as_array())
+    messages.push_back(
+        {std::string(m.at("role").as_string()), std::string(m.at("content").as_string())});
+  strata::ChatOptions o;
+  o.add_generation_prompt = false;
+  o.continue_final_message = true;
+  o.kwargs = vars;
+  o.kwargs.erase("messages");
+  o.now = now;
+  return t->render(messages, o);
+}
+
 TEST(ChatTemplateParity, RendersLikePythonJinja2) {
   const std::string ref = run_reference();
   ASSERT_FALSE(ref.empty()) << "the reference renderer failed: " << STRATA_PYTHON3
@@ -84,10 +103,18 @@ TEST(ChatTemplateParity, RendersLikePythonJinja2) {
     std::string got, error;
     bool raised = false;
     try {
-      got = t.render(c.at("vars").as_object(), opt);
+      if (c.if_contains("continue_final_message")) {
+        got = render_continued(source.empty() ? read_file(kDir + "/" + key) : source,
+                               c.at("vars").as_object(), *opt.now);
+      } else {
+        got = t.render(c.at("vars").as_object(), opt);
+      }
     } catch (const strata::jinja::RenderError& e) {
       error = e.what();
       raised = e.raised();
+    } catch (const strata::InvalidRequest& e) {  // ChatTemplate::render's form of the errors
+      error = e.what();
+      raised = e.param() == "messages" && error.find("the chat template (") == std::string::npos;
     }
     if (const auto* want = c.if_contains("out")) {
       if (!error.empty()) {

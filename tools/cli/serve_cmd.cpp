@@ -48,11 +48,15 @@ int run(int argc, char** argv) {
         "strata serve [--config FILE] [--model DIR] [--host ADDR] [--port N] [--sparsity FILE]\n"
         "  [--set key=value]... [--admin-token TOKEN] [--api-key KEY]... [--served-model-name "
         "NAME]\n"
+        "  [--chat-template FILE | auto | llama3 | chatml | none]\n"
         "%s"
         "Serves the OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models),\n"
         "WebSocket /v1/ws, /health, /metrics, /tokenize, /detokenize and the admin console "
         "/admin.\n"
         "--port 0 picks a free port. Binds 127.0.0.1 unless told otherwise.\n"
+        "--chat-template FILE renders chats with that Jinja template instead of the "
+        "checkpoint's\n(chat_template.jinja or tokenizer_config.json); llama3 | chatml: a "
+        "built-in one (docs/api.md).\n"
         "--tp-size N runs N tensor-parallel ranks in this process (docs/tensor-parallel.md).\n"
         "--tp-rank R --tp-master HOST:PORT runs rank R of N per process (CPU, or CUDA: one GPU\n"
         "per process, backend.devices[R] or R modulo the visible GPUs): rank 0 serves HTTP and\n"
@@ -62,9 +66,10 @@ int run(int argc, char** argv) {
         kTpFlagsHelp);
     return 0;
   }
-  std::vector<std::string> known = {"help",    "config",           "model", "host",
-                                    "port",    "sparsity",         "set",   "admin-token",
-                                    "api-key", "served-model-name"};
+  std::vector<std::string> known = {
+      "help",         "config", "model",       "host",    "port",
+      "sparsity",     "set",    "admin-token", "api-key", "served-model-name",
+      "chat-template"};
   known.insert(known.end(), kTpFlagNames.begin(), kTpFlagNames.end());
   a.expect_only(known);
   Config config;
@@ -81,6 +86,7 @@ int run(int argc, char** argv) {
   if (auto t = a.get("admin-token")) config.server.admin_token = *t;
   for (const auto& k : a.all("api-key")) config.server.api_keys.push_back(k);
   if (auto n = a.get("served-model-name")) config.server.served_model_name = *n;
+  if (auto t = a.get("chat-template")) config.model.chat_template = *t;
   if (config.model.path.empty())
     throw ConfigError("model.path", "required (--model DIR or the config file)");
   const TpFlags tp = read_tp_flags(a, config);

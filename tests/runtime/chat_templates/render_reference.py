@@ -44,6 +44,21 @@ def strftime_now(fmt):
     return datetime.fromtimestamp(NOW).strftime(fmt)
 
 
+def continue_final_message(rendered, final_message):
+    """transformers' apply_chat_template(continue_final_message=True) on the rendering."""
+    if final_message.strip() not in rendered:
+        raise ValueError("continue_final_message is set but the final message does not appear")
+    loc = rendered.rindex(final_message.strip())
+    if rendered[loc:loc + len(final_message.lstrip())] == final_message:
+        return rendered[:loc + len(final_message.lstrip())]
+    return rendered[:loc + len(final_message.strip())]
+
+
+def plain(messages):
+    """Only role and string content: what Strata's API passes to a template."""
+    return all(set(m) == {"role", "content"} and isinstance(m["content"], str) for m in messages)
+
+
 def environment():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[Generation, loopcontrols])
@@ -88,6 +103,19 @@ def main():
                 case = {"id": f"{name} / {conv['name']} / add_generation_prompt={agp}",
                         "template_file": name, "vars": variables}
                 case.update(render(env, source, variables))
+                cases.append(case)
+            last = conv["messages"][-1]
+            if plain(conv["messages"]) and last["role"] == "assistant":
+                case = {"id": f"{name} / {conv['name']} / continue_final_message",
+                        "template_file": name, "vars": dict(variables, add_generation_prompt=False),
+                        "continue_final_message": True}
+                case.update(render(env, source, case["vars"]))
+                if "out" in case:
+                    try:
+                        case["out"] = continue_final_message(case["out"], last["content"])
+                    except ValueError as e:
+                        del case["out"]
+                        case.update(error=str(e), raised=False)
                 cases.append(case)
     features = load("features.json")
     for k, source in enumerate(features["templates"]):

@@ -43,7 +43,7 @@ std::shared_ptr<PreparedRequest> IntakeActor::prepare(Request r) const {
         "n", "n must be in [1, " + std::to_string(s_.max_n) + "], got " + std::to_string(r.n));
   }
   auto& p = r.params;
-  if (p.max_tokens < 1) {
+  if (p.max_tokens < 0) {
     throw InvalidRequest("max_tokens",
                          "max_tokens must be at least 1, got " + std::to_string(p.max_tokens));
   }
@@ -51,19 +51,38 @@ std::shared_ptr<PreparedRequest> IntakeActor::prepare(Request r) const {
   for (const auto& s : p.stop) {
     if (s.empty()) throw InvalidRequest("stop", "stop strings must not be empty");
   }
+  // One wording for text, token-id and chat prompts. A prompt that alone fills the context
+  // is the prompt's fault; one that leaves too little for max_tokens is max_tokens'.
   const std::int64_t prompt_len = static_cast<std::int64_t>(out->prompt.size());
+  const std::string limit =
+      "This model's maximum context length is " + std::to_string(s_.max_model_len) + " tokens";
+  if (prompt_len >= s_.max_model_len) {
+    const char* what = r.messages ? "messages" : "prompt";
+    throw InvalidRequest(what, limit + ". However, the " + std::string(what) + " take" +
+                                   (r.messages ? "" : "s") + " " + std::to_string(prompt_len) +
+                                   " tokens, which leaves none for the completion. Please "
+                                   "reduce the length of the " +
+                                   what + ".");
+  }
+  if (p.max_tokens == 0) p.max_tokens = static_cast<int>(s_.max_model_len - prompt_len);
   if (prompt_len + p.max_tokens > s_.max_model_len) {
     throw InvalidRequest("max_tokens",
-                         "this model's context is " + std::to_string(s_.max_model_len) +
-                             " tokens; the prompt has " + std::to_string(prompt_len) +
-                             " tokens and max_tokens is " + std::to_string(p.max_tokens) + " (" +
-                             std::to_string(prompt_len + p.max_tokens) + " in total)");
+                         limit + ". However, you requested " +
+                             std::to_string(prompt_len + p.max_tokens) + " tokens (" +
+                             std::to_string(prompt_len) + " in the prompt, " +
+                             std::to_string(p.max_tokens) +
+                             " in the completion). Please reduce the length of the prompt or "
+                             "completion.");
   }
+  if (p.min_tokens > p.max_tokens) p.min_tokens = p.max_tokens;
   if (r.sparsity) {
     try {
       r.sparsity->resolve(s_.model.num_hidden_layers);
     } catch (const ConfigError& e) {
-      throw InvalidRequest("kv_sparsity", e.what());
+      // The profile checks name "sparsity.<field>"; the request's field is kv_sparsity.<field>.
+      const bool ours = e.key().rfind("sparsity.", 0) == 0;
+      throw InvalidRequest(ours ? "kv_" + e.key() : "kv_sparsity",
+                           ours ? "kv_" + std::string(e.what()) : std::string(e.what()));
     }
   }
   if (r.random_seed) {

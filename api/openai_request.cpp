@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "api/sparsity_limits.h"
 #include "runtime/error.h"
 
 namespace strata::api {
@@ -324,10 +325,12 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
       bool known = false;
       for (const auto& n : ctx.model_names) known = known || n == out.model;
       if (!known) {
-        throw ApiError(404, "not_found_error",
-                       "the model '" + out.model + "' does not exist (served: '" +
-                           ctx.model_names.front() + "')",
-                       "model", "model_not_found");
+        const std::string shown =
+            out.model.size() <= 64 ? out.model : out.model.substr(0, 64) + "...";
+        throw ApiError(
+            404, "not_found_error",
+            "the model '" + shown + "' does not exist (served: '" + ctx.model_names.front() + "')",
+            "model", "model_not_found");
       }
     }
   } else if (!ctx.model_names.empty()) {
@@ -359,22 +362,12 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
     mt = find(o, "max_tokens");
     mt_name = "max_tokens";
   }
+  // Chat without max_tokens: what remains of the context after the prompt (0, as vLLM);
+  // the engine checks the prompt against the context, for text, ids and messages alike.
   if (mt) {
     sp.max_tokens = static_cast<int>(integer_in(*mt, mt_name, 1, limit, why));
   } else {
-    sp.max_tokens = chat ? std::min(ctx.default_chat_max_tokens, limit) : std::min(16, limit);
-  }
-  if (r.prompt_ids && ctx.max_model_len > 0 &&
-      static_cast<std::int64_t>(r.prompt_ids->size()) + sp.max_tokens > ctx.max_model_len) {
-    throw bad_request(
-        "prompt",
-        "This model's maximum context length is " + std::to_string(ctx.max_model_len) +
-            " tokens. However, you requested " +
-            std::to_string(r.prompt_ids->size() + static_cast<std::size_t>(sp.max_tokens)) +
-            " tokens (" + std::to_string(r.prompt_ids->size()) + " in the prompt, " +
-            std::to_string(sp.max_tokens) +
-            " in the completion). Please reduce the length of the prompt or completion.",
-        "context_length_exceeded");
+    sp.max_tokens = chat ? 0 : std::min(16, limit);
   }
 
   if (const auto* v = find(o, "temperature"))
@@ -411,8 +404,8 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
     sp.stop_token_ids = token_ids(*v, "stop_token_ids", ctx.vocab_size);
   if (const auto* v = find(o, "ignore_eos")) sp.ignore_eos = boolean(*v, "ignore_eos");
   if (const auto* v = find(o, "min_tokens")) {
-    sp.min_tokens =
-        static_cast<int>(integer_in(*v, "min_tokens", 0, sp.max_tokens, " (at most max_tokens)"));
+    sp.min_tokens = static_cast<int>(integer_in(
+        *v, "min_tokens", 0, sp.max_tokens > 0 ? sp.max_tokens : limit, " (at most max_tokens)"));
   }
   if (const auto* v = find(o, "n")) r.n = static_cast<int>(integer_in(*v, "n", 1, ctx.max_n));
   if (const auto* v = find(o, "best_of")) {
@@ -423,13 +416,13 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
     if (!v->is_object()) wrong_type("logit_bias", "an object mapping token ids to biases", *v);
     for (const auto& [k, b] : v->as_object()) {
       const std::string key(k);
+      // Digits only (an optional '-'): stoll alone would take " 5" or "+5".
+      const std::size_t digits = key.size() - (key.rfind('-', 0) == 0 ? 1 : 0);
       std::int64_t id = -1;
       std::size_t pos = 0;
-      try {
+      if (digits > 0 && digits < 12 &&
+          key.find_first_not_of("0123456789", key.size() - digits) == std::string::npos)
         id = std::stoll(key, &pos);
-      } catch (const std::exception&) {
-        pos = 0;
-      }
       if (key.empty() || pos != key.size()) {
         throw bad_request("logit_bias", "'logit_bias' keys must be token ids, got '" + key + "'");
       }
@@ -474,8 +467,15 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
   }
   if (const auto* v = find(o, "user")) (void)string(*v, "user");
   if (const auto* v = find(o, "kv_sparsity")) {
+    if (ctx.sparsity_override == RequestOverride::kOff)
+      throw bad_request("kv_sparsity",
+                        "per-request 'kv_sparsity' is turned off on this server "
+                        "(sparsity.request_override: off)");
     try {
       r.sparsity = parse_sparsity_json(*v, ctx.base_profile, "kv_sparsity");
+      if (ctx.num_layers > 0) r.sparsity->resolve(ctx.num_layers);
+      if (ctx.sparsity_override == RequestOverride::kWithinLimits)
+        check_within_limits(*r.sparsity, ctx.base_profile, ctx.num_layers);
     } catch (const ConfigError& e) {
       // Field checks name keys "sparsity.<field>"; this request's field is kv_sparsity.<field>.
       std::string key = e.key(), msg = e.what();

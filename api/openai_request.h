@@ -25,7 +25,8 @@ struct ParseContext {
   SparsityProfile base_profile;          // kv_sparsity overrides merge over it
   int max_n = 16;                        // cap on `n`
   int max_logprobs = 20;                 // cap on logprobs / top_logprobs
-  int default_chat_max_tokens = 1024;    // chat without max_tokens (capped by the context)
+  int num_layers = 0;                    // model depth: kv_sparsity is resolved for it (0: not)
+  RequestOverride sparsity_override = RequestOverride::kWithinLimits;  // sparsity.request_override
 };
 
 struct ParsedRequest {

@@ -61,6 +61,8 @@ ParseContext Server::Impl::parse_context() const {
   c.max_model_len = cfg.model.max_model_len > 0 ? static_cast<int>(cfg.model.max_model_len)
                                                 : engine->model().max_position_embeddings;
   c.base_profile = engine->stats().profile;
+  c.num_layers = engine->model().num_hidden_layers;
+  c.sparsity_override = cfg.sparsity_request_override;
   c.max_n = opt.max_n;
   return c;
 }

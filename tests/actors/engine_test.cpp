@@ -299,8 +299,25 @@ TEST(Engine, IntakeRejectsBadRequestsWithNothingQueued) {
     EXPECT_NE(m.find("60"), std::string::npos) << m;
   }
   EXPECT_THROW(e->submit(greedy_request({1, 2, vocab_of(*e) + 5}, 2)), InvalidRequest);
-  auto zero = greedy_request({1, 2}, 0);
-  EXPECT_THROW(e->submit(zero), InvalidRequest);
+  auto negative = greedy_request({1, 2}, -1);
+  EXPECT_THROW(e->submit(negative), InvalidRequest);
+  // A prompt that alone fills the context is the prompt's fault, worded alike for ids, text
+  // and messages.
+  for (int form = 0; form < 3; ++form) {
+    Request r = greedy_request(std::vector<std::int32_t>(64, 9), 0);
+    if (form > 0) r.prompt_ids.reset();
+    if (form == 1) r.prompt_text = std::string(400, 'a');
+    if (form == 2) r.messages = std::vector<ChatMessage>{{"user", std::string(400, 'a')}};
+    try {
+      e->submit(r);
+      ADD_FAILURE() << "over-long prompt accepted (form " << form << ")";
+    } catch (const InvalidRequest& ex) {
+      EXPECT_EQ(ex.param(), form == 2 ? "messages" : "prompt");
+      EXPECT_NE(std::string(ex.what()).find("maximum context length is 64 tokens. However, the "),
+                std::string::npos)
+          << ex.what();
+    }
+  }
   auto badp = greedy_request({1, 2}, 2);
   badp.params.top_p = 2.0f;
   EXPECT_THROW(e->submit(badp), InvalidRequest);
@@ -313,12 +330,19 @@ TEST(Engine, IntakeRejectsBadRequestsWithNothingQueued) {
     e->submit(bads);
     ADD_FAILURE() << "bad kv_sparsity accepted";
   } catch (const InvalidRequest& ex) {
-    EXPECT_EQ(ex.param(), "kv_sparsity");
+    EXPECT_EQ(ex.param(), "kv_sparsity.capacity");  // the request's field, not sparsity.*
+    EXPECT_EQ(std::string(ex.what()).rfind("kv_sparsity.capacity: ", 0), 0u) << ex.what();
   }
   const auto st = e->stats();
   EXPECT_EQ(st.waiting + st.running, 0);
   // A good one still works.
   EXPECT_EQ(drain(*e->submit(greedy_request({1, 2, 3}, 3))).tokens[0].size(), 3u);
+  // max_tokens 0: what remains of the context (a chat request without max_tokens).
+  auto rest = greedy_request(std::vector<std::int32_t>(60, 9), 0);
+  rest.params.ignore_eos = true;
+  const auto c = drain(*e->submit(rest));
+  EXPECT_EQ(c.tokens[0].size(), 4u);
+  EXPECT_EQ(c.finish[0], FinishReason::kLength);
 }
 
 TEST(Engine, TextPromptsStreamValidUtf8AndUsage) {

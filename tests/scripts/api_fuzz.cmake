@@ -28,6 +28,7 @@ set(fuzz_srcs
   ${CMAKE_SOURCE_DIR}/api/openai_request.cpp
   ${CMAKE_SOURCE_DIR}/api/openai_response.cpp
   ${CMAKE_SOURCE_DIR}/api/api_error.cpp
+  ${CMAKE_SOURCE_DIR}/api/sparsity_limits.cpp
   ${CMAKE_SOURCE_DIR}/runtime/sparsity_profile.cpp
   ${CMAKE_SOURCE_DIR}/runtime/yaml_util.cpp)
 set(fuzz_bin ${CMAKE_BINARY_DIR}/bin/api_fuzz_request)

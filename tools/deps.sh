@@ -11,7 +11,7 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 pkgs=(build-essential cmake ninja-build pkg-config libboost1.81-dev libboost-json1.81-dev
       libyaml-cpp-dev libgtest-dev libpcre2-dev)
 if [ "$mode" = test ]; then
-  pkgs+=(nodejs npm prometheus chromium python3 clang libclang-rt-14-dev)
+  pkgs+=(nodejs npm prometheus chromium python3 python3-jinja2 clang libclang-rt-14-dev)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

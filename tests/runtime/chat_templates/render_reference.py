@@ -5,7 +5,10 @@ the loopcontrols extension, a {% generation %} block, HF's tojson, raise_excepti
 strftime_now) and prints one JSON document: every case's inputs and the reference output, for
 tests/runtime/chat_template_parity_test.cpp to render again and compare byte for byte.
 
-Usage: render_reference.py DIR   (DIR: this folder)
+Usage: render_reference.py DIR            (DIR: this folder): the corpus
+       render_reference.py DIR --render   renders the JSON list of cases on stdin
+         ([{"template_file" | "template", "vars", "continue_final_message"?}]) and prints
+         their outputs ([{"out"} | {"error", "raised"}]): the API test's reference
 """
 import json
 import os
@@ -79,8 +82,27 @@ def render(env, source, variables):
         return {"error": f"{type(e).__name__}: {e}", "raised": False}
 
 
+def render_stdin(folder):
+    env = environment()
+    out = []
+    for case in json.load(sys.stdin):
+        if "template_file" in case:
+            with open(os.path.join(folder, case["template_file"]), encoding="utf-8",
+                      newline="") as f:
+                source = f.read()
+        else:
+            source = case["template"]
+        r = render(env, source, case["vars"])
+        if "out" in r and case.get("continue_final_message"):
+            r["out"] = continue_final_message(r["out"], case["vars"]["messages"][-1]["content"])
+        out.append(r)
+    json.dump(out, sys.stdout, ensure_ascii=True)
+
+
 def main():
     folder = sys.argv[1]
+    if sys.argv[2:] == ["--render"]:
+        return render_stdin(folder)
     load = lambda name: json.load(open(os.path.join(folder, name), encoding="utf-8"))
     env = environment()
     cases = []

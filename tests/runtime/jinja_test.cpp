@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
 
 namespace {
 
@@ -116,6 +120,61 @@ TEST(Jinja, StrftimeNowUsesTheGivenClock) {
   o.now = 0;
   const std::string year = render("{{ strftime_now('%Y') }}", "{}", o);
   EXPECT_TRUE(year == "1970" || year == "1969") << year;  // local time
+}
+
+// Request templates are client input: mangled real templates must parse or throw
+// TemplateError, and render or throw RenderError, never crash or hang (run under ASan too).
+TEST(Jinja, MangledTemplatesFailCleanly) {
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/runtime/chat_templates";
+  const auto vars = boost::json::parse(R"({"messages": [{"role": "system", "content": "s"},
+      {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}],
+      "bos_token": "<s>", "eos_token": "</s>", "add_generation_prompt": true, "tools": null})")
+                        .as_object();
+  RenderOptions o;
+  o.max_steps = 200000;
+  o.max_output = 1 << 20;
+  std::mt19937 rng(17);
+  const std::string alphabet = "{}%#-+()[]|.,:'\"~=!<>*/ \n\\abcdefghijklmnopqrstuvwxyz0123456789";
+  int parsed = 0, rendered = 0, total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".jinja") continue;
+    std::ifstream f(entry.path());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string base = ss.str();
+    for (int k = 0; k < 300; ++k) {
+      std::string t = base;
+      const int edits = 1 + static_cast<int>(rng() % 4);
+      for (int e = 0; e < edits && !t.empty(); ++e) {
+        const std::size_t at = rng() % t.size();
+        switch (rng() % 4) {
+          case 0:
+            t[at] = alphabet[rng() % alphabet.size()];
+            break;
+          case 1:
+            t.erase(at, 1 + rng() % 8);
+            break;
+          case 2:
+            t.insert(at, t.substr(rng() % t.size(), 1 + rng() % 16));
+            break;
+          default:
+            t.resize(at);
+        }
+      }
+      ++total;
+      try {
+        const Template tp = Template::parse(t);
+        ++parsed;
+        tp.render(vars, o);
+        ++rendered;
+      } catch (const TemplateError&) {
+      } catch (const RenderError&) {
+      }
+    }
+  }
+  std::cout << total << " mangled templates: " << parsed << " parsed, " << rendered
+            << " rendered\n";
+  EXPECT_GT(total, 1000);
 }
 
 }  // namespace

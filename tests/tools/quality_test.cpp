@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -69,6 +70,55 @@ TEST_F(Quality, EvalSetShapes) {
   // Deterministic in the seed.
   EXPECT_EQ(make_eval_set(*tok_, 96, 2, 3, 16, 7).documents[1].ids, set.documents[1].ids);
   EXPECT_NE(make_eval_set(*tok_, 96, 2, 3, 16, 8).documents[1].ids, set.documents[1].ids);
+}
+
+// The held-out rule and name lists are synth.py's: the values below were computed there
+// (tools/evalmodel/synth.py: fnv1a64, heldout_name, FIRST_NAMES x LAST_NAMES).
+TEST(EvalFormat, HeldOutNamesAreTheTrainingDataGeneratorsOnes) {
+  EXPECT_EQ(fnv1a64("Alice Abbott"), 0xe45743fb2f0298c5ull);
+  const auto names = heldout_names();
+  ASSERT_EQ(names.size(), 1559u);
+  EXPECT_EQ(names[0], "Alice Barros");
+  EXPECT_EQ(names[1], "Alice Evans");
+  EXPECT_EQ(names[2], "Alice Ferreira");
+  for (const auto& n : names) EXPECT_EQ(fnv1a64(n) % 7, 0u) << n;
+}
+
+TEST_F(Quality, RetrievalContextsHoldFourFactsAboutHeldOutNamesAndAskOne) {
+  EvalFormat f;
+  for (int i = 0; i < 4000; ++i) f.filler.push_back(1 + i % 200);  // stand-in "held-out text"
+  const auto set = make_eval_set(*tok_, 1024, 1, 2, 16, 11, f);
+  const auto held = heldout_names();
+  for (int r = 0; r < 2; ++r) {
+    const auto& c = set.retrieval_window[static_cast<std::size_t>(r)];
+    const std::string text = tok_->decode(c.ids);
+    int facts = 0;
+    for (auto at = text.find("The secret number of "); at != std::string::npos;
+         at = text.find("The secret number of ", at + 1)) {
+      const auto name_at = at + std::strlen("The secret number of ");
+      const auto end = text.find(" is", name_at);
+      ASSERT_NE(end, std::string::npos);
+      EXPECT_NE(std::find(held.begin(), held.end(), text.substr(name_at, end - name_at)),
+                held.end())
+          << text.substr(name_at, end - name_at);
+      ++facts;
+    }
+    EXPECT_EQ(facts, 4 + 1) << "four facts and the answer prefix";  // "Answer: The secret ..."
+    EXPECT_NE(text.find(r == 0 ? "\nQuestion: what is the secret number of "
+                               : "\nQuestion: which secret number was given to "),
+              std::string::npos);
+  }
+  // The documents are slices of the filler.
+  const auto& d = set.documents[0].ids;
+  ASSERT_EQ(d.size(), 1024u + 16u);
+  for (std::size_t i = 1; i < d.size(); ++i)
+    if (d[i - 1] != 200) {
+      EXPECT_EQ(d[i], d[i - 1] + 1) << i;
+    }
+  // A context too small for four facts keeps fewer, the asked one always.
+  const auto small = make_eval_set(*tok_, 96, 0, 1, 16, 3, f);
+  EXPECT_NE(tok_->decode(small.retrieval_window[0].ids).find("The secret number of "),
+            std::string::npos);
 }
 
 TEST_F(Quality, CompressionMatchesTheCacheAccountingFormula) {

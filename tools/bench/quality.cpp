@@ -17,8 +17,37 @@ const char* kWords[] = {"river",  "stone",  "garden", "morning", "quiet",  "mark
                         "lamp",   "window", "letter", "bridge",  "winter", "orange",
                         "music",  "paper",  "forest", "harbor",  "silver", "clock",
                         "engine", "valley", "story",  "candle",  "road",   "cloud"};
-const char* kNames[] = {"Alice", "Bruno", "Chen", "Dalia", "Emeka", "Farah", "Goran", "Hana",
-                        "Ivan",  "Jun",   "Kofi", "Lena",  "Mateo", "Nora",  "Omar",  "Priya"};
+// synth.py's FIRST_NAMES and LAST_NAMES, in its order (the held-out rule reads the strings).
+const char* kFirstNames[] = {
+    "Alice",  "Bruno",  "Chen",   "Dalia",  "Emeka",   "Farah",  "Goran",  "Hana",   "Ivan",
+    "Jun",    "Kofi",   "Lena",   "Mateo",  "Nora",    "Omar",   "Priya",  "Aaron",  "Abigail",
+    "Adam",   "Adrian", "Agnes",  "Ahmed",  "Aisha",   "Akira",  "Alan",   "Alba",   "Alex",
+    "Amara",  "Amir",   "Ana",    "Anders", "Andrea",  "Anika",  "Anton",  "Arjun",  "Arlo",
+    "Astrid", "Aurora", "Ayla",   "Bao",    "Beatriz", "Bella",  "Ben",    "Bianca", "Boris",
+    "Carla",  "Carlos", "Caspar", "Cecil",  "Celia",   "Chiara", "Chloe",  "Clara",  "Colin",
+    "Dario",  "Daniel", "Daria",  "Dev",    "Diego",   "Dmitri", "Edgar",  "Elena",  "Elias",
+    "Eliza",  "Emil",   "Emma",   "Enzo",   "Erik",    "Esme",   "Ezra",   "Fatima", "Felix",
+    "Fiona",  "Flora",  "Frank",  "Frida",  "Gabriel", "Gemma",  "George", "Gia",    "Gloria",
+    "Hamid",  "Hannah", "Hector", "Helga",  "Henry",   "Hugo",   "Ida",    "Ilya",   "Imani",
+    "Ines",   "Iris",   "Isaac",  "Jack",   "Jamal",   "Jana",   "Jasper", "Javier", "Jonas",
+    "Juan",   "Julia",  "Kai",    "Kamal",  "Karim",   "Kasia",  "Kenji",  "Kira",   "Klaus",
+    "Lara",   "Lars",   "Leila",  "Leo",    "Liam",    "Lina",   "Luca",   "Lucia",  "Luis",
+    "Maja",   "Malik",  "Marco",  "Maria",  "Marta",   "Max",    "Maya",   "Mei",    "Mila",
+    "Milan",  "Mira",   "Musa",   "Nadia",  "Nana",    "Nico",   "Nina",   "Noah",   "Noel",
+    "Olga",   "Oscar",  "Otto",   "Pablo",  "Paolo",   "Pedro",  "Petra",  "Pia",    "Quinn",
+    "Rafael", "Rahul",  "Rana",   "Raul",   "Rosa",    "Ruth",   "Sami",   "Sara",   "Selma",
+    "Sergei", "Sofia",  "Sven",   "Tara",   "Teo",     "Theo",   "Tomas",  "Uma",    "Vera",
+    "Victor", "Viktor", "Vivian", "Wanda",  "Wei",     "Xavier", "Yara",   "Yuki",   "Yusuf",
+    "Zara",   "Zoe",    "Zora"};
+const char* kLastNames[] = {
+    "Abbott",  "Adler",    "Alvarez",  "Baker",    "Barros",   "Becker",   "Bishop",   "Brandt",
+    "Castro",  "Chang",    "Clarke",   "Costa",    "Dalton",   "Diaz",     "Duval",    "Eriksen",
+    "Evans",   "Ferreira", "Fischer",  "Fontaine", "Garcia",   "Grant",    "Hansen",   "Harper",
+    "Hoffman", "Ibarra",   "Ishikawa", "Jensen",   "Kaplan",   "Keller",   "Kowalski", "Lambert",
+    "Larsen",  "Lopez",    "Marsh",    "Meyer",    "Moreau",   "Nakamura", "Novak",    "Okafor",
+    "Olsen",   "Ortiz",    "Park",     "Petrov",   "Quiroga",  "Reyes",    "Richter",  "Romano",
+    "Santos",  "Schmidt",  "Silva",    "Stone",    "Sullivan", "Tanaka",   "Torres",   "Vance",
+    "Vargas",  "Weber",    "Wright",   "Young",    "Zhang",    "Ziegler"};
 
 std::string sentence(std::mt19937_64& rng) {
   std::uniform_int_distribution<int> w(0, static_cast<int>(std::size(kWords)) - 1), len(6, 12);
@@ -49,40 +78,135 @@ void append(std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
 
 }  // namespace
 
+std::uint64_t fnv1a64(std::string_view s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::vector<std::string> heldout_names() {
+  std::vector<std::string> out;
+  for (const char* f : kFirstNames)
+    for (const char* l : kLastNames) {
+      std::string name = std::string(f) + " " + l;
+      if (fnv1a64(name) % 7 == 0) out.push_back(std::move(name));
+    }
+  return out;
+}
+
+namespace {
+
+// `k` distinct held-out names; about a third share the first or the last name of an earlier
+// pick (so that matching one token of a name is not enough).
+std::vector<std::string> pick_names(const std::vector<std::string>& pool, int k,
+                                    std::mt19937_64& rng) {
+  std::vector<std::string> names;
+  std::uniform_int_distribution<std::size_t> any(0, pool.size() - 1);
+  std::uniform_real_distribution<double> u(0, 1);
+  auto first = [](const std::string& n) { return n.substr(0, n.find(' ')); };
+  auto last = [](const std::string& n) { return n.substr(n.find(' ') + 1); };
+  for (int tries = 0; static_cast<int>(names.size()) < k; ++tries) {
+    std::string cand = pool[any(rng)];
+    if (!names.empty() && u(rng) < 0.35 && tries < 1000) {
+      // Another held-out name that shares a part with an earlier pick, if one is drawn.
+      const std::string& ref =
+          names[std::uniform_int_distribution<std::size_t>(0, names.size() - 1)(rng)];
+      const bool same_first = u(rng) < 0.5;
+      for (int t = 0; t < 64; ++t) {
+        const auto& c = pool[any(rng)];
+        if (c != ref && (same_first ? first(c) == first(ref) : last(c) == last(ref))) {
+          cand = c;
+          break;
+        }
+      }
+    }
+    if (std::find(names.begin(), names.end(), cand) == names.end()) names.push_back(cand);
+  }
+  return names;
+}
+
+// Exactly `n` filler ids: slices of the held-out filler at random offsets, else sentences.
+std::vector<std::int32_t> fill(const Tokenizer& tok, const EvalFormat& f, int n,
+                               std::mt19937_64& rng) {
+  if (f.filler.empty()) return filler(tok, n, rng);
+  std::vector<std::int32_t> out;
+  std::uniform_int_distribution<std::size_t> at(0, f.filler.size() - 1);
+  while (static_cast<int>(out.size()) < n) {
+    const std::size_t s = at(rng);
+    const std::size_t k = std::min(f.filler.size() - s, static_cast<std::size_t>(n) - out.size());
+    out.insert(out.end(), f.filler.begin() + static_cast<std::ptrdiff_t>(s),
+               f.filler.begin() + static_cast<std::ptrdiff_t>(s + k));
+  }
+  return out;
+}
+
+std::string join(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (auto p : parts) out.append(p);
+  return out;
+}
+
+}  // namespace
+
 EvalSet make_eval_set(const Tokenizer& tok, int context_tokens, int num_docs, int num_retrieval,
-                      int scored_tokens, std::uint64_t seed) {
+                      int scored_tokens, std::uint64_t seed, const EvalFormat& format) {
   if (context_tokens < 32) throw InvalidRequest("context", "context must be >= 32 tokens");
+  if (format.facts < 1) throw InvalidRequest("facts", "at least one fact per context");
   EvalSet set;
   set.context_tokens = context_tokens;
   std::mt19937_64 rng(seed);
   for (int d = 0; d < num_docs; ++d) {
     EvalCase c;
-    c.ids = filler(tok, context_tokens + scored_tokens, rng);
+    c.ids = fill(tok, format, context_tokens + scored_tokens, rng);
     c.prefill_len = context_tokens;
     c.score_from = context_tokens - 1;  // row P-1 predicts the first continuation token
     set.documents.push_back(std::move(c));
   }
+  const auto pool = heldout_names();
   std::uniform_int_distribution<int> digit(10000, 99999);
   for (int r = 0; r < num_retrieval; ++r) {
-    const std::string name = kNames[static_cast<std::size_t>(r) % std::size(kNames)];
-    const std::string number = std::to_string(digit(rng));
-    auto join = [](std::initializer_list<std::string_view> parts) {
-      std::string out;
-      for (auto p : parts) out.append(p);
-      return out;
-    };
-    const auto fact =
-        tok.encode(join({"The secret number of ", name, " is ", number, ". "}), false);
-    const auto question = tok.encode(join({"\nQuestion: what is the secret number of ", name,
-                                           "?\nAnswer: The secret number of ", name, " is"}),
-                                     false);
-    const auto answer = tok.encode(join({" ", number}), false);
-    const int budget = context_tokens - static_cast<int>(fact.size());
-    if (budget < 16) throw InvalidRequest("context", "context too short for the retrieval fact");
-    const int before = static_cast<int>((r + 0.5) / num_retrieval * budget);
-    std::vector<std::int32_t> ctx = filler(tok, before, rng);
-    append(ctx, fact);
-    append(ctx, filler(tok, budget - before, rng));
+    const auto names = pick_names(pool, format.facts, rng);
+    std::vector<std::string> numbers;
+    std::vector<std::vector<std::int32_t>> facts;
+    for (const auto& name : names) {
+      numbers.push_back(std::to_string(digit(rng)));
+      facts.push_back(
+          tok.encode(join({"The secret number of ", name, " is ", numbers.back(), ". "}), false));
+    }
+    // The asked fact (0) always; the others while the context has room for 16 filler tokens.
+    int budget = context_tokens;
+    std::size_t kept = 0;
+    for (; kept < facts.size(); ++kept) {
+      if (budget - static_cast<int>(facts[kept].size()) < 16) break;
+      budget -= static_cast<int>(facts[kept].size());
+    }
+    if (kept == 0) throw InvalidRequest("context", "context too short for the retrieval fact");
+    const bool paraphrase = r % 2 == 1;
+    const std::string& name = names[0];
+    const auto question =
+        tok.encode(paraphrase ? join({"\nQuestion: which secret number was given to ", name,
+                                      "?\nAnswer: The secret number of ", name, " is"})
+                              : join({"\nQuestion: what is the secret number of ", name,
+                                      "?\nAnswer: The secret number of ", name, " is"}),
+                   false);
+    const auto answer = tok.encode(join({" ", numbers[0]}), false);
+    // Filler offsets: the asked fact at depth (r + 1/2) / n, the others uniformly.
+    std::vector<std::pair<int, std::size_t>> places{
+        {static_cast<int>((r + 0.5) / num_retrieval * budget), 0}};
+    std::uniform_int_distribution<int> where(0, budget);
+    for (std::size_t i = 1; i < kept; ++i) places.emplace_back(where(rng), i);
+    std::sort(places.begin(), places.end());
+    std::vector<std::int32_t> ctx;
+    int prev = 0;
+    for (const auto& [at, i] : places) {
+      append(ctx, fill(tok, format, at - prev, rng));
+      append(ctx, facts[i]);
+      prev = at;
+    }
+    append(ctx, fill(tok, format, budget - prev, rng));
     for (int mode = 0; mode < 2; ++mode) {
       EvalCase c;
       c.ids = ctx;
@@ -129,6 +253,7 @@ struct Acc {
   long scored = 0;
   int sequences = 0;
   int win_ok = 0, win_n = 0, fu_ok = 0, fu_n = 0;
+  std::vector<std::uint8_t> win, fu;              // per case, in set order
   std::vector<std::vector<std::int32_t>> argmax;  // per document
 };
 
@@ -167,6 +292,7 @@ void add_retrieval(Acc& acc, const EvalCase& c, const Rows& rows, bool window_mo
   for (int row : c.answer)
     ok = ok && argmax_of(rows.row(row), rows.vocab) == c.ids[static_cast<std::size_t>(row) + 1];
   (window_mode ? acc.win_ok : acc.fu_ok) += ok;
+  (window_mode ? acc.win : acc.fu).push_back(ok);
   ++(window_mode ? acc.win_n : acc.fu_n);
 }
 
@@ -178,6 +304,8 @@ EvalScores finish(const Acc& acc, const EvalSet& set, const ModelConfig& model,
   s.ppl = std::exp(s.nll);
   s.retrieval_window = acc.win_n ? static_cast<double>(acc.win_ok) / acc.win_n : 0.0;
   s.retrieval_followup = acc.fu_n ? static_cast<double>(acc.fu_ok) / acc.fu_n : 0.0;
+  s.window_ok = acc.win;
+  s.followup_ok = acc.fu;
   long agree = 0, agree_n = 0;
   if (reference) {
     for (std::size_t d = 0; d < acc.argmax.size(); ++d) {

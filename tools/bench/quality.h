@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/backend.h"
@@ -38,15 +39,34 @@ struct EvalSet {
   std::vector<EvalCase> retrieval_followup;
 };
 
-// Deterministic synthetic data: filler prose, a "secret number" fact at depth
-// (i + 0.5) / n of the context, the question and its 5-digit answer.
+// What the evaluation cases are made of (tools/evalmodel/synth.py builds its training data and
+// held-out check the same way).
+struct EvalFormat {
+  // Filler ids: held-out natural text (the evaluation model's eval_filler.txt, tokenized);
+  // slices at random offsets fill the contexts and the documents. Empty: word sentences.
+  std::vector<std::int32_t> filler;
+  int facts = 4;  // facts per retrieval context (distinct held-out names, one asked); fewer
+                  // when the context cannot hold them
+};
+
+// Full names the evaluation model never saw a fact about: FIRST LAST with FNV-1a-64 of
+// "FIRST LAST" ≡ 0 (mod 7), over its first and last names (synth.py's rule and lists).
+std::uint64_t fnv1a64(std::string_view s);
+std::vector<std::string> heldout_names();
+
+// Deterministic data: filler, `facts` "The secret number of FIRST LAST is NNNNN." facts about
+// distinct held-out names (about a third share a first or last name with another), the asked
+// one at depth (i + 0.5) / n of the context, the others at random depths; then the question
+// (the training template for even i, the evaluation-only paraphrase for odd i) and the
+// 5-digit answer.
 EvalSet make_eval_set(const Tokenizer& tok, int context_tokens, int num_docs, int num_retrieval,
-                      int scored_tokens, std::uint64_t seed);
+                      int scored_tokens, std::uint64_t seed, const EvalFormat& format = {});
 
 struct EvalScores {
   double nll = 0;  // mean negative log-likelihood per scored token (nats)
   double ppl = 0;  // exp(nll)
   double retrieval_window = 0, retrieval_followup = 0;  // exact-match accuracy
+  std::vector<std::uint8_t> window_ok, followup_ok;     // per retrieval case, in set order
   double agreement = 1;           // vs the reference argmaxes (1 for the reference itself)
   double compression = 1;         // full-cache KV bytes ÷ held, all layers, mean over sequences
   double sparse_compression = 1;  // context ÷ mean sparse-layer capacity (1 without sparsity)

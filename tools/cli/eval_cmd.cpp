@@ -48,6 +48,28 @@ std::vector<double> numbers(const std::string& s, const std::string& key) {
   return out;
 }
 
+// A paired difference of two exact-match vectors over the same cases: the loss (reference
+// right, this wrong, minus the reverse, over n) and the 95 % interval half-width of Agresti and
+// Min (2005): the adjusted Wald interval with 0.5 added to each cell of the 2 × 2 table, so
+// that no discordant pair does not claim certainty.
+struct PairedLoss {
+  double loss = 0, half = 0;
+  int lost = 0, gained = 0, n = 0;
+};
+PairedLoss paired_loss(const std::vector<std::uint8_t>& ref, const std::vector<std::uint8_t>& x) {
+  PairedLoss p;
+  p.n = static_cast<int>(std::min(ref.size(), x.size()));
+  for (int i = 0; i < p.n; ++i) {
+    p.lost += ref[i] && !x[i];
+    p.gained += !ref[i] && x[i];
+  }
+  if (p.n == 0) return p;
+  p.loss = static_cast<double>(p.lost - p.gained) / p.n;
+  const double b = p.lost + 0.5, c = p.gained + 0.5, n = p.n + 2.0, d = (b - c) / n;
+  p.half = 1.959964 * std::sqrt(std::max(0.0, (b + c) / n - d * d) / n);
+  return p;
+}
+
 // One result row (also the eval.json row).
 struct Row {
   std::string policy;
@@ -58,6 +80,10 @@ struct Row {
   double sparse_compression = 1, overall_compression = 1;
   double ppl = 0, ppl_change = 0, agreement = 1;
   double retrieval_window = 0, retrieval_followup = 0;
+  // Paired against the full cache on the same cases: loss = full − this (points as a
+  // fraction), with its 95 % interval half-width.
+  PairedLoss loss_window, loss_followup;
+  std::string window_bits, followup_bits;  // per case "1" right / "0" wrong, in set order
   int retrieval_n = 0, docs = 0, scored_tokens = 0;
 };
 
@@ -74,6 +100,12 @@ json::object to_json(const Row& r) {
                       {"agreement", r.agreement},
                       {"retrieval_window", r.retrieval_window},
                       {"retrieval_followup", r.retrieval_followup},
+                      {"loss_window", r.loss_window.loss},
+                      {"loss_window_ci95", r.loss_window.half},
+                      {"loss_followup", r.loss_followup.loss},
+                      {"loss_followup_ci95", r.loss_followup.half},
+                      {"window_cases", r.window_bits},
+                      {"followup_cases", r.followup_bits},
                       {"retrieval_cases", r.retrieval_n},
                       {"documents", r.docs},
                       {"scored_tokens", r.scored_tokens}};
@@ -96,6 +128,17 @@ Row row_from_json(const json::value& v) {
   r.retrieval_window = num("retrieval_window");
   r.retrieval_followup = num("retrieval_followup");
   r.retrieval_n = o.contains("retrieval_cases") ? static_cast<int>(num("retrieval_cases")) : 0;
+  if (o.contains("loss_window")) {
+    r.loss_window.loss = num("loss_window");
+    r.loss_window.half = num("loss_window_ci95");
+    r.loss_followup.loss = num("loss_followup");
+    r.loss_followup.half = num("loss_followup_ci95");
+    r.loss_window.n = r.loss_followup.n = r.retrieval_n;
+  }
+  if (o.contains("window_cases")) {
+    r.window_bits = json::value_to<std::string>(o.at("window_cases"));
+    r.followup_bits = json::value_to<std::string>(o.at("followup_cases"));
+  }
   r.docs = o.contains("documents") ? static_cast<int>(num("documents")) : 0;
   r.scored_tokens = o.contains("scored_tokens") ? static_cast<int>(num("scored_tokens")) : 0;
   return r;
@@ -175,9 +218,13 @@ std::string markdown_table(const std::vector<Row>& rows, const std::string& comm
     }
     md << "| " << pol << " | " << fl << " | " << fmt("%g", ratio) << " | "
        << both(rs, [](const Row& r) { return fmt("%.2f", r.overall_compression); });
+    auto cell = [](double acc, const PairedLoss& l) {
+      return pct(acc) + " (" + fmt("%+.1f", -100 * l.loss) + " ± " + fmt("%.1f", 100 * l.half) +
+             ")";
+    };
     for (auto* r : rs)
-      md << " | " << (r ? pct(r->retrieval_window) : "–") << " | "
-         << (r ? pct(r->retrieval_followup) : "–");
+      md << " | " << (r ? cell(r->retrieval_window, r->loss_window) : "–") << " | "
+         << (r ? cell(r->retrieval_followup, r->loss_followup) : "–");
     md << " | " << both(rs, [](const Row& r) { return signed_pct(r.ppl_change); }) << " | "
        << both(rs, [](const Row& r) { return pct(r.agreement); }) << " |\n";
   }
@@ -186,7 +233,8 @@ std::string markdown_table(const std::vector<Row>& rows, const std::string& comm
      << fmt("%.0f", 100 * wilson_half(0.9, n_min)) << " near 90 %). Δppl and agreement: " << docs
      << " documents × " << scored
      << " continuation tokens per context. Overall × = full-cache KV bytes ÷ bytes held, all "
-        "layers (the cache's accounting).\n";
+        "layers (the cache's accounting). In parentheses: the change against the full cache on "
+        "the same cases, in points, with its 95 % interval (paired, Agresti–Min).\n";
   if (!command.empty()) md << "\n`" << command << "`\n";
   return md.str();
 }
@@ -244,13 +292,18 @@ int run(int argc, char** argv) {
         "  [--policies window,snapkv,scored] [--full-layers 0,1,2] [--window 32] [--sinks 4]\n"
         "  [--pool max|avg] [--docs 4] [--retrieval 8] [--scored-tokens 128] [--seed 1]\n"
         "  [--threads N] [--share-prefill on|off] [--max-batch N] [--out-dir DIR]\n"
+        "  [--filler FILE|none] [--facts 4]\n"
+        "  (--filler: text whose tokens fill the contexts; default MODEL/eval_filler.txt when\n"
+        "   it exists — the evaluation model's held-out documents —, else word sentences;\n"
+        "   --facts: facts about distinct held-out names per retrieval context, one asked)\n"
         "strata eval --from-json a.json[,b.json...] [--out-dir DIR]\n"
         "  (re-make the table, plots and quality_table.md from earlier eval.json files)\n");
     return 0;
   }
-  a.expect_only({"help", "model", "backend", "contexts", "ratios", "policies", "full-layers",
-                 "window", "sinks", "pool", "docs", "retrieval", "scored-tokens", "seed", "threads",
-                 "out-dir", "share-prefill", "max-batch", "from-json"});
+  a.expect_only({"help",          "model",  "backend", "contexts", "ratios",        "policies",
+                 "full-layers",   "window", "sinks",   "pool",     "docs",          "retrieval",
+                 "scored-tokens", "seed",   "threads", "out-dir",  "share-prefill", "max-batch",
+                 "from-json",     "filler", "facts"});
   std::string command = "strata eval";
   for (int i = 0; i < argc; ++i) command += std::string(" ") + argv[i];
   const auto out_dir = a.get_or("out-dir", "eval-results");
@@ -293,6 +346,23 @@ int run(int argc, char** argv) {
   const int docs = static_cast<int>(a.get_int("docs", 4)),
             retr = static_cast<int>(a.get_int("retrieval", 8));
   const int scored = static_cast<int>(a.get_int("scored-tokens", 128));
+  EvalFormat format;
+  format.facts = static_cast<int>(a.get_int("facts", 4));
+  if (format.facts < 1) throw ConfigError("--facts", "at least 1");
+  std::string filler_path = a.get_or("filler", "");
+  if (filler_path.empty() && fs::exists(fs::path(dir) / "eval_filler.txt"))
+    filler_path = (fs::path(dir) / "eval_filler.txt").string();
+  if (!filler_path.empty() && filler_path != "none") {
+    std::ifstream in(filler_path, std::ios::binary);
+    if (!in) throw ConfigError("--filler", "cannot read '" + filler_path + "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    format.filler = tok->encode(ss.str(), false);
+    if (format.filler.size() < 1024)
+      throw ConfigError("--filler", "'" + filler_path + "' holds under 1024 tokens");
+    std::fprintf(stderr, "eval: filler %s (%zu tokens)\n", filler_path.c_str(),
+                 format.filler.size());
+  }
   const auto share = a.get_or("share-prefill", "on");
   if (share != "on" && share != "off")
     throw ConfigError("--share-prefill", "got '" + share + "' (allowed: on, off)");
@@ -337,7 +407,7 @@ int run(int argc, char** argv) {
   for (double ctxd : contexts) {
     const int ctx = static_cast<int>(ctxd);
     const auto set = make_eval_set(*tok, ctx, docs, retr, scored,
-                                   static_cast<std::uint64_t>(a.get_int("seed", 1)));
+                                   static_cast<std::uint64_t>(a.get_int("seed", 1)), format);
     // Profiles: the full cache twice (the reference against itself: the harness's own
     // arithmetic must give zero change), then every sparse configuration.
     std::vector<SparsityProfile> profiles(2);  // enabled = false
@@ -391,6 +461,10 @@ int run(int argc, char** argv) {
       r.agreement = s.agreement;
       r.retrieval_window = s.retrieval_window;
       r.retrieval_followup = s.retrieval_followup;
+      r.loss_window = paired_loss(ref.window_ok, s.window_ok);
+      r.loss_followup = paired_loss(ref.followup_ok, s.followup_ok);
+      for (auto b : s.window_ok) r.window_bits.push_back(b ? '1' : '0');
+      for (auto b : s.followup_ok) r.followup_bits.push_back(b ? '1' : '0');
       r.retrieval_n = retr;
       r.docs = docs;
       r.scored_tokens = scored;

@@ -63,6 +63,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results")
     ap.add_argument("--dest", default=os.path.join(HERE, "model"))
+    ap.add_argument("--data", default=os.path.join(ROOT, ".gpu-bundle", "evalmodel"),
+                    help="prepare.py's bundle folder (eval_filler.txt)")
     ap.add_argument("--records", default=os.path.join(HERE, "run"))
     ap.add_argument("--strata", default=os.path.join(ROOT, "build", "release", "strata"))
     ap.add_argument("--no-check", action="store_true")
@@ -82,6 +84,13 @@ def main():
     os.makedirs(a.dest, exist_ok=True)
     shutil.copyfile(src_w, os.path.join(a.dest, "model.safetensors"))
     shutil.copyfile(src_c, os.path.join(a.dest, "config.json"))
+    # The held-out documents `strata eval` fills its contexts with (prepare.py, synth.py).
+    filler = os.path.join(a.data, "eval_filler.txt")
+    if os.path.exists(filler):
+        shutil.copyfile(filler, os.path.join(a.dest, "eval_filler.txt"))
+    else:
+        print(f"install: WARNING: {filler} missing (run prepare.py): strata eval will fill "
+              "with word sentences")
     for fn in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(os.path.join(HERE, "tokenizer", fn), os.path.join(a.dest, fn))
     os.makedirs(a.records, exist_ok=True)

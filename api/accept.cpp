@@ -1,4 +1,5 @@
-// Admission: the accept loop, the connection cap and the options of accepted sockets.
+// Admission: the accept loop, the connection cap and the options of accepted sockets; and
+// the pool for work too long for the I/O thread.
 //
 // At the cap, a new connection first evicts the open connection that has waited longest for
 // a request head (idle keep-alive, silent or trickling sockets: no request in hand), so that
@@ -19,6 +20,16 @@ bool Server::Impl::evict_one_waiting() {
   oldest->close();  // its coroutine ends on its own; the slot is free now
   conns.erase(oldest);
   return true;
+}
+
+net::awaitable<void> Server::Impl::offload(const std::function<void()>& job) {
+  co_await net::co_spawn(
+      blocking,
+      [&job]() -> net::awaitable<void> {
+        job();
+        co_return;
+      },
+      use_awaitable);
 }
 
 net::awaitable<void> Server::Impl::accept_loop() {

@@ -294,6 +294,16 @@ net::awaitable<void> Conn::run() {
       break;
     }
     auto& h = parser.get();
+    if (const auto te = h.find(http::field::transfer_encoding);
+        te != h.end() && !beast::iequals(te->value(), "chunked")) {
+      clear_deadline();  // a coding stacked on chunked (gzip, chunked) would be read as plain
+      co_await write(srv.error_response(
+          dummy, ApiError(501, "invalid_request_error",
+                          "Transfer-Encoding '" + std::string(te->value().substr(0, 64)) +
+                              "' is not supported (only chunked)",
+                          "", "unsupported_transfer_encoding")));
+      break;
+    }
     if (beast::websocket::is_upgrade(h)) {
       clear_deadline();
       const std::string target(h.target());
@@ -334,6 +344,11 @@ net::awaitable<void> Conn::run() {
         co_await write(srv.error_response(
             dummy, ApiError(408, "invalid_request_error", "timed out reading the request body", "",
                             "request_timeout")));
+      } else if (bec != http::error::partial_message && bec != net::error::eof &&
+                 bec != net::error::operation_aborted && bec != net::error::connection_reset) {
+        co_await write(srv.error_response(  // a bad chunk size or framing
+            dummy,
+            ApiError(400, "invalid_request_error", "malformed request body: " + bec.message())));
       }
       break;
     }
@@ -468,17 +483,20 @@ net::awaitable<bool> Conn::handle(Req& req) {
     if (path == "/v1/completions") co_return co_await completions(req, Endpoint::kCompletions);
     if (path == "/v1/chat/completions") co_return co_await completions(req, Endpoint::kChat);
     const auto& tok = srv.engine->tokenizer();
-    const json::value body = parse_json_body(req.body());
     if (path == "/tokenize") {
-      const auto t = parse_tokenize_request(body);
       std::vector<std::int32_t> ids;
-      if (!t.messages.empty()) {
-        ids = srv.engine->chat_prompt(t.messages, t.chat);  // as a chat request's prompt
-      } else {
-        if (t.add_special_tokens && tok.adds_bos() && tok.bos_id()) ids.push_back(*tok.bos_id());
-        const auto enc = tok.encode(t.prompt, t.add_special_tokens);
-        ids.insert(ids.end(), enc.begin(), enc.end());
-      }
+      auto engine = srv.engine;
+      const std::function<void()> job = [&] {  // megabytes take a while: not here
+        const auto t = parse_tokenize_request(parse_json_body(req.body()));
+        if (!t.messages.empty()) {
+          ids = engine->chat_prompt(t.messages, t.chat);  // as a chat request's prompt
+        } else {
+          if (t.add_special_tokens && tok.adds_bos() && tok.bos_id()) ids.push_back(*tok.bos_id());
+          const auto enc = tok.encode(t.prompt, t.add_special_tokens);
+          ids.insert(ids.end(), enc.begin(), enc.end());
+        }
+      };
+      co_await srv.offload(job);
       json::object o;
       json::array a;
       for (auto id : ids) a.push_back(id);
@@ -488,7 +506,8 @@ net::awaitable<bool> Conn::handle(Req& req) {
       co_return co_await reply(http::status::ok, json::serialize(o));
     }
     if (path == "/detokenize") {
-      const auto ids = parse_detokenize_request(body, srv.parse_context().vocab_size);
+      const auto ids =
+          parse_detokenize_request(parse_json_body(req.body()), srv.parse_context().vocab_size);
       json::object o;
       o["prompt"] = tok.decode(ids);
       co_return co_await reply(http::status::ok, json::serialize(o));
@@ -522,9 +541,14 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
   const std::string id = srv.new_id(endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl");
   std::optional<ApiError> err;
   try {
-    pr = parse_openai_request(parse_json_body(req.body()), endpoint, srv.parse_context());
-    pr.request.id = id;
-    ts = engine->submit(pr.request);
+    // Parsing a large body and tokenizing its prompt (in submit) run off the I/O thread.
+    const auto ctx = srv.parse_context();
+    const std::function<void()> job = [&] {
+      pr = parse_openai_request(parse_json_body(req.body()), endpoint, ctx);
+      pr.request.id = id;
+      ts = engine->submit(pr.request);
+    };
+    co_await srv.offload(job);
   } catch (...) {
     err = to_api_error(std::current_exception());
   }
@@ -565,8 +589,10 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
   srv.decorate(req, head.base());
   head.set(http::field::content_type, "text/event-stream");
   head.set(http::field::cache_control, "no-cache");
-  head.keep_alive(req.keep_alive() && !srv.stopping);
-  head.chunked(true);
+  // HTTP/1.0 has no chunked encoding: the stream is the body, ended by closing.
+  const bool chunked = req.version() >= 11;
+  head.keep_alive(chunked && req.keep_alive() && !srv.stopping);
+  head.chunked(chunked);
   srv.metrics.observe_http(200);
   http::response_serializer<http::empty_body> sr{head};
   set_deadline(to_duration(srv.opt.server.write_timeout_s));
@@ -581,8 +607,10 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
   auto send = [&](const std::string& s) -> net::awaitable<bool> {
     if (s.empty() || write_failed) co_return !write_failed;
     set_deadline(to_duration(srv.opt.server.write_timeout_s));
-    auto [ec, n] =
-        co_await net::async_write(sock, http::make_chunk(net::buffer(s)), as_tuple(use_awaitable));
+    auto [ec, n] = chunked
+                       ? co_await net::async_write(sock, http::make_chunk(net::buffer(s)),
+                                                   as_tuple(use_awaitable))
+                       : co_await net::async_write(sock, net::buffer(s), as_tuple(use_awaitable));
     clear_deadline();
     if (ec) write_failed = true;
     co_return !ec;
@@ -624,6 +652,7 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
     engine->abort(id);
     co_return false;
   }
+  if (!chunked) co_return false;  // the end of the body is the close
   set_deadline(to_duration(srv.opt.server.write_timeout_s));
   auto [lec, ln] =
       co_await net::async_write(sock, http::make_chunk_last(), as_tuple(use_awaitable));

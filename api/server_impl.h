@@ -51,12 +51,19 @@ struct Server::Impl {
   bool stopping = false;
   std::string admin_token;
   unsigned short bound_port = 0;
+  // Work too long for the I/O thread (tokenizing and parsing megabyte prompts): run there,
+  // resumed here. Declared after `io` so that it is joined before coroutine frames go.
+  net::thread_pool blocking{2};
   Clock::time_point started = Clock::now();
 
   // accept.cpp: accepts, applies the connection cap (evicting the connection that has waited
   // longest for its request head, else 503) and the per-socket options.
   net::awaitable<void> accept_loop();
   bool evict_one_waiting();
+
+  // Runs job() on `blocking` and resumes on the I/O thread; rethrows what it throws.
+  // note: pass a named std::function (GCC 12 destroys temporaries of a co_await twice).
+  net::awaitable<void> offload(const std::function<void()>& job);
   void begin_stop();
   net::awaitable<void> drain();
 

@@ -382,5 +382,148 @@ TEST_F(CorsTest, StarAllowsOtherSitesButNotNullNorTheAdminOrMetrics) {
   EXPECT_EQ(r[http::field::access_control_allow_origin], "https://evil.example");
 }
 
+// ---- 5. large prompts are tokenized off the I/O thread --------------------------------------
+
+class BigBodyTest : public ServerTest {
+ protected:
+  ServerOptions options() const override {
+    auto o = ServerTest::options();
+    o.server.max_body_bytes = 32u << 20;
+    return o;
+  }
+};
+
+TEST_F(BigBodyTest, HealthIsAnsweredWhileALargePromptIsTokenized) {
+  ready();
+  std::string words;
+  for (int i = 0; words.size() < (8u << 20); ++i) words += "word" + std::to_string(i % 997) + " ";
+  const std::string body = "{\"prompt\":\"" + words + "\"}";
+  auto big = connect();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  http::request<http::string_body> req{http::verb::post, "/tokenize", 11};
+  req.set(http::field::host, "localhost");
+  req.set(http::field::content_type, "application/json");
+  req.set(http::field::connection, "close");
+  req.body() = body;
+  req.prepare_payload();
+  http::write(big, req);
+  double first_byte_s = -1;
+  std::string reply;
+  std::thread reader([&] {  // the reply's first byte: when the server is done tokenizing
+    char tmp[65536];
+    boost::system::error_code ec;
+    for (;;) {
+      const auto n = big.read_some(net::buffer(tmp), ec);
+      if (ec) break;
+      if (first_byte_s < 0) first_byte_s = since();
+      reply.append(tmp, n);
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the body is read: tokenizing
+  EXPECT_EQ(get("/health").result_int(), 200);
+  const double health_s = since();
+  reader.join();
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply.substr(0, 200);
+  std::printf("8 MiB /tokenize: first byte of the reply at %.3f s, /health answered at %.3f s\n",
+              first_byte_s, health_s);
+  EXPECT_LT(health_s, first_byte_s);  // not queued behind the tokenization
+}
+
+// ---- 6. smaller transport rules -------------------------------------------------------------
+
+// Raw exchange: send, then read until the server closes (or 20 s, a liveness bound).
+std::string raw_exchange(tcp::socket& s, const std::string& bytes) {
+  timeval tv{20, 0};
+  ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  net::write(s, net::buffer(bytes));
+  std::string got;
+  char tmp[4096];
+  for (;;) {
+    const ssize_t n = ::recv(s.native_handle(), tmp, sizeof tmp, 0);
+    if (n <= 0) break;
+    got.append(tmp, static_cast<std::size_t>(n));
+  }
+  return got;
+}
+
+TEST_F(ServerTest, TransferCodingsAndChunkFramingAreChecked) {
+  ready();
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+      "application/json\r\n";
+  auto s = connect();
+  auto r =
+      raw_exchange(s, head + "Transfer-Encoding: gzip, chunked\r\n\r\n5\r\n{\"a\":\r\n0\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 501", 0), 0u) << r;
+  auto s2 = connect();
+  r = raw_exchange(s2, head + "Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << r;
+  EXPECT_NE(r.find("malformed request body"), std::string::npos) << r;
+  auto s3 = connect();  // chunked itself still works
+  const std::string body = R"({"prompt":"x","max_tokens":1})";
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", body.size());
+  r = raw_exchange(s3, head + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + size +
+                           "\r\n" + body + "\r\n0\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r;
+}
+
+TEST_F(ServerTest, Http10StreamsAreNotChunked) {
+  ready();
+  auto s = connect();
+  const std::string body = R"({"prompt":"x","max_tokens":2,"stream":true})";
+  const auto r = raw_exchange(s,
+                              "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " +
+                                  std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(r.rfind("HTTP/1.0 200", 0), 0u) << r;
+  EXPECT_EQ(r.find("chunked"), std::string::npos) << r;
+  const auto at = r.find("\r\n\r\n");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(r.substr(at + 4, 6), "data: ") << r;  // no chunk size line
+  EXPECT_EQ(r.substr(r.size() - 14), "data: [DONE]\n\n") << r;
+}
+
+TEST_F(ServerTest, OverloadAndUnavailableSayWhenToRetry) {
+  auto r = get("/health");  // loading
+  EXPECT_EQ(r.result_int(), 503);
+  EXPECT_EQ(r[http::field::retry_after], "1");
+  EXPECT_EQ(error_of(r).at("type"), "unavailable_error");
+  ready();
+  r = post("/v1/completions", R"({"prompt":"overload"})");
+  EXPECT_EQ(r.result_int(), 429);
+  EXPECT_EQ(r[http::field::retry_after], "1");
+}
+
+class OneSlotTest : public ServerTest {
+ protected:
+  ServerOptions options() const override {
+    auto o = ServerTest::options();
+    o.server.max_connections = 1;
+    return o;
+  }
+};
+
+TEST_F(OneSlotTest, TheConnectionCap503IsUnavailableWithRetryAfter) {
+  ready();
+  auto busy = connect();  // a request in progress holds the only slot
+  http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
+  req.set(http::field::host, "localhost");
+  req.set(http::field::content_type, "application/json");
+  req.body() = R"({"prompt":"x","max_tokens":250,"stream":true})";
+  req.prepare_payload();
+  http::write(busy, req);
+  char tmp[64];
+  busy.read_some(net::buffer(tmp));  // the stream began
+  auto r = get("/health");
+  EXPECT_EQ(r.result_int(), 503);
+  EXPECT_EQ(r[http::field::retry_after], "1");
+  EXPECT_EQ(error_of(r).at("type"), "unavailable_error");
+  EXPECT_EQ(error_of(r).at("code"), "too_many_connections");
+}
+
 }  // namespace
 }  // namespace strata::api

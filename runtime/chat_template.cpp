@@ -210,13 +210,4 @@ std::vector<std::int32_t> chat_prompt_ids(const ChatTemplate& t, const Tokenizer
   return tok.encode(t.render(messages, options), /*allow_special=*/true);
 }
 
-std::shared_ptr<const jinja::Template> parse_request_chat_template(const std::string& text) {
-  try {
-    return std::make_shared<const jinja::Template>(jinja::Template::parse(text));
-  } catch (const jinja::TemplateError& e) {
-    throw InvalidRequest("chat_template",
-                         std::string("'chat_template' does not parse: ") + e.what());
-  }
-}
-
 }  // namespace strata

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "runtime/chat_message.h"
+#include "runtime/error.h"
 #include "runtime/jinja/jinja.h"
 
 namespace strata {
@@ -78,8 +79,15 @@ std::vector<std::int32_t> chat_prompt_ids(const ChatTemplate& t, const Tokenizer
                                           const ChatOptions& options);
 
 // A request's `chat_template` text; InvalidRequest("chat_template", "line N: ...") when it
-// does not parse.
-std::shared_ptr<const jinja::Template> parse_request_chat_template(const std::string& text);
+// does not parse. (Inline: the API's request parser, fuzzed alone, links only runtime/jinja.)
+inline std::shared_ptr<const jinja::Template> parse_request_chat_template(const std::string& text) {
+  try {
+    return std::make_shared<const jinja::Template>(jinja::Template::parse(text));
+  } catch (const jinja::TemplateError& e) {
+    throw InvalidRequest("chat_template",
+                         std::string("'chat_template' does not parse: ") + e.what());
+  }
+}
 
 // The built-in template texts ("llama3", "chatml"); nullptr for other names.
 const char* builtin_chat_template(const std::string& name);

@@ -2,6 +2,7 @@
 // methods templates call, and the globals HF adds (raise_exception, strftime_now) — the
 // subset chat templates use. The parser refuses every other name (ast.h).
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <ctime>
 #include <map>
@@ -176,7 +177,10 @@ Value attr_path(Interp& in, const Value& item, const std::string& path) {
     const std::size_t dot = path.find('.', pos);
     const std::string part = path.substr(pos, dot == std::string::npos ? dot : dot - pos);
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    v = in.getitem(v, digits ? Value::integer(std::stoll(part)) : Value::str(part));
+    std::int64_t index = 0;
+    const bool numeric =
+        digits && std::from_chars(part.data(), part.data() + part.size(), index).ec == std::errc();
+    v = in.getitem(v, numeric ? Value::integer(index) : Value::str(part));
     if (dot == std::string::npos) return v;
     pos = dot + 1;
   }
@@ -225,7 +229,8 @@ Value select(Interp& in, Value& v, Args& a, bool attr, bool keep) {
 
 Value to_int(const Value& v, const Value& def) {
   if (v.is_integral()) return Value::integer(v.as_int());
-  if (v.kind == Value::Kind::kFloat && std::isfinite(v.f))
+  const auto fits = [](double d) { return std::isfinite(d) && std::fabs(d) < 9.2e18; };
+  if (v.kind == Value::Kind::kFloat && fits(v.f))
     return Value::integer(static_cast<std::int64_t>(v.f));
   if (v.is_string()) {
     const std::string s = py_strip(v.s, true, true, nullptr);
@@ -237,7 +242,7 @@ Value to_int(const Value& v, const Value& def) {
     }
     try {
       const double d = std::stod(s, &used);
-      if (used == s.size() && std::isfinite(d)) return Value::integer(static_cast<std::int64_t>(d));
+      if (used == s.size() && fits(d)) return Value::integer(static_cast<std::int64_t>(d));
     } catch (const std::exception&) {
     }
   }
@@ -354,8 +359,9 @@ std::map<std::string, Fn, std::less<>>& filters() {
        [](Interp&, Value& v, Args&) {
          if (!v.is_number())
            fail(std::string("bad operand type for abs(): '") + type_name(v) + "'");
-         return v.kind == Value::Kind::kFloat ? Value::real(std::fabs(v.f))
-                                              : Value::integer(std::llabs(v.as_int()));
+         if (v.kind == Value::Kind::kFloat) return Value::real(std::fabs(v.f));
+         if (v.as_int() == INT64_MIN) fail("integer overflow (beyond 64 bits)");
+         return Value::integer(std::llabs(v.as_int()));
        }},
       {"round",
        [](Interp&, Value& v, Args& a) {

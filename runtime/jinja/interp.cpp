@@ -360,18 +360,32 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
     const bool ints = a.is_integral() && b.is_integral();
     const std::int64_t x = a.as_int(), y = b.as_int();
     const double fx = a.as_double(), fy = b.as_double();
-    if (op == "+") return ints ? Value::integer(x + y) : Value::real(fx + fy);
-    if (op == "-") return ints ? Value::integer(x - y) : Value::real(fx - fy);
-    if (op == "*") return ints ? Value::integer(x * y) : Value::real(fx * fy);
+    // Python's ints do not overflow; 64-bit ones that would are an error here.
+    std::int64_t r = 0;
+    const auto checked = [&r](bool overflow) {  // after the builtin has written r
+      if (overflow) type_error("integer overflow (beyond 64 bits)");
+      return Value::integer(r);
+    };
+    if (op == "+") return ints ? checked(__builtin_add_overflow(x, y, &r)) : Value::real(fx + fy);
+    if (op == "-") return ints ? checked(__builtin_sub_overflow(x, y, &r)) : Value::real(fx - fy);
+    if (op == "*") return ints ? checked(__builtin_mul_overflow(x, y, &r)) : Value::real(fx * fy);
     if (op == "**") {
       if (ints && y >= 0) {
-        std::int64_t r = 1;
-        for (std::int64_t k = 0; k < y && k < 64; ++k) r *= x;
+        r = 1;  // by squaring: O(log y)
+        std::int64_t base = x;
+        for (std::int64_t e = y; e > 0; e >>= 1) {
+          if ((e & 1) && __builtin_mul_overflow(r, base, &r))
+            type_error("integer overflow (beyond 64 bits)");
+          if (e > 1 && __builtin_mul_overflow(base, base, &base))
+            type_error("integer overflow (beyond 64 bits)");
+        }
         return Value::integer(r);
       }
       return Value::real(std::pow(fx, fy));
     }
     if ((ints && y == 0) || (!ints && fy == 0)) type_error("division by zero");
+    if (ints && x == INT64_MIN && y == -1 && op != "/")
+      type_error("integer overflow (beyond 64 bits)");
     if (op == "/") return Value::real(fx / fy);
     if (op == "//") {
       if (ints) return Value::integer(x / y - ((x % y != 0) && ((x < 0) != (y < 0))));
@@ -478,7 +492,9 @@ Value Interp::eval(const Expr& e, const std::shared_ptr<Scope>& s) {
         type_error(std::string("bad operand type for unary ") + (e.kind == K::kNeg ? "-" : "+") +
                    ": '" + type_name(v) + "'");
       if (e.kind == K::kPos) return v.kind == Value::Kind::kBool ? Value::integer(v.as_int()) : v;
-      return v.kind == Value::Kind::kFloat ? Value::real(-v.f) : Value::integer(-v.as_int());
+      if (v.kind == Value::Kind::kFloat) return Value::real(-v.f);
+      if (v.as_int() == INT64_MIN) type_error("integer overflow (beyond 64 bits)");
+      return Value::integer(-v.as_int());
     }
     case K::kNot:
       return Value::boolean(!truthy(eval(*e.args[0], s)));

@@ -2,6 +2,8 @@
 // lowest first: `x if c else y`, or, and, not, comparisons and `in`, + -, ~, * / // %, **,
 // unary - +, then primary with postfix `.attr`, `[...]`, `(...)`, and filters `|f` / tests `is t`
 // binding tighter than everything but postfix.
+#include <charconv>
+#include <cstdlib>
 #include <set>
 #include <unordered_set>
 
@@ -14,6 +16,14 @@ namespace strata::jinja::detail {
 namespace {
 
 using T = Token::Type;
+
+Value integer_literal(const std::string& digits, int line) {
+  std::int64_t v = 0;
+  const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (r.ec != std::errc() || r.ptr != digits.data() + digits.size())
+    throw TemplateError(line, "integer literal out of range: " + digits.substr(0, 40));
+  return Value::integer(v);
+}
 
 ExprPtr make(Expr::Kind k, int line) {
   auto e = std::make_unique<Expr>();
@@ -357,15 +367,12 @@ class Parser {
     }
     if (t.type == T::kInt) {
       ++i_;
-      try {
-        return constant(Value::integer(std::stoll(t.text)), line);
-      } catch (const std::exception&) {
-        throw TemplateError(line, "integer literal out of range: " + t.text);
-      }
+      return constant(integer_literal(t.text, line), line);
     }
     if (t.type == T::kFloat) {
       ++i_;
-      return constant(Value::real(std::stod(t.text)), line);
+      const double d = std::strtod(t.text.c_str(), nullptr);  // overflow: inf, as Python
+      return constant(Value::real(d), line);
     }
     if (skip_op("(")) {
       if (skip_op(")")) return make(Expr::Kind::kTuple, line);
@@ -416,7 +423,7 @@ class Parser {
         if (cur().type == T::kInt) {
           auto n = make(Expr::Kind::kItem, line);
           n->args.push_back(std::move(e));
-          n->args.push_back(constant(Value::integer(std::stoll(next().text)), line));
+          n->args.push_back(constant(integer_literal(next().text, line), line));
           e = std::move(n);
         } else {
           auto n = make(Expr::Kind::kAttr, line);

@@ -70,6 +70,22 @@ TEST(Jinja, SyntaxErrorsNameTheirLine) {
             "line 1: expression nested too deeply");  // not a stack overflow
 }
 
+TEST(Jinja, SixtyFourBitIntegersFailInsteadOfOverflowing) {
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ 3 ** 39 }} {{ 1 ** 1000000000000 }} {{ 1e999 }}"),
+            "4611686018427387904 4052555153018976267 1 inf");
+  EXPECT_THROW(render("{{ 9223372036854775807 + 1 }}"), RenderError);
+  EXPECT_THROW(render("{{ 2 ** 64 }}"), RenderError);
+  EXPECT_THROW(render("{{ -(-9223372036854775807 - 1) }}"), RenderError);
+  EXPECT_THROW(render("{{ 4611686018427387904 * 4 }}"), RenderError);
+  EXPECT_EQ(parse_error("{{ 99999999999999999999 }}"),
+            "line 1: integer literal out of range: 99999999999999999999");
+  EXPECT_EQ(parse_error("{{ x.99999999999999999999 }}"),
+            "line 1: integer literal out of range: 99999999999999999999");
+  EXPECT_EQ(render("{{ 1e300|int }} {{ '1e300'|int }} {{ "
+                   "[[1]]|map(attribute='99999999999999999999')|list }}"),
+            "0 0 [Undefined]");
+}
+
 TEST(Jinja, MacrosAreCollectedBeforeCallsAreChecked) {
   EXPECT_EQ(render("{{ later() if false }}{% macro later() %}x{% endmacro %}{{ later() }}"), "x");
 }

@@ -1,6 +1,7 @@
 // Internal to api/: the server's state and the pieces shared by server.cpp (HTTP core and
-// inference routes), websocket.cpp (/v1/ws) and admin.cpp (/admin). Everything here runs on
-// the server's single I/O thread.
+// routing), accept.cpp (admission), completions.cpp (inference routes), websocket.cpp
+// (/v1/ws) and admin.cpp (/admin). Everything here runs on the server's single I/O thread
+// (but the jobs handed to offload()).
 #pragma once
 
 #include <boost/asio.hpp>

@@ -1,6 +1,7 @@
 // libFuzzer target over request parsing and response shaping (tests/scripts/api_fuzz.cmake).
 // The first byte picks the parser; the rest is the body. A parser may reject input only with
 // ApiError: any other exception, crash, hang or sanitizer report is a finding.
+#include <boost/json.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -9,6 +10,7 @@
 #include "api/api_error.h"
 #include "api/openai_request.h"
 #include "api/openai_response.h"
+#include "runtime/jinja/jinja.h"
 
 using namespace strata;
 using namespace strata::api;
@@ -48,6 +50,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         ev.usage = Usage{};
         out += s.on_event(ev);
         out += s.end();
+        // A request's chat_template is rendered by the engine: render it here too, over the
+        // request's messages (a RenderError is a valid outcome, anything else a finding).
+        if (p.request.chat.request_template && p.request.messages) {
+          boost::json::array msgs;
+          for (const auto& m : *p.request.messages)
+            msgs.push_back(boost::json::object{{"role", m.role}, {"content", m.content}});
+          boost::json::object vars = p.request.chat.kwargs;
+          vars["messages"] = std::move(msgs);
+          vars["add_generation_prompt"] = p.request.chat.add_generation_prompt;
+          strata::jinja::RenderOptions ro;
+          ro.max_steps = 100000;
+          ro.max_output = 1 << 20;
+          try {
+            (void)p.request.chat.request_template->render(vars, ro);
+          } catch (const strata::jinja::RenderError&) {
+          }
+        }
         if (out.find("data: [DONE]") == std::string::npos) __builtin_trap();
         break;
       }

@@ -392,6 +392,8 @@ int run(int argc, char** argv) {
     cfg.model.path = dir;
     cfg.backend.kind = "cuda";
     cfg.backend.cuda_graphs = false;
+    // The shared prefill runs the longest context's prefix as one step.
+    cfg.scheduler.max_num_batched_tokens = std::max(cfg.scheduler.max_num_batched_tokens, longest);
     auto all = cuda::make_cuda_backends(cfg);
     backend = std::move(all.at(0));
 #else

@@ -53,12 +53,18 @@ run_eval agree4k 120 --contexts 4096 --docs 0 --retrieval 50 --seed 7 \
 
 # 4k takes 40 % of what is left, 8k (about twice the cost per fact) the rest, with a margin.
 n4=$(python3 -c "print(max(8, min($max_facts, int(0.40 * ($(left) - 20) / $per_fact))))")
+t4=$(date +%s)
 [ "$(left)" -gt 60 ] && run_eval grid4k $(($(left) - 10)) --contexts 4096 --docs 4 --retrieval "$n4" $grid
-n8=$(python3 -c "print(max(8, min($max_facts, int(0.80 * ($(left) - 15) / (2.2 * $per_fact)))))")
+# 8k: by the 4k grid's own rate (about 2.5 times the cost per fact).
+per_fact=$(python3 -c "print(max(0.02, ($(date +%s) - $t4) / ($n4 + 4)))")
+n8=$(python3 -c "print(max(8, min($max_facts, int(0.80 * ($(left) - 15) / (2.5 * $per_fact)))))")
 if [ "$(left)" -gt 30 ]; then
   run_eval grid8k $(($(left) - 5)) --contexts 8192 --docs 4 --retrieval "$n8" $grid
 fi
 echo "done in $(($(date +%s) - start)) s" | tee -a "$summary"
+# One archive: the GPU machine returns a limited number of files.
+(cd "$out" && tar czf results.tgz cal4k agree4k grid4k grid8k *.log 2>/dev/null)
 for d in grid4k grid8k agree4k; do
-  [ -f "$out/$d/quality_table.md" ] && { echo "== $d"; head -12 "$out/$d/quality_table.md"; }
+  [ -f "$out/$d/quality_table.md" ] && { echo "== $d"; head -5 "$out/$d/quality_table.md"; }
 done
+rm -rf "$out"/cal4k "$out"/agree4k "$out"/grid4k "$out"/grid8k "$out"/*.log

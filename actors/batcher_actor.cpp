@@ -92,7 +92,8 @@ void BatcherActor::on_submit(std::shared_ptr<PreparedRequest> in) {
     s->params = r->in->params;
     // Choice 0 keeps the request's seed; the others derive theirs deterministically.
     if (i > 0) s->params.seed = splitmix64(r->in->params.seed ^ (0x5851F42D4C957F2Dull * i));
-    s->detok = std::make_unique<IncrementalDetokenizer>(*deps_.tokenizer);
+    s->detok =
+        std::make_unique<IncrementalDetokenizer>(*deps_.tokenizer, r->in->skip_special_tokens);
     seqs_[s->id] = s.get();
     waiting_.push_back(s->id);
     r->seqs.push_back(std::move(s));

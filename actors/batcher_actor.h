@@ -48,6 +48,7 @@ struct PreparedRequest {
   std::optional<Clock::time_point> deadline;
   Clock::time_point arrival;
   EventSink sink;
+  bool skip_special_tokens = true;  // in the output text
 };
 
 struct SubmitMsg {

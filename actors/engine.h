@@ -40,6 +40,10 @@ struct Request {
   int n = 1;                 // independent choices
   std::optional<SparsityProfile> sparsity;  // per-request override (kv_sparsity)
   std::optional<std::chrono::steady_clock::time_point> deadline;  // default: config timeout
+  // Output text leaves special tokens (<|eot_id|>, ...) out; their ids are still reported.
+  bool skip_special_tokens = true;
+  // Keep only the last N >= 1 prompt tokens, counted after tokenizing (vLLM).
+  std::optional<int> truncate_prompt_tokens;
 };
 
 enum class FinishReason : std::uint8_t { kNone, kStop, kLength, kAbort, kError, kTimeout };

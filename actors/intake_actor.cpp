@@ -1,5 +1,6 @@
 #include "actors/intake_actor.h"
 
+#include <algorithm>
 #include <random>
 
 #include "runtime/error.h"
@@ -30,6 +31,11 @@ std::shared_ptr<PreparedRequest> IntakeActor::prepare(Request r) const {
     out->prompt = chat_prompt_ids(*s_.chat, tok, *r.messages, r.chat);
   }
   if (out->prompt.empty()) throw InvalidRequest("prompt", "the prompt is empty");
+  if (r.truncate_prompt_tokens) {  // the last N tokens, as vLLM
+    const auto keep = static_cast<std::size_t>(std::max(*r.truncate_prompt_tokens, 1));
+    if (out->prompt.size() > keep)
+      out->prompt.erase(out->prompt.begin(), out->prompt.end() - static_cast<std::ptrdiff_t>(keep));
+  }
   const int vocab = s_.model.vocab_size;
   for (const auto id : out->prompt) {
     if (id < 0 || id >= vocab) {
@@ -93,6 +99,7 @@ std::shared_ptr<PreparedRequest> IntakeActor::prepare(Request r) const {
   out->params = std::move(p);
   out->n = r.n;
   out->sparsity = std::move(r.sparsity);
+  out->skip_special_tokens = r.skip_special_tokens;
   if (r.deadline) {
     out->deadline = r.deadline;
   } else if (s_.request_timeout_s > 0) {

@@ -7,6 +7,7 @@
 
 #include "api/openai_response.h"
 #include "api/server_impl.h"
+#include "runtime/tokenizer.h"
 
 namespace strata::api {
 
@@ -49,8 +50,10 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
   }
   if (err) co_return co_await write(srv.error_response(req, *err));
 
-  const auto meta = make_meta(pr, id, static_cast<std::int64_t>(std::time(nullptr)));
-  auto text_of = [this](std::int32_t t) { return srv.token_text(t); };
+  auto meta = make_meta(pr, id, static_cast<std::int64_t>(std::time(nullptr)));
+  if (pr.echo && pr.request.prompt_ids)
+    meta.echo_text = engine->tokenizer().decode(*pr.request.prompt_ids);
+  auto text_of = [this](std::int32_t t) { return srv.token_bytes(t); };
   std::string side;
   bool gone = false;
   bool write_failed = false;

@@ -449,7 +449,6 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
       out.top_logprobs = static_cast<int>(integer_in(*v, "logprobs", 0, ctx.max_logprobs));
       sp.logprobs = out.top_logprobs;
     }
-    if (const auto* v = find(o, "echo")) out.echo = boolean(*v, "echo");
     if (const auto* v = find(o, "suffix")) {
       if (!v->is_string() || !v->as_string().empty())
         throw bad_request("suffix", "'suffix' is not supported");
@@ -483,6 +482,26 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
       if (msg.rfind("sparsity.", 0) == 0) msg = "kv_" + msg;
       throw bad_request(key, msg);
     }
+  }
+  // Output shaping (vLLM's extra fields).
+  if (const auto* v = find(o, "echo")) out.echo = boolean(*v, "echo");
+  if (const auto* v = find(o, "skip_special_tokens"))
+    r.skip_special_tokens = boolean(*v, "skip_special_tokens");
+  // Accepted either way: like Hugging Face fast tokenizers (vLLM's default), Strata never pads
+  // special tokens with spaces when it decodes them.
+  if (const auto* v = find(o, "spaces_between_special_tokens"))
+    (void)boolean(*v, "spaces_between_special_tokens");
+  if (const auto* v = find(o, "return_tokens_as_token_ids"))
+    out.tokens_as_ids = boolean(*v, "return_tokens_as_token_ids");
+  if (find(o, "prompt_logprobs"))
+    throw bad_request("prompt_logprobs",
+                      "'prompt_logprobs' is not supported: the engine does not score prompt "
+                      "tokens");
+  if (const auto* v = find(o, "truncate_prompt_tokens")) {
+    const auto k = integer_in(*v, "truncate_prompt_tokens", -1, limit, why);
+    if (k == 0)
+      throw bad_request("truncate_prompt_tokens", "'truncate_prompt_tokens' must not be 0");
+    r.truncate_prompt_tokens = static_cast<int>(k < 0 ? limit : k);  // -1: the context
   }
   if (const auto* v = find(o, "request_id")) r.id = string(*v, "request_id");
   if (r.id.size() > 128) throw bad_request("request_id", "'request_id' is longer than 128 bytes");

@@ -38,7 +38,8 @@ struct ParsedRequest {
   bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM)
   bool chat_logprobs = false;     // chat: `logprobs: true`
   int top_logprobs = 0;           // alternatives per token (both endpoints)
-  bool echo = false;              // completions: prepend the prompt text to the output
+  bool echo = false;              // prepend the prompt (chat: a final assistant message)
+  bool tokens_as_ids = false;     // return_tokens_as_token_ids
 };
 
 // Parses a body into JSON; throws ApiError 400 ("invalid JSON: ...") on malformed input.

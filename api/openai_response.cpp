@@ -2,6 +2,8 @@
 
 #include <boost/json.hpp>
 
+#include "runtime/unicode.h"
+
 namespace strata::api {
 
 namespace json = boost::json;
@@ -34,7 +36,12 @@ ResponseMeta make_meta(const ParsedRequest& req, const std::string& id, std::int
   m.include_usage = req.include_usage;
   m.continuous_usage = req.continuous_usage;
   m.logprobs = req.request.params.logprobs >= 0;
+  m.tokens_as_ids = req.tokens_as_ids;
   if (req.echo && req.request.prompt_text) m.echo_text = *req.request.prompt_text;
+  // Chat echo (vLLM): the reply continues the final message when it is the assistant's.
+  if (req.echo && req.request.messages && !req.request.messages->empty() &&
+      req.request.messages->back().role == "assistant")
+    m.echo_text = req.request.messages->back().content;
   return m;
 }
 
@@ -69,22 +76,30 @@ json::object usage_json(const Usage& u, bool extended) {
 }
 
 json::value logprobs_json(Endpoint endpoint, const std::vector<TokenLogprob>& lps,
-                          const TokenText& token_text, int* text_offset) {
+                          const TokenText& token_bytes, int* text_offset, bool tokens_as_ids) {
+  // The shown token: "token_id:N" (return_tokens_as_token_ids) or its bytes as valid UTF-8.
+  auto shown = [&](std::int32_t id, const std::string& raw) {
+    return tokens_as_ids ? "token_id:" + std::to_string(id) : unicode::lossy_utf8(raw);
+  };
+  auto bytes = [&](std::int32_t id, const std::string& raw) {
+    return bytes_of(tokens_as_ids ? shown(id, raw) : raw);
+  };
+  auto token_text = [&](std::int32_t id) { return shown(id, token_bytes(id)); };
   if (endpoint == Endpoint::kChat) {
     json::array content;
     for (const auto& lp : lps) {
-      const std::string tok = token_text(lp.token);
+      const std::string raw = token_bytes(lp.token);
       json::object e;
-      e["token"] = tok;
+      e["token"] = shown(lp.token, raw);
       e["logprob"] = lp.logprob;
-      e["bytes"] = bytes_of(tok);
+      e["bytes"] = bytes(lp.token, raw);
       json::array top;
       for (const auto& t : lp.top) {
-        const std::string tt = token_text(t.token);
+        const std::string tr = token_bytes(t.token);
         json::object a;
-        a["token"] = tt;
+        a["token"] = shown(t.token, tr);
         a["logprob"] = t.logprob;
-        a["bytes"] = bytes_of(tt);
+        a["bytes"] = bytes(t.token, tr);
         top.push_back(std::move(a));
       }
       e["top_logprobs"] = std::move(top);
@@ -138,7 +153,7 @@ std::string StreamShaper::begin() {
     if (meta_.endpoint == Endpoint::kChat) {
       json::object delta;
       delta["role"] = "assistant";
-      delta["content"] = "";
+      delta["content"] = meta_.echo_text;
       choice["delta"] = std::move(delta);
     } else if (!meta_.echo_text.empty()) {
       choice["text"] = meta_.echo_text;
@@ -181,9 +196,9 @@ std::string StreamShaper::on_event(const StreamEvent& ev) {
     } else {
       choice["text"] = ev.text;
     }
-    choice["logprobs"] =
-        lp ? logprobs_json(meta_.endpoint, ev.logprobs, token_text_, &text_offset_[i])
-           : json::value(nullptr);
+    choice["logprobs"] = lp ? logprobs_json(meta_.endpoint, ev.logprobs, token_text_,
+                                            &text_offset_[i], meta_.tokens_as_ids)
+                            : json::value(nullptr);
     choice["finish_reason"] = nullptr;
     json::object c = chunk();
     c["choices"] = json::array{std::move(choice)};
@@ -263,13 +278,13 @@ std::string ResponseCollector::body() const {
     json::object o;
     o["index"] = static_cast<std::int64_t>(i);
     int offset = static_cast<int>(meta_.echo_text.size());
-    json::value lp = meta_.logprobs
-                         ? logprobs_json(meta_.endpoint, c.logprobs, token_text_, &offset)
-                         : json::value(nullptr);
+    json::value lp = meta_.logprobs ? logprobs_json(meta_.endpoint, c.logprobs, token_text_,
+                                                    &offset, meta_.tokens_as_ids)
+                                    : json::value(nullptr);
     if (meta_.endpoint == Endpoint::kChat) {
       json::object msg;
       msg["role"] = "assistant";
-      msg["content"] = c.text;
+      msg["content"] = meta_.echo_text + c.text;
       o["message"] = std::move(msg);
     } else {
       o["text"] = meta_.echo_text + c.text;

@@ -15,7 +15,9 @@
 
 namespace strata::api {
 
-// Text of one token for logprobs ("token" fields); must not throw.
+// Raw bytes of one token for logprobs (a byte-level token may be part of a UTF-8 sequence):
+// "bytes" fields carry them as they are, "token" fields as valid UTF-8 (U+FFFD for the
+// incomplete part, as vLLM); must not throw.
 using TokenText = std::function<std::string(std::int32_t)>;
 
 struct ResponseMeta {
@@ -26,8 +28,9 @@ struct ResponseMeta {
   int n = 1;
   bool include_usage = false;
   bool continuous_usage = false;
-  bool logprobs = false;  // report logprobs (completions: `logprobs` given; chat: true)
-  std::string echo_text;  // completions with echo: prepended to choice text
+  bool logprobs = false;       // report logprobs (completions: `logprobs` given; chat: true)
+  std::string echo_text;       // echo: prepended to choice text (chat: the final assistant message)
+  bool tokens_as_ids = false;  // return_tokens_as_token_ids: logprob tokens as "token_id:N"
 };
 ResponseMeta make_meta(const ParsedRequest& req, const std::string& id, std::int64_t created);
 
@@ -95,6 +98,7 @@ class ResponseCollector {
 
 // Logprobs JSON of some tokens, in the endpoint's shape; `offset` advances (completions).
 boost::json::value logprobs_json(Endpoint endpoint, const std::vector<TokenLogprob>& lps,
-                                 const TokenText& token_text, int* text_offset);
+                                 const TokenText& token_text, int* text_offset,
+                                 bool tokens_as_ids = false);
 
 }  // namespace strata::api

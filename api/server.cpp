@@ -65,10 +65,10 @@ ParseContext Server::Impl::parse_context() const {
   return c;
 }
 
-std::string Server::Impl::token_text(std::int32_t id) const {
+std::string Server::Impl::token_bytes(std::int32_t id) const {
   if (!engine) return {};
   try {
-    return engine->tokenizer().decode(std::span<const std::int32_t>(&id, 1));
+    return engine->tokenizer().token_bytes(id);
   } catch (...) {
     return {};
   }

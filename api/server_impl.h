@@ -69,8 +69,8 @@ struct Server::Impl {
   net::awaitable<void> drain();
 
   std::string new_id(const char* prefix);
-  ParseContext parse_context() const;  // engine must be set
-  std::string token_text(std::int32_t id) const;
+  ParseContext parse_context() const;              // engine must be set
+  std::string token_bytes(std::int32_t id) const;  // raw (logprobs), "" when unknown
 
   // Response helpers (CORS, keep-alive, server header; counts the status in metrics).
   Res response(const Req& req, http::status st, std::string body,

@@ -219,6 +219,7 @@ struct WsSession : std::enable_shared_from_this<WsSession> {
       }
       auto pr = parse_openai_request(body, chat ? Endpoint::kChat : Endpoint::kCompletions,
                                      srv.parse_context());
+      if (pr.echo) throw bad_request("response.echo", "'echo' is not supported on /v1/ws");
       id = srv.new_id("resp");
       pr.request.id = id;
       n = pr.request.n;

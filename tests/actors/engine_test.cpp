@@ -345,6 +345,25 @@ TEST(Engine, IntakeRejectsBadRequestsWithNothingQueued) {
   EXPECT_EQ(c.finish[0], FinishReason::kLength);
 }
 
+// vLLM's skip_special_tokens (default true) and truncate_prompt_tokens.
+TEST(Engine, SpecialTokensLeaveTheTextAndPromptsTruncateFromTheLeft) {
+  auto e = Engine::create(tiny_config());
+  const auto ids = e->tokenizer().encode("<|end_header_id|>", /*allow_special=*/true);
+  ASSERT_EQ(ids.size(), 1u);
+  ASSERT_TRUE(e->tokenizer().is_special(ids[0]));
+  auto r = greedy_request({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 3);
+  r.params.logit_bias = {{ids[0], 100.0f}};  // the special token, every step
+  auto c = drain(*e->submit(r));
+  EXPECT_EQ(c.tokens[0], std::vector<std::int32_t>(3, ids[0]));
+  EXPECT_EQ(c.text[0], "");  // ids reported, text without them
+  r.skip_special_tokens = false;
+  r.truncate_prompt_tokens = 4;
+  c = drain(*e->submit(r));
+  EXPECT_EQ(c.text[0], "<|end_header_id|><|end_header_id|><|end_header_id|>");
+  ASSERT_TRUE(c.usage);
+  EXPECT_EQ(c.usage->prompt_tokens, 4);  // the last 4 of 10
+}
+
 TEST(Engine, TextPromptsStreamValidUtf8AndUsage) {
   auto e = Engine::create(tiny_config());
   Request r;
@@ -366,8 +385,9 @@ TEST(Engine, TextPromptsStreamValidUtf8AndUsage) {
   // Same seed, same tokens (seeded sampling is stateless in time).
   auto c2 = drain(*e->submit(r), 2);
   EXPECT_EQ(c.tokens, c2.tokens);
-  // The streamed text is what the tokenizer decodes from the tokens.
-  EXPECT_EQ(c.text[0], e->tokenizer().decode(c.tokens[0]));
+  // The streamed text is what the tokenizer decodes from the tokens (special tokens left
+  // out: skip_special_tokens is the default).
+  EXPECT_EQ(c.text[0], e->tokenizer().decode(c.tokens[0], /*skip_special=*/true));
 }
 
 TEST(Engine, StopStringsAreWithheldAndNeverEmitted) {

@@ -525,5 +525,18 @@ TEST_F(OneSlotTest, TheConnectionCap503IsUnavailableWithRetryAfter) {
   EXPECT_EQ(error_of(r).at("code"), "too_many_connections");
 }
 
+// ---- 8. echo of token-id prompts ------------------------------------------------------------
+
+TEST_F(ServerTest, EchoOfATokenIdPromptIsItsText) {
+  ready();
+  auto s = connect();
+  auto r = request(s, http::verb::post, "/v1/completions",
+                   R"({"prompt":[72,105],"max_tokens":1,"echo":true})");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  const std::string prompt = engine_->tokenizer().decode(std::vector<std::int32_t>{72, 105});
+  EXPECT_FALSE(prompt.empty());
+  EXPECT_EQ(json::parse(r.body()).at("choices").at(0).at("text").as_string(), prompt + "t0 ");
+}
+
 }  // namespace
 }  // namespace strata::api

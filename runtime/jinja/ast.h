@@ -52,11 +52,24 @@ struct Node;
 using Body = std::vector<std::unique_ptr<Node>>;
 
 struct Node {
-  enum class Kind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kBreak, kContinue, kBlock };
+  enum class Kind {
+    kText,
+    kOutput,
+    kIf,
+    kFor,
+    kSet,
+    kSetBlock,
+    kMacro,
+    kCallBlock,  // {% call(params) m(args) %}body{% endcall %}: m gets `caller` rendering body
+    kBreak,
+    kContinue,
+    kBlock
+  };
   Kind kind;
   int line = 0;
   std::string text;                  // kText
-  std::vector<std::string> targets;  // kFor loop vars; kSet names; kMacro name + params
+  std::vector<std::string> targets;  // kFor loop vars; kSet names; kMacro name + params;
+                                     // kCallBlock: the caller's params
   std::string attr;                  // kSet: ns.attr target (targets[0] is the namespace)
   ExprPtr expr;                      // output / for iterable / set value
   ExprPtr filter;                    // kFor: `if` condition

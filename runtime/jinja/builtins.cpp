@@ -263,10 +263,17 @@ std::map<std::string, Fn, std::less<>>& filters() {
        [](Interp&, Value& v, Args& a) {
          const Value indent = arg(a, 1, "indent");
          if (truthy(arg(a, 0, "ensure_ascii"))) fail("tojson: ensure_ascii is not supported");
-         if (!arg(a, 2, "separators").is_undefined() && !arg(a, 2, "separators").is_none())
-           fail("tojson: separators are not supported");
+         const Value seps = arg(a, 2, "separators");
+         const bool custom = seps.is_list();
+         if (custom && (seps.list->size() != 2 || !(*seps.list)[0].is_string() ||
+                        !(*seps.list)[1].is_string()))
+           fail("tojson: separators must be (item_separator, key_separator)");
+         if (!custom && !seps.is_undefined() && !seps.is_none())
+           fail("tojson: separators must be (item_separator, key_separator)");
          const int ind = indent.is_integral() ? static_cast<int>(indent.as_int()) : -1;
-         return Value::str(to_json(v, ind, truthy(arg(a, 3, "sort_keys"))));
+         return Value::str(to_json(v, ind, truthy(arg(a, 3, "sort_keys")),
+                                   custom ? (*seps.list)[0].s.c_str() : nullptr,
+                                   custom ? (*seps.list)[1].s.c_str() : nullptr));
        }},
       {"upper",
        [](Interp&, Value& v, Args&) { return Value::str(ascii_map(to_str(v), to_upper)); }},

@@ -109,6 +109,9 @@ Interp::Flow Interp::exec(const Body& body, const std::shared_ptr<Scope>& s, std
       case Node::Kind::kMacro:
         s->set(n.targets[0], make_macro(n, s));
         break;
+      case Node::Kind::kCallBlock:
+        out += to_str(call_block(n, s));
+        break;
       case Node::Kind::kBreak:
         return Flow::kBreak;
       case Node::Kind::kContinue:
@@ -218,48 +221,6 @@ void Interp::exec_set(const Node& n, const std::shared_ptr<Scope>& s) {
     type_error("cannot unpack " + std::to_string(parts.size()) + " values into " +
                std::to_string(n.targets.size()) + " names");
   for (std::size_t k = 0; k < parts.size(); ++k) s->set(n.targets[k], parts[k]);
-}
-
-Value Interp::make_macro(const Node& n, const std::shared_ptr<Scope>& s) {
-  const Node* node = &n;
-  std::weak_ptr<Scope> defined_in = s;  // the frame holds the macro: no cycle
-  return Value::callable([node, defined_in](Interp& in, Args& a) -> Value {
-    const std::size_t nparams = node->targets.size() - 1;
-    if (a.pos.size() > nparams)
-      type_error("macro '" + node->targets[0] + "' takes not more than " + std::to_string(nparams) +
-                 " argument(s)");
-    auto frame = std::make_shared<Scope>();
-    frame->parent = defined_in.lock();
-    for (std::size_t k = 0; k < nparams; ++k) {
-      const std::string& p = node->targets[k + 1];
-      const Value* kw = nullptr;
-      for (const auto& [key, v] : a.kw)
-        if (key == p) kw = &v;
-      if (k < a.pos.size()) {
-        if (kw) type_error("macro '" + node->targets[0] + "' got multiple values for '" + p + "'");
-        frame->set(p, a.pos[k]);
-      } else if (kw) {
-        frame->set(p, *kw);
-      } else if (node->defaults[k]) {
-        frame->set(p, in.eval(*node->defaults[k], frame));
-      } else {
-        frame->set(p, Value::undefined(p));
-      }
-    }
-    for (const auto& [key, v] : a.kw) {
-      bool known = false;
-      for (std::size_t k = 1; k < node->targets.size(); ++k)
-        known = known || node->targets[k] == key;
-      if (!known)
-        type_error("macro '" + node->targets[0] + "' takes no keyword argument '" + key + "'");
-    }
-    if (++in.depth_ > in.options.max_depth)
-      type_error("macro calls nested deeper than " + std::to_string(in.options.max_depth));
-    std::string out;
-    in.exec(node->body, frame, out);
-    --in.depth_;
-    return Value::str(std::move(out));
-  });
 }
 
 Value Interp::lookup(const std::string& name, const std::shared_ptr<Scope>& s) {

@@ -48,6 +48,7 @@ class Interp {
   Flow exec_for(const Node& n, const std::shared_ptr<Scope>& s, std::string& out);
   void exec_set(const Node& n, const std::shared_ptr<Scope>& s);
   Value make_macro(const Node& n, const std::shared_ptr<Scope>& s);
+  Value call_block(const Node& n, const std::shared_ptr<Scope>& s);
   Value lookup(const std::string& name, const std::shared_ptr<Scope>& s);
   Value binary(const std::string& op, const Value& a, const Value& b);
   Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);

@@ -41,7 +41,7 @@ class Parser {
     std::string end;
     p->body = body({}, &end);
     for (const auto& [name, line] : called_)
-      if (!macros_.count(name) && !is_global_function(name))
+      if (!macros_.count(name) && !is_global_function(name) && name != "caller")
         throw TemplateError(line, "unknown function '" + name + "()'");
     return p;
   }
@@ -208,6 +208,23 @@ class Parser {
       n->body = body({"endmacro"}, &end);
       loops_ = saved;
       if (cur().type == T::kName && cur().text == n->targets[0]) ++i_;
+    } else if (tag == "call") {
+      n->kind = Node::Kind::kCallBlock;
+      if (skip_op("(")) {
+        while (!skip_op(")")) {
+          if (!n->targets.empty()) expect_op(",");
+          n->targets.push_back(expect_name());
+          if (is_op("=")) fail("default values of caller parameters are not supported");
+        }
+      }
+      n->expr = expr();
+      if (n->expr->kind != Expr::Kind::kCall)
+        throw TemplateError(line, "'{% call %}' needs a call");
+      expect_block_end();
+      const int saved = loops_;
+      loops_ = 0;
+      n->body = body({"endcall"}, &end);
+      loops_ = saved;
     } else if (tag == "break" || tag == "continue") {
       if (loops_ == 0) throw TemplateError(line, "'" + tag + "' outside a for loop");
       n->kind = tag == "break" ? Node::Kind::kBreak : Node::Kind::kContinue;

@@ -302,12 +302,12 @@ void json_string(std::string& out, const std::string& s) {
   out.push_back('"');
 }
 
-void json_value(std::string& out, const Value& v, int indent, bool sort_keys, int level) {
+void json_value(std::string& out, const Value& v, int indent, bool sort_keys, int level,
+                const char* item_sep, const char* key_sep) {
   const auto newline = [&](int lvl) {
     out.push_back('\n');
     out.append(static_cast<std::size_t>(indent * lvl), ' ');
   };
-  const char* item_sep = indent >= 0 ? "," : ", ";
   switch (v.kind) {
     case Value::Kind::kNone:
       out += "null";
@@ -338,7 +338,7 @@ void json_value(std::string& out, const Value& v, int indent, bool sort_keys, in
       for (std::size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += item_sep;
         if (indent >= 0) newline(level + 1);
-        json_value(out, (*v.list)[k], indent, sort_keys, level + 1);
+        json_value(out, (*v.list)[k], indent, sort_keys, level + 1, item_sep, key_sep);
       }
       if (indent >= 0) newline(level);
       out.push_back(']');
@@ -359,8 +359,8 @@ void json_value(std::string& out, const Value& v, int indent, bool sort_keys, in
         if (k) out += item_sep;
         if (indent >= 0) newline(level + 1);
         json_string(out, items[k]->first);
-        out += ": ";
-        json_value(out, items[k]->second, indent, sort_keys, level + 1);
+        out += key_sep;
+        json_value(out, items[k]->second, indent, sort_keys, level + 1, item_sep, key_sep);
       }
       if (indent >= 0) newline(level);
       out.push_back('}');
@@ -427,9 +427,14 @@ std::string to_str(const Value& v) {
   }
 }
 
-std::string to_json(const Value& v, int indent, bool sort_keys) {
+std::string to_json(const Value& v, int indent, bool sort_keys, const char* item_sep,
+                    const char* key_sep) {
   std::string out;
-  json_value(out, v, indent, sort_keys, 0);
+  json_value(out, v, indent, sort_keys, 0,
+             item_sep      ? item_sep
+             : indent >= 0 ? ","
+                           : ", ",
+             key_sep ? key_sep : ": ");
   return out;
 }
 

@@ -89,8 +89,10 @@ std::string to_str(const Value& v);                           // str(v): what {{
 std::string repr(const Value& v);                             // repr(v)
 const char* type_name(const Value& v);                        // Python's type name, for messages
 
-// json.dumps(v, ensure_ascii=False, indent=indent (<0: None), sort_keys) as HF's tojson.
-std::string to_json(const Value& v, int indent, bool sort_keys);
+// json.dumps(v, ensure_ascii=False, indent=indent (<0: None), separators, sort_keys) as HF's
+// tojson; item_sep / key_sep null: Python's defaults ("," with an indent, else ", "; ": ").
+std::string to_json(const Value& v, int indent, bool sort_keys, const char* item_sep = nullptr,
+                    const char* key_sep = nullptr);
 
 Value from_json(const boost::json::value& v);
 

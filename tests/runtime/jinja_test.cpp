@@ -47,7 +47,9 @@ TEST(Jinja, UnsupportedConstructsFailAtParseTimeWithTheirLine) {
             "line 3: unsupported test 'fizzbuzz'");
   EXPECT_EQ(parse_error("{% include 'other.jinja' %}"), "line 1: unsupported tag '{% include %}'");
   EXPECT_EQ(parse_error("{% extends 'base' %}"), "line 1: unsupported tag '{% extends %}'");
-  EXPECT_EQ(parse_error("\n{% call foo() %}{% endcall %}"), "line 2: unsupported tag '{% call %}'");
+  EXPECT_EQ(parse_error("\n{% filter upper %}x{% endfilter %}"),
+            "line 2: unsupported tag '{% filter %}'");
+  EXPECT_EQ(parse_error("{% call foo %}{% endcall %}"), "line 1: '{% call %}' needs a call");
   EXPECT_EQ(parse_error("{{ messages.append(1) }}"), "line 1: unsupported method '.append()'");
   EXPECT_EQ(parse_error("x\ny\n{{ cycler(1, 2) }}"), "line 3: unknown function 'cycler()'");
   EXPECT_EQ(parse_error("{% for x in y recursive %}{% endfor %}"),

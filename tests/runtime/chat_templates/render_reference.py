@@ -71,9 +71,14 @@ def environment():
     return env
 
 
+_compiled = {}
+
+
 def render(env, source, variables):
     try:
-        return {"out": env.from_string(source).render(**variables)}
+        if source not in _compiled:  # a template compiles once (as transformers caches it)
+            _compiled[source] = env.from_string(source)
+        return {"out": _compiled[source].render(**variables)}
     except jinja2.exceptions.TemplateError as e:
         # raise_exception raises a bare TemplateError; jinja2's own errors are subclasses
         raised = type(e) is jinja2.exceptions.TemplateError

@@ -149,6 +149,9 @@ std::shared_ptr<const ChatTemplate> ChatTemplate::load(
     }
     return from_text(text, std::move(special), tokenizer_config_json_path);
   }
+  // vLLM's --chat-template also takes the template itself, in one line.
+  if (setting.find("{{") != std::string::npos || setting.find("{%") != std::string::npos)
+    return from_text(setting, std::move(special), "model.chat_template (inline)");
   if (setting.empty() || !std::filesystem::is_regular_file(setting))
     throw ConfigError("model.chat_template",
                       "'" + setting +

@@ -8,7 +8,8 @@
 //                    "default" entry); a checkpoint with neither has no chat format
 //   llama3 | chatml  the built-in Llama-3 Instruct / ChatML template (whatever the checkpoint has)
 //   none             no chat format: chat requests are refused
-//   anything else    a path to a Jinja template file
+//   anything else    a path to a Jinja template file, or (with "{{" or "{%" in it, as vLLM's
+//                    --chat-template) the template text itself
 // A template that does not parse, or uses a construct outside the supported subset, is a
 // ConfigError("model.chat_template", "<where>: line N: ...") at load.
 #pragma once

@@ -100,6 +100,7 @@ TEST(ChatTemplate, SettingForcesBuiltInsOrAFile) {
   const std::string file = dir("/file") + "/custom.jinja";
   std::ofstream(file) << "{% for m in messages %}{{ m.content | upper }}{% endfor %}";
   EXPECT_EQ(render(ChatTemplate::load(p, file), {{"user", "q"}}), "Q");
+  EXPECT_EQ(render(ChatTemplate::load(p, "{{ messages[0].content }}!"), {{"user", "q"}}), "q!");
   EXPECT_THROW(ChatTemplate::load(p, "mistral"), ConfigError);  // neither a name nor a file
   const std::string bad = dir("/bad") + "/tokenizer_config.json";
   std::ofstream(bad) << "{ nope";

@@ -525,6 +525,9 @@ TokenizeRequest parse_tokenize_request(const json::value& body) {
   }
   if (const auto* v = find(o, "add_special_tokens"))
     t.add_special_tokens = boolean(*v, "add_special_tokens");
+  if (const auto* v = find(o, "model")) t.model = string(*v, "model");
+  if (const auto* v = find(o, "return_token_strs"))
+    t.return_token_strs = boolean(*v, "return_token_strs");
   return t;
 }
 

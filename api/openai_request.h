@@ -56,7 +56,9 @@ struct TokenizeRequest {
   std::string prompt;
   std::vector<ChatMessage> messages;  // non-empty: chat form
   bool add_special_tokens = true;
-  ChatOptions chat;  // chat form: add_generation_prompt, continue_final_message, chat_template...
+  ChatOptions chat;   // chat form: add_generation_prompt, continue_final_message, chat_template...
+  std::string model;  // checked against the served name when given
+  bool return_token_strs = false;  // also the tokens' vocabulary strings (vLLM)
 };
 TokenizeRequest parse_tokenize_request(const boost::json::value& body);
 

@@ -128,6 +128,25 @@ json::value logprobs_json(Endpoint endpoint, const std::vector<TokenLogprob>& lp
   return o;
 }
 
+std::string vocab_string(std::string_view bytes) {
+  // GPT-2's map: printable bytes stand for themselves, the others, in byte order, for
+  // U+0100, U+0101, ...
+  auto printable = [](int b) {
+    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+  };
+  std::string out;
+  for (const unsigned char b : bytes) {
+    char32_t cp = b;
+    if (!printable(b)) {
+      int n = 0;
+      for (int x = 0; x < b; ++x) n += printable(x) ? 0 : 1;
+      cp = static_cast<char32_t>(256 + n);
+    }
+    unicode::append_utf8(out, cp);
+  }
+  return out;
+}
+
 // ---- streaming ----------------------------------------------------------------------------
 
 StreamShaper::StreamShaper(ResponseMeta meta, TokenText token_text)

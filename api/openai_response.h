@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/engine.h"
@@ -95,6 +96,10 @@ class ResponseCollector {
   bool have_usage_ = false;
   int prompt_tokens_hint_ = 0;
 };
+
+// The vocabulary string of a byte-level BPE token from its bytes (GPT-2's byte-to-unicode
+// map: " hi" -> "\u0120hi"), as Hugging Face's convert_ids_to_tokens gives it.
+std::string vocab_string(std::string_view bytes);
 
 // Logprobs JSON of some tokens, in the endpoint's shape; `offset` advances (completions).
 boost::json::value logprobs_json(Endpoint endpoint, const std::vector<TokenLogprob>& lps,

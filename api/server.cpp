@@ -9,6 +9,7 @@
 #include "api/openai_response.h"
 #include "api/secret.h"
 #include "api/server_impl.h"
+#include "api/version.h"
 #include "runtime/chat_template.h"
 #include "runtime/error.h"
 #include "runtime/tokenizer.h"
@@ -132,6 +133,11 @@ Res Server::Impl::response(const Req& req, http::status st, std::string body,
   res.keep_alive(req.keep_alive() && !stopping);
   res.body() = std::move(body);
   res.prepare_payload();
+  if (req.method() == http::verb::head) {  // GET's headers, Content-Length included, no body
+    const auto n = res.body().size();
+    res.body().clear();
+    res.content_length(n);
+  }
   metrics.observe_http(static_cast<int>(st));
   return res;
 }
@@ -403,14 +409,22 @@ net::awaitable<bool> Conn::handle(Req& req) {
   }
   if (path.substr(0, 6) == "/admin") co_return co_await handle_admin(*this, req, path, query);
 
+  std::string allow;  // the Allow header of a 405
   try {
-    auto require = [&](http::verb v) {
-      if (method != v) {
+    auto require = [&](http::verb v) {  // GET routes answer HEAD too
+      if (method != v && !(v == http::verb::get && method == http::verb::head)) {
+        allow = v == http::verb::get ? "GET, HEAD" : "POST";
         throw ApiError(405, "invalid_request_error",
                        std::string("method ") + std::string(req.method_string()) +
-                           " not allowed on " + std::string(path));
+                           " not allowed on " + clip(path) + " (allowed: " + allow + ")");
       }
     };
+    if (path == "/version") {
+      require(http::verb::get);
+      json::object v;  // note: no braced temporaries in a co_await (GCC 12 rejects them)
+      v["version"] = kVersion;
+      co_return co_await reply(http::status::ok, json::serialize(v));
+    }
     if (path == "/health") {
       require(http::verb::get);
       if (!srv.load_error.empty())
@@ -443,12 +457,12 @@ net::awaitable<bool> Conn::handle(Req& req) {
                                "text/plain; version=0.0.4; charset=utf-8");
     }
     const bool inference = path == "/v1/completions" || path == "/v1/chat/completions" ||
-                           path == "/v1/models" || path == "/tokenize" || path == "/detokenize" ||
-                           path == "/v1/ws";
+                           path == "/v1/models" || path.starts_with("/v1/models/") ||
+                           path == "/tokenize" || path == "/detokenize" || path == "/v1/ws";
     if (!inference)
       throw ApiError(404, "not_found_error",
-                     "no route for " + std::string(req.method_string()) + " " + std::string(path),
-                     "", "not_found");
+                     "no route for " + std::string(req.method_string()) + " " + clip(path), "",
+                     "not_found");
     if (!srv.api_key_ok(req))
       throw ApiError(401, "authentication_error",
                      "a valid API key is required (Authorization: Bearer <key>)", "",
@@ -462,16 +476,24 @@ net::awaitable<bool> Conn::handle(Req& req) {
                      "", "not_ready");
     if (srv.stopping)
       throw ApiError(503, "unavailable_error", "the server is shutting down", "", "shutting_down");
-    if (path == "/v1/models") {
+    if (path == "/v1/models" || path.starts_with("/v1/models/")) {
       require(http::verb::get);
-      const auto ctx = srv.parse_context();
       json::object m;
       m["id"] = srv.opt.model_name;
       m["object"] = "model";
       m["created"] = static_cast<std::int64_t>(std::time(nullptr));
       m["owned_by"] = "strata";
       m["root"] = srv.engine->config().model.path;
-      m["max_model_len"] = ctx.max_model_len;
+      m["max_model_len"] = srv.parse_context().max_model_len;
+      if (path.size() > 11) {  // /v1/models/{id}: that model, if it is the one served
+        const std::string_view want = path.substr(11);
+        if (want != srv.opt.model_name)
+          throw ApiError(404, "not_found_error",
+                         "the model '" + clip(want) + "' does not exist (served: '" +
+                             srv.opt.model_name + "')",
+                         "model", "model_not_found");
+        co_return co_await reply(http::status::ok, json::serialize(m));
+      }
       json::object list;
       list["object"] = "list";
       list["data"] = json::array{std::move(m)};
@@ -483,9 +505,15 @@ net::awaitable<bool> Conn::handle(Req& req) {
     const auto& tok = srv.engine->tokenizer();
     if (path == "/tokenize") {
       std::vector<std::int32_t> ids;
+      TokenizeRequest t;
       auto engine = srv.engine;
       const std::function<void()> job = [&] {  // megabytes take a while: not here
-        const auto t = parse_tokenize_request(parse_json_body(req.body()));
+        t = parse_tokenize_request(parse_json_body(req.body()));
+        if (!t.model.empty() && t.model != srv.opt.model_name)
+          throw ApiError(404, "not_found_error",
+                         "the model '" + clip(t.model) + "' does not exist (served: '" +
+                             srv.opt.model_name + "')",
+                         "model", "model_not_found");
         if (!t.messages.empty()) {
           ids = engine->chat_prompt(t.messages, t.chat);  // as a chat request's prompt
         } else {
@@ -501,6 +529,13 @@ net::awaitable<bool> Conn::handle(Req& req) {
       o["count"] = static_cast<std::int64_t>(ids.size());
       o["max_model_len"] = srv.parse_context().max_model_len;
       o["tokens"] = std::move(a);
+      if (t.return_token_strs) {
+        json::array strs;
+        for (auto id : ids)
+          strs.push_back(json::value(tok.is_special(id) ? tok.token_bytes(id)
+                                                        : vocab_string(tok.token_bytes(id))));
+        o["token_strs"] = std::move(strs);
+      }
       co_return co_await reply(http::status::ok, json::serialize(o));
     }
     if (path == "/detokenize") {
@@ -514,7 +549,9 @@ net::awaitable<bool> Conn::handle(Req& req) {
   } catch (...) {
     err = to_api_error(std::current_exception());  // no co_await inside a handler
   }
-  co_return co_await fail(*err);
+  Res res = srv.error_response(req, *err);
+  if (err->status == 405 && !allow.empty()) res.set(http::field::allow, allow);
+  co_return co_await write(std::move(res));
 }
 
 // ---- Server ---------------------------------------------------------------------------------

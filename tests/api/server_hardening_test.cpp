@@ -538,5 +538,57 @@ TEST_F(ServerTest, EchoOfATokenIdPromptIsItsText) {
   EXPECT_EQ(json::parse(r.body()).at("choices").at(0).at("text").as_string(), prompt + "t0 ");
 }
 
+// ---- 12. what clients probe -----------------------------------------------------------------
+
+TEST_F(ServerTest, ModelByIdVersionHeadAndAllow) {
+  ready();
+  auto r = get("/v1/models/fake");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_EQ(json::parse(r.body()).at("id"), "fake");
+  EXPECT_EQ(json::parse(r.body()).at("object"), "model");
+  r = get("/v1/models/other");
+  EXPECT_EQ(r.result_int(), 404);
+  EXPECT_EQ(error_of(r).at("code"), "model_not_found");
+  r = get("/version");
+  ASSERT_EQ(r.result_int(), 200);
+  EXPECT_TRUE(json::parse(r.body()).at("version").is_string());
+  // HEAD: GET's status and Content-Length, no body.
+  const auto health = get("/health");
+  auto s = connect();
+  const auto head =
+      raw_exchange(s, "HEAD /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
+  EXPECT_NE(head.find("Content-Length: " + std::to_string(health.body().size()) + "\r\n"),
+            std::string::npos)
+      << head;
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n") << head;  // nothing after the head
+  // 405 says what is allowed.
+  r = post("/health", "{}");
+  EXPECT_EQ(r.result_int(), 405);
+  EXPECT_EQ(r[http::field::allow], "GET, HEAD");
+  r = get("/v1/completions");
+  EXPECT_EQ(r.result_int(), 405);
+  EXPECT_EQ(r[http::field::allow], "POST");
+}
+
+TEST_F(ServerTest, TokenizeChecksTheModelAndReturnsTokenStrings) {
+  ready();
+  auto r = post("/tokenize", R"({"prompt":"hi there","model":"other"})");
+  EXPECT_EQ(r.result_int(), 404);
+  EXPECT_EQ(error_of(r).at("param"), "model");
+  r = post("/tokenize", R"({"prompt":"hi there","model":"fake","return_token_strs":true})");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  const auto j = json::parse(r.body());
+  const auto& tokens = j.at("tokens").as_array();
+  const auto& strs = j.at("token_strs").as_array();
+  ASSERT_EQ(strs.size(), tokens.size());
+  std::string joined;
+  for (const auto& x : strs) joined += x.as_string();
+  EXPECT_NE(joined.find("\xc4\xa0there"), std::string::npos) << joined;  // "Ġthere", as HF
+  EXPECT_FALSE(json::parse(post("/tokenize", R"({"prompt":"hi"})").body())
+                   .as_object()
+                   .contains("token_strs"));
+}
+
 }  // namespace
 }  // namespace strata::api

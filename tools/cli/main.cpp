@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "api/version.h"
 #include "runtime/error.h"
 #include "tools/cli/command.h"
 
@@ -20,12 +21,16 @@ bool register_command(const Command& c) {
   registry()[c.name] = c;
   return true;
 }
-const std::map<std::string, Command>& commands() { return registry(); }
+const std::map<std::string, Command>& commands() {
+  return registry();
+}
 
 Args::Args(int argc, char** argv, std::vector<std::string> flags) {
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--", 0) == 0 && a.size() > 2) {
+    if (a == "-h") {
+      opts_.emplace("help", "true");
+    } else if (a.rfind("--", 0) == 0 && a.size() > 2) {
       std::string key = a.substr(2), val;
       if (auto eq = key.find('='); eq != std::string::npos) {
         val = key.substr(eq + 1);
@@ -90,25 +95,41 @@ void Args::expect_only(const std::vector<std::string>& known) const {
   for (const auto& [k, v] : opts_)
     if (std::find(known.begin(), known.end(), k) == known.end())
       throw ConfigError("--" + k, "unknown option");
+  // No command takes positional arguments: a stray word (or a -x option) would be ignored.
+  if (!positional_.empty())
+    throw ConfigError("", "unexpected argument '" + positional_.front() +
+                              "' (options are --name value; --help lists them)");
 }
 
 }  // namespace strata::cli
 
 int main(int argc, char** argv) {
   using namespace strata::cli;
-  auto usage = [] {
-    std::fprintf(stderr, "usage: strata <command> [options]\n\ncommands:\n");
-    for (const auto& [name, c] : commands()) std::fprintf(stderr, "  %-12s %s\n", name.c_str(), c.summary);
-    std::fprintf(stderr, "\nstrata <command> --help for the options of one command\n");
+  // Asked for (--help): stdout, status 0; a mistake: stderr, status 2.
+  auto usage = [](std::FILE* out) {
+    std::fprintf(out, "usage: strata <command> [options]\n\ncommands:\n");
+    for (const auto& [name, c] : commands())
+      std::fprintf(out, "  %-12s %s\n", name.c_str(), c.summary);
+    std::fprintf(out,
+                 "\nstrata <command> --help for the options of one command; strata --version\n");
   };
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    usage();
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const std::string first = argv[1];
+  if (first == "--help" || first == "-h") {
+    usage(stdout);
+    return 0;
+  }
+  if (first == "--version" || first == "-V") {
+    std::printf("strata %s\n", strata::kVersion);
+    return 0;
   }
   auto it = commands().find(argv[1]);
   if (it == commands().end()) {
     std::fprintf(stderr, "strata: unknown command '%s'\n", argv[1]);
-    usage();
+    usage(stderr);
     return 2;
   }
   try {

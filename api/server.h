@@ -23,8 +23,6 @@ namespace strata::api {
 struct ServerOptions {
   ServerSection server;          // host, port, keys, token, CORS, limits, timeouts
   std::string model_name;        // served model name (/v1/models, `model` checks)
-  std::string chat_format_hint;  // tokenizer_config.json path for /tokenize with messages
-  std::string chat_template = "auto";
   bool handle_signals = true;  // SIGINT/SIGTERM start a graceful stop
   int max_n = 16;
 };

@@ -21,8 +21,8 @@
 namespace strata::api {
 
 struct ServerOptions {
-  ServerSection server;          // host, port, keys, token, CORS, limits, timeouts
-  std::string model_name;        // served model name (/v1/models, `model` checks)
+  ServerSection server;        // host, port, keys, token, CORS, limits, timeouts
+  std::string model_name;      // served model name (/v1/models, `model` checks)
   bool handle_signals = true;  // SIGINT/SIGTERM start a graceful stop
   int max_n = 16;
 };

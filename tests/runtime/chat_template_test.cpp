@@ -10,6 +10,7 @@
 
 #include "runtime/error.h"
 #include "runtime/make_model.h"
+#include "runtime/model_loader.h"
 #include "runtime/tokenizer.h"
 
 namespace strata {
@@ -214,7 +215,13 @@ TEST(ChatTemplate, TemplateRejectionsAreBadRequests) {
 TEST(ChatTemplate, PromptIdsHaveOneBos) {
   const std::string d = dir("/builtin");
   write_builtin_tokenizer(d);
+  {  // a tokenizer that adds BOS to plain text, under a template that writes bos_token
+    auto cfg = json::parse(read_text_file(d + "/tokenizer_config.json")).as_object();
+    cfg["add_bos_token"] = true;
+    std::ofstream(d + "/tokenizer_config.json", std::ios::binary) << json::serialize(cfg);
+  }
   const auto tok = Tokenizer::load(d + "/tokenizer.json", d + "/tokenizer_config.json");
+  ASSERT_TRUE(tok->adds_bos());
   const auto t = ChatTemplate::load(d + "/tokenizer_config.json", "auto");
   const auto ids = chat_prompt_ids(*t, *tok, {{"user", "What is 2+2?"}}, {});
   ASSERT_FALSE(ids.empty());

@@ -54,7 +54,8 @@ json::object stats_json(Server::Impl& srv, const EngineStats& s) {
   return o;
 }
 
-json::object profile_json(Server::Impl& srv, const SparsityProfile& p, std::uint64_t version) {
+json::object profile_json(Server::Impl& srv, SparsityProfile p, std::uint64_t version) {
+  p.version = version;  // the body's profile is the one published as `version`
   json::object o;
   o["version"] = version;
   o["profile"] = to_json(p);
@@ -115,11 +116,22 @@ net::awaitable<bool> handle_admin(Conn& c, Req& req, std::string_view path,
       } catch (const ConfigError& e) {
         throw bad_request(e.key(), e.what());
       }
-      const std::uint64_t v = srv.engine->update_sparsity(p);
-      std::fprintf(stderr, "strata serve: sparsity profile version %llu published: %s\n",
-                   static_cast<unsigned long long>(v), json::serialize(to_json(p)).c_str());
-      co_return co_await c.write(
-          srv.response(req, http::status::ok, json::serialize(profile_json(srv, p, v))));
+      // A PUT that changes nothing publishes nothing (no new version, no re-plan).
+      const auto running = srv.engine->stats();
+      auto same = p;
+      same.version = running.profile.version;
+      json::object out;
+      if (same == running.profile) {
+        out = profile_json(srv, running.profile, running.profile_version);
+        out["published"] = false;
+      } else {
+        const std::uint64_t v = srv.engine->update_sparsity(p);
+        std::fprintf(stderr, "strata serve: sparsity profile version %llu published: %s\n",
+                     static_cast<unsigned long long>(v), json::serialize(to_json(p)).c_str());
+        out = profile_json(srv, p, v);
+        out["published"] = true;
+      }
+      co_return co_await c.write(srv.response(req, http::status::ok, json::serialize(out)));
     }
     if (path == "/admin/api/stats") {
       if (method != http::verb::get) throw ApiError(405, "invalid_request_error", "use GET");

@@ -125,9 +125,16 @@ $("profile").addEventListener("submit", async (e) => {
   const r = await fetch("/admin/api/profile", {method: "PUT",
     headers: Object.assign({"Content-Type": "application/json"}, auth), body: JSON.stringify(collect())});
   const j = await r.json();
-  if (r.ok) { msg("applied: profile version " + j.version, false); fill(j.profile); }
-  else msg((j.error.param && !j.error.message.startsWith(j.error.param) ? j.error.param + ": " : "") +
-           j.error.message, true);
+  if (r.ok) {
+    msg(j.published ? "applied: profile version " + j.version
+                    : "no change: profile version " + j.version + " stays", false);
+    fill(j.profile);
+  } else {  // refused: say why, and show again what the server runs
+    msg((j.error.param && !j.error.message.startsWith(j.error.param) ? j.error.param + ": " : "") +
+        j.error.message, true);
+    const cur = await fetch("/admin/api/profile", {headers: auth});
+    if (cur.ok) fill((await cur.json()).profile);
+  }
 });
 $("reload").addEventListener("click", load);
 const es = new EventSource("/admin/api/stream?token=" + encodeURIComponent(token));

@@ -590,5 +590,29 @@ TEST_F(ServerTest, TokenizeChecksTheModelAndReturnsTokenStrings) {
                    .contains("token_strs"));
 }
 
+// ---- 13. the admin API says what it published -----------------------------------------------
+
+TEST_F(ServerTest, AdminPutReturnsWhatItPublishedAndANoOpPublishesNothing) {
+  ready();
+  auto s = connect();
+  auto put = [&](const std::string& body) {
+    auto r = request(s, http::verb::put, "/admin/api/profile", body, "secret");
+    EXPECT_EQ(r.result_int(), 200) << r.body();
+    return json::parse(r.body());
+  };
+  auto j = put(R"({"capacity":32})");
+  EXPECT_EQ(j.at("version").as_int64(), 2);
+  EXPECT_EQ(j.at("profile").at("version").as_int64(), 2);  // was the previous version, 1
+  EXPECT_TRUE(j.at("published").as_bool());
+  j = put(R"({"capacity":32})");  // what runs already
+  EXPECT_FALSE(j.at("published").as_bool());
+  EXPECT_EQ(j.at("version").as_int64(), 2);
+  const auto got =
+      json::parse(request(s, http::verb::get, "/admin/api/profile", "", "secret").body());
+  EXPECT_EQ(got.at("version").as_int64(), 2);
+  EXPECT_EQ(got.at("profile").at("version").as_int64(), 2);
+  EXPECT_EQ(engine_->stats().profile_version, 2u);
+}
+
 }  // namespace
 }  // namespace strata::api

@@ -51,6 +51,12 @@ try {
   check(err.includes("sparsity"), "bad value shows the server's message: " + err);
   const prof2 = await (await fetch(`${s.base}/admin/api/profile`, { headers: { Authorization: `Bearer ${s.token}` } })).json();
   check(prof2.version === prof.version && JSON.stringify(prof2.profile) === JSON.stringify(prof.profile), "the bad value changed nothing");
+  await page.waitForFunction((w) => document.querySelector("input[name=window]").value === String(w), prof.profile.window, { timeout: 10000 });
+  check((await page.getAttribute("#msg", "class")) === "err", `after the refusal the form shows the running profile again (window ${prof.profile.window}), the error stays`);
+  await page.click("#apply");  // the running profile again: nothing to publish
+  await page.waitForFunction(() => document.getElementById("msg").textContent.startsWith("no change"), null, { timeout: 10000 });
+  const prof3 = await (await fetch(`${s.base}/admin/api/profile`, { headers: { Authorization: `Bearer ${s.token}` } })).json();
+  check(prof3.version === prof.version, `an unchanged profile publishes no new version (${prof3.version})`);
 } finally {
   await ctx.close();
   fs.rmSync(userDir, { recursive: true, force: true });

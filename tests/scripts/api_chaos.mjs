@@ -103,8 +103,16 @@ async function reference() {
   const b = await (await post("/v1/chat/completions", greedyChat)).json();
   return JSON.stringify([a.choices[0].text, b.choices[0].message.content]);
 }
+const statsPre = await stats();
 const before = await reference();
-const stats0 = await stats();
+// The engine counts a request finished just after sending its last event and publishes its
+// stats periodically: wait until both reference requests are counted, or stats0 would miss
+// them and finished + aborted exceed what the clients saw (seen: 551 for at most 550).
+let stats0 = await stats();
+for (const until = Date.now() + 5000; stats0.requests_finished - statsPre.requests_finished < 2 && Date.now() < until;) {
+  await sleep(20);
+  stats0 = await stats();
+}
 
 // ---- generators ------------------------------------------------------------------------------
 

@@ -290,7 +290,8 @@ int run(int argc, char** argv) {
     std::printf(
         "strata eval --model DIR [--backend cpu|cuda] [--contexts 512,1024] [--ratios 2,4,10,20]\n"
         "  [--policies window,snapkv,scored] [--full-layers 0,1,2] [--window 32] [--sinks 4]\n"
-        "  [--pool max|avg] [--docs 4] [--retrieval 8] [--scored-tokens 128] [--seed 1]\n"
+        "  [--pool max|avg] [--kernel 7] [--docs 4] [--retrieval 8] [--scored-tokens 128] [--seed "
+        "1]\n"
         "  [--threads N] [--share-prefill on|off] [--max-batch N] [--out-dir DIR]\n"
         "  [--filler FILE|none] [--facts 4]\n"
         "  (--filler: text whose tokens fill the contexts; default MODEL/eval_filler.txt when\n"
@@ -303,7 +304,7 @@ int run(int argc, char** argv) {
   a.expect_only({"help",          "model",  "backend", "contexts", "ratios",        "policies",
                  "full-layers",   "window", "sinks",   "pool",     "docs",          "retrieval",
                  "scored-tokens", "seed",   "threads", "out-dir",  "share-prefill", "max-batch",
-                 "from-json",     "filler", "facts"});
+                 "from-json",     "filler", "facts",   "kernel"});
   std::string command = "strata eval";
   for (int i = 0; i < argc; ++i) command += std::string(" ") + argv[i];
   const auto out_dir = a.get_or("out-dir", "eval-results");
@@ -369,6 +370,8 @@ int run(int argc, char** argv) {
   EvalRunOptions ro;
   ro.share_prefill = share == "on";
   ro.max_batch = static_cast<int>(a.get_int("max-batch", 0));
+  const int kernel = static_cast<int>(a.get_int("kernel", 7));
+  if (kernel < 1 || kernel % 2 == 0) throw ConfigError("--kernel", "an odd number >= 1");
   const auto pool = a.get_or("pool", "max");
   if (pool != "max" && pool != "avg")
     throw ConfigError("--pool", "got '" + pool + "' (allowed: max, avg)");
@@ -423,6 +426,7 @@ int run(int argc, char** argv) {
           p.window = window;
           p.sinks = sinks;
           p.pool = pool == "avg" ? PoolKind::kAvg : PoolKind::kMax;
+          p.pool_kernel = kernel;
           p.capacity = std::max(static_cast<int>(std::lround(ctx / r)), sinks + window + 1);
           p.policy = pol == "window"   ? Policy::kWindow
                      : pol == "snapkv" ? Policy::kSnapKv

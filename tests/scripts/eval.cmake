@@ -11,3 +11,12 @@ add_test(NAME tools_eval_tiny
           sh -c "set -e; rm -rf eval_tiny; $<TARGET_FILE:strata> make-model --preset tiny --layers 3 --out eval_tiny/model >/dev/null; ${_eval} --out-dir eval_tiny/out > eval_tiny/shared.txt; ${_eval} --share-prefill off --out-dir eval_tiny/out2 | sed s/out2/out/ > eval_tiny/scratch.txt; cmp eval_tiny/shared.txt eval_tiny/scratch.txt; test -s eval_tiny/out/eval.json; test -s eval_tiny/out/retrieval_vs_compression.svg; test -s eval_tiny/out/followup_vs_compression.svg; grep -q '^| scored | 1 | 4 |' eval_tiny/out/quality_table.md; $<TARGET_FILE:strata> eval --from-json eval_tiny/out/eval.json --out-dir eval_tiny/json >/dev/null; head -n 16 eval_tiny/out/quality_table.md > eval_tiny/a.md; head -n 16 eval_tiny/json/quality_table.md > eval_tiny/b.md; cmp eval_tiny/a.md eval_tiny/b.md"
   WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(tools_eval_tiny PROPERTIES LABELS tools TIMEOUT 300)
+
+# Explicit full-layer lists and the pooling kernel: one row per list, labelled; an even kernel
+# is refused.
+set(_eval_lists "$<TARGET_FILE:strata> eval --model eval_lists/model --contexts 96 --ratios 2 --policies scored --full-layer-lists 1\\;0+2 --kernel 3 --window 8 --sinks 4 --docs 1 --retrieval 2 --scored-tokens 16 --threads 2")
+add_test(NAME tools_eval_tiny_layer_lists
+  COMMAND ${CMAKE_COMMAND} -E env
+          sh -c "set -e; rm -rf eval_lists; $<TARGET_FILE:strata> make-model --preset tiny --layers 3 --out eval_lists/model >/dev/null; ${_eval_lists} --out-dir eval_lists/out >/dev/null; grep -q '^| scored | layers 1 | 2 |' eval_lists/out/quality_table.md; grep -q '^| scored | layers 0+2 | 2 |' eval_lists/out/quality_table.md; grep -q '\"full_layer_list\":\"0+2\"' eval_lists/out/eval.json; if ${_eval_lists} --kernel 4 --out-dir eval_lists/bad 2>/dev/null; then exit 1; fi"
+  WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(tools_eval_tiny_layer_lists PROPERTIES LABELS tools TIMEOUT 120)

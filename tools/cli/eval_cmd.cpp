@@ -74,7 +74,8 @@ PairedLoss paired_loss(const std::vector<std::uint8_t>& ref, const std::vector<s
 struct Row {
   std::string policy;
   int full_layers = 0;
-  double ratio = 1;  // requested sparse-layer compression (context / capacity)
+  std::string full_list;  // explicit full layers ("6+11", --full-layer-lists), else ""
+  double ratio = 1;       // requested sparse-layer compression (context / capacity)
   int context = 0;
   int capacity = 0;
   double sparse_compression = 1, overall_compression = 1;
@@ -90,6 +91,7 @@ struct Row {
 json::object to_json(const Row& r) {
   return json::object{{"policy", r.policy},
                       {"full_layers", r.full_layers},
+                      {"full_layer_list", r.full_list},
                       {"context", r.context},
                       {"capacity", r.capacity},
                       {"requested_sparse_compression", r.ratio},
@@ -117,6 +119,8 @@ Row row_from_json(const json::value& v) {
   Row r;
   r.policy = json::value_to<std::string>(o.at("policy"));
   r.full_layers = static_cast<int>(num("full_layers"));
+  if (o.contains("full_layer_list"))
+    r.full_list = json::value_to<std::string>(o.at("full_layer_list"));
   r.context = static_cast<int>(num("context"));
   r.capacity = o.contains("capacity") ? static_cast<int>(num("capacity")) : 0;
   r.ratio = num("requested_sparse_compression");
@@ -175,10 +179,11 @@ std::string markdown_table(const std::vector<Row>& rows, const std::string& comm
   std::set<int> ctx_set;
   for (const auto& r : rows) ctx_set.insert(r.context);
   const std::vector<int> ctxs(ctx_set.begin(), ctx_set.end());
-  auto find = [&](const std::string& pol, int fl, double ratio, int ctx) -> const Row* {
+  auto find = [&](const std::string& pol, int fl, const std::string& fll, double ratio,
+                  int ctx) -> const Row* {
     for (const auto& r : rows)
       if (r.policy == pol && r.context == ctx &&
-          (pol == "full" || (r.full_layers == fl && r.ratio == ratio)))
+          (pol == "full" || (r.full_layers == fl && r.full_list == fll && r.ratio == ratio)))
         return &r;
     return nullptr;
   };
@@ -195,16 +200,17 @@ std::string markdown_table(const std::vector<Row>& rows, const std::string& comm
   md << " | Δppl (" << ctx_list << ") | agreement (" << ctx_list << ") |\n|---|---|---|---";
   for (std::size_t i = 0; i < ctxs.size(); ++i) md << "|---|---";
   md << "|---|---|\n";
-  std::vector<std::tuple<std::string, int, double>> keys;  // in first-seen order
+  std::vector<std::tuple<std::string, int, std::string, double>> keys;  // first-seen order
   for (const auto& r : rows) {
-    std::tuple<std::string, int, double> k{r.policy, r.policy == "full" ? -1 : r.full_layers,
-                                           r.policy == "full" ? 1 : r.ratio};
+    std::tuple<std::string, int, std::string, double> k{
+        r.policy, r.policy == "full" ? -1 : r.full_layers, r.full_list,
+        r.policy == "full" ? 1 : r.ratio};
     if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
   }
   int n_min = 1 << 30, docs = 0, scored = 0;
-  for (const auto& [pol, fl, ratio] : keys) {
+  for (const auto& [pol, fl, fll, ratio] : keys) {
     std::vector<const Row*> rs;
-    for (int c : ctxs) rs.push_back(find(pol, fl, ratio, c));
+    for (int c : ctxs) rs.push_back(find(pol, fl, fll, ratio, c));
     for (auto* r : rs)
       if (r) n_min = std::min(n_min, r->retrieval_n), docs = r->docs, scored = r->scored_tokens;
     if (pol == "full") {
@@ -216,7 +222,8 @@ std::string markdown_table(const std::vector<Row>& rows, const std::string& comm
          << " | 100 % |\n";
       continue;
     }
-    md << "| " << pol << " | " << fl << " | " << fmt("%g", ratio) << " | "
+    md << "| " << pol << " | " << (fll.empty() ? std::to_string(fl) : "layers " + fll) << " | "
+       << fmt("%g", ratio) << " | "
        << both(rs, [](const Row& r) { return fmt("%.2f", r.overall_compression); });
     auto cell = [](double acc, const PairedLoss& l) {
       return pct(acc) + " (" + fmt("%+.1f", -100 * l.loss) + " ± " + fmt("%.1f", 100 * l.half) +
@@ -253,10 +260,10 @@ void write_outputs(const std::string& out_dir, const std::string& model,
                 100 * r.retrieval_window, 100 * r.retrieval_followup);
     jrows.push_back(to_json(r));
     if (r.policy == "full") continue;
-    const std::string key =
-        r.policy + " / " + std::to_string(r.full_layers) + " / " + std::to_string(r.context);
-    const std::string name =
-        r.policy + ", " + std::to_string(r.full_layers) + " full, " + ctx_name(r.context);
+    const std::string full =
+        r.full_list.empty() ? std::to_string(r.full_layers) : "layers " + r.full_list;
+    const std::string key = r.policy + " / " + full + " / " + std::to_string(r.context);
+    const std::string name = r.policy + ", " + full + " full, " + ctx_name(r.context);
     win[key].name = fu[key].name = name;
     win[key].points.emplace_back(r.overall_compression, r.retrieval_window);
     fu[key].points.emplace_back(r.overall_compression, r.retrieval_followup);
@@ -293,7 +300,7 @@ int run(int argc, char** argv) {
         "  [--pool max|avg] [--kernel 7] [--docs 4] [--retrieval 8] [--scored-tokens 128] [--seed "
         "1]\n"
         "  [--threads N] [--share-prefill on|off] [--max-batch N] [--out-dir DIR]\n"
-        "  [--filler FILE|none] [--facts 4]\n"
+        "  [--filler FILE|none] [--facts 4] [--full-layer-lists '6;6+11']\n"
         "  (--filler: text whose tokens fill the contexts; default MODEL/eval_filler.txt when\n"
         "   it exists — the evaluation model's held-out documents —, else word sentences;\n"
         "   --facts: facts about distinct held-out names per retrieval context, one asked)\n"
@@ -301,10 +308,11 @@ int run(int argc, char** argv) {
         "  (re-make the table, plots and quality_table.md from earlier eval.json files)\n");
     return 0;
   }
-  a.expect_only({"help",          "model",  "backend", "contexts", "ratios",        "policies",
-                 "full-layers",   "window", "sinks",   "pool",     "docs",          "retrieval",
-                 "scored-tokens", "seed",   "threads", "out-dir",  "share-prefill", "max-batch",
-                 "from-json",     "filler", "facts",   "kernel"});
+  a.expect_only({"help",     "model",         "backend",         "contexts",  "ratios",
+                 "policies", "full-layers",   "window",          "sinks",     "pool",
+                 "docs",     "retrieval",     "scored-tokens",   "seed",      "threads",
+                 "out-dir",  "share-prefill", "max-batch",       "from-json", "filler",
+                 "facts",    "kernel",        "full-layer-lists"});
   std::string command = "strata eval";
   for (int i = 0; i < argc; ++i) command += std::string(" ") + argv[i];
   const auto out_dir = a.get_or("out-dir", "eval-results");
@@ -341,7 +349,34 @@ int run(int argc, char** argv) {
   for (const auto& pol : policies)
     if (pol != "window" && pol != "snapkv" && pol != "scored")
       throw ConfigError("--policies", "got '" + pol + "' (allowed: window, snapkv, scored)");
-  const auto fulls = numbers(a.get_or("full-layers", "0,1,2"), "--full-layers");
+  // Full-layer variants: leading counts (--full-layers), or explicit lists
+  // (--full-layer-lists "6;6+11": layers 6, then layers 6 and 11), which replace the counts.
+  struct FullVariant {
+    int count = 0;
+    std::vector<int> list;
+    std::string label;
+  };
+  std::vector<FullVariant> full_variants;
+  if (const auto lists = a.get_or("full-layer-lists", ""); !lists.empty()) {
+    std::stringstream ss(lists);
+    for (std::string item; std::getline(ss, item, ';');) {
+      FullVariant v;
+      v.label = item;
+      std::stringstream is(item);
+      for (std::string x; std::getline(is, x, '+');) {
+        try {
+          v.list.push_back(std::stoi(x));
+        } catch (const std::exception&) {
+          throw ConfigError("--full-layer-lists", "expected e.g. '6;6+11', got '" + lists + "'");
+        }
+      }
+      if (v.list.empty()) throw ConfigError("--full-layer-lists", "empty list in '" + lists + "'");
+      full_variants.push_back(v);
+    }
+  } else {
+    for (double fl : numbers(a.get_or("full-layers", "0,1,2"), "--full-layers"))
+      full_variants.push_back({static_cast<int>(fl), {}, ""});
+  }
   const int window = static_cast<int>(a.get_int("window", 32)),
             sinks = static_cast<int>(a.get_int("sinks", 4));
   const int docs = static_cast<int>(a.get_int("docs", 4)),
@@ -418,11 +453,12 @@ int run(int argc, char** argv) {
     std::vector<SparsityProfile> profiles(2);  // enabled = false
     std::vector<Row> meta;
     for (const auto& pol : policies) {
-      for (double fl : fulls) {
+      for (const auto& fv : full_variants) {
         for (double r : ratios) {
           SparsityProfile p;
           p.enabled = true;
-          p.full_layers = static_cast<int>(fl);
+          p.full_layers = fv.count;
+          p.full_layer_list = fv.list;
           p.window = window;
           p.sinks = sinks;
           p.pool = pool == "avg" ? PoolKind::kAvg : PoolKind::kMax;
@@ -434,7 +470,8 @@ int run(int argc, char** argv) {
           profiles.push_back(p);
           Row m;
           m.policy = pol;
-          m.full_layers = p.full_layers;
+          m.full_layers = fv.list.empty() ? fv.count : static_cast<int>(fv.list.size());
+          m.full_list = fv.label;
           m.ratio = r;
           m.capacity = p.capacity;
           meta.push_back(m);

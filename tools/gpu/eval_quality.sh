@@ -11,7 +11,8 @@
 #      count is chosen beforehand, with a margin).
 # Each run writes OUT_DIR/<name>/{eval.json, quality_table.md, *.svg} and OUT_DIR/<name>.log;
 # OUT_DIR/summary.txt lists what ran. STRATA_BIN (default build/gpu-eval/strata) and
-# STRATA_EVAL_MODEL (default tools/evalmodel/model) override the paths.
+# STRATA_EVAL_MODEL (default tools/evalmodel/model) override the paths; STRATA_EVAL_ARGS is
+# added to every run (e.g. "--kernel 15"), STRATA_EVAL_GRID replaces the grid's profile flags.
 set -uo pipefail
 out=${1:?usage: eval_quality.sh OUT_DIR [BUDGET_S]}
 budget=${2:-480}
@@ -24,7 +25,7 @@ left() { echo $((budget - ($(date +%s) - start))); }
 summary=$out/summary.txt
 : >"$summary"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$summary" 2>&1
-grid="--policies window,snapkv,scored --full-layers 0,1,2 --ratios 2,4,10,20"
+grid=${STRATA_EVAL_GRID:-"--policies window,snapkv,scored --full-layers 0,1,2 --ratios 2,4,10,20"}
 
 run_eval() {  # name timeout args...
   local name=$1 limit=$2
@@ -33,7 +34,7 @@ run_eval() {  # name timeout args...
   t0=$(date +%s)
   timeout "$limit" "$bin" eval --model "$model" --backend "${STRATA_EVAL_BACKEND:-cuda}" \
     --scored-tokens 64 \
-    --out-dir "$out/$name" "$@" >"$out/$name.log" 2>&1
+    --out-dir "$out/$name" "$@" ${STRATA_EVAL_ARGS:-} >"$out/$name.log" 2>&1
   local rc=$?
   echo "$name rc=$rc $(($(date +%s) - t0)) s: $*" | tee -a "$summary"
   return $rc

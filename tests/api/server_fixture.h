@@ -22,6 +22,14 @@
 #include "runtime/make_model.h"
 #include "runtime/tokenizer.h"
 
+// note: GCC 12 with -fsanitize=address warns that FakeEngine::produce's coroutine frame is
+// freed by a mismatched operator delete (asio's awaitable_frame_base has both): a false
+// positive that -Werror turns into an ASan build failure of every server test.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
 namespace strata::api::test {
 
 namespace net = boost::asio;
@@ -252,3 +260,7 @@ class ServerTest : public ::testing::Test {
 };
 
 }  // namespace strata::api::test
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

@@ -34,8 +34,8 @@ struct Request {
   std::optional<std::string> prompt_text;               // completions: text (BOS per model config)
   std::optional<std::vector<std::int32_t>> prompt_ids;  // completions: token ids, used verbatim
   std::optional<std::vector<ChatMessage>> messages;     // chat: formatted with the chat template
-  ChatOptions chat;  // with messages: add_generation_prompt, chat_template(_kwargs), ...
-  SamplingParams params;
+  ChatOptions chat;          // with messages: add_generation_prompt, chat_template(_kwargs), ...
+  SamplingParams params;     // max_tokens 0: what remains of the context after the prompt
   bool random_seed = false;  // true: the request gave no seed; intake draws one into params.seed
   int n = 1;                 // independent choices
   std::optional<SparsityProfile> sparsity;  // per-request override (kv_sparsity)

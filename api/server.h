@@ -1,13 +1,17 @@
 // The HTTP server: Boost.Beast on Asio C++20 coroutines, one coroutine per connection, one
 // I/O thread (every piece of server state below is touched only on it; the engine is
-// thread-safe and runs its own threads). Routes: OpenAI-compatible /v1/completions and
-// /v1/chat/completions (SSE and not), /v1/models, /health, /tokenize, /detokenize,
-// /metrics, the WebSocket /v1/ws, and the admin console /admin + /admin/api/ (docs/api.md).
+// thread-safe and runs its own threads; parsing and tokenizing large bodies runs on a small
+// pool). Routes: OpenAI-compatible /v1/completions and /v1/chat/completions (SSE and not),
+// /v1/models[/{id}], /version, /health, /tokenize, /detokenize, /metrics, the WebSocket
+// /v1/ws, and the admin console /admin + /admin/api/ (docs/api.md).
 //
-// Limits: body size (413), header/body read deadlines and an idle keep-alive deadline
-// (408 / close), a cap on open connections (503). Graceful stop (SIGINT/SIGTERM or stop()):
-// stop accepting, close idle keep-alive connections, let the engine finish running requests
-// within server.shutdown_grace_s, then return from run().
+// Callers: Host must name this server (421), a browser Origin must be its own or allowed
+// (403), POST/PUT bodies must be JSON (415). Limits: body size (413), a deadline for the whole
+// request head from the accept, body and idle keep-alive deadlines (408 / close), a write
+// blocked past server.write_timeout_s ends the connection or WebSocket session, a cap on open
+// connections (the one waiting longest for a head is evicted, else 503). Graceful stop
+// (SIGINT/SIGTERM or stop()): stop accepting, close idle keep-alive connections, let the engine
+// finish running requests within server.shutdown_grace_s, then return from run().
 #pragma once
 
 #include <cstdint>

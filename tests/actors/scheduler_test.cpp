@@ -1,0 +1,124 @@
+// schedule_step (actors/scheduler.h) as a table: each scenario is a run of steps over one
+// cache manager (one full-cache layer, 16-token pages), each row the step's input and the
+// step, admissions, preemptions and rejections it must produce (TensorRT-LLM's capacity
+// scheduler tests are the model).
+#include "actors/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace strata::actors {
+namespace {
+
+struct Step {  // one PreparedSeq, as (id, prefill, start, n_tokens)
+  std::uint64_t id;
+  bool prefill;
+  int start, n;
+  bool operator==(const Step&) const = default;
+};
+
+struct Row {
+  std::vector<std::uint64_t> commit, running;
+  std::vector<Candidate> candidates;
+  std::vector<Step> steps;
+  std::vector<std::uint64_t> admitted, preempted, rejected;
+};
+
+struct Scenario {
+  std::string name;
+  int pages;
+  SchedulerLimits limits;
+  std::vector<Row> rows;
+};
+
+Candidate cand(std::uint64_t id, int prompt, int max_tokens = 4, bool chunked = true) {
+  Candidate c;
+  c.seq_id = id;
+  c.spec.prompt_len = prompt;
+  c.spec.max_tokens = max_tokens;
+  c.spec.chunked = chunked;
+  return c;
+}
+
+constexpr std::uint64_t A = 1, B = 2, C = 3, D = 4;
+constexpr bool P = true, Dec = false;
+
+std::vector<Scenario> scenarios() {
+  return {
+      {"a chunked prompt takes the token budget, the next candidate waits its turn",
+       100,
+       {4, 40, true},
+       {
+           {{}, {}, {cand(A, 50), cand(B, 10)}, {{A, P, 0, 40}}, {A}, {}, {}},
+           // A's last 10 tokens, then B fits in the rest of the budget.
+           {{A}, {A}, {cand(B, 10)}, {{A, P, 40, 10}, {B, P, 0, 10}}, {B}, {}, {}},
+           {{A, B}, {A, B}, {}, {{A, Dec, 50, 1}, {B, Dec, 10, 1}}, {}, {}, {}},
+       }},
+      {"a decode that needs a page preempts the newest sequence, and nothing is admitted",
+       4,
+       {4, 64, true},
+       {
+           {{}, {}, {cand(A, 32), cand(B, 32)}, {{A, P, 0, 32}, {B, P, 0, 32}}, {A, B}, {}, {}},
+           // A's token 32 starts a third page of A; the pool's four are all held.
+           {{A, B}, {A, B}, {cand(C, 16)}, {{A, Dec, 32, 1}}, {}, {B}, {}},
+       }},
+      {"a request larger than the pool is rejected, the next one still admitted",
+       4,
+       {4, 256, true},
+       {
+           {{}, {}, {cand(C, 100), cand(D, 16)}, {{D, P, 0, 16}}, {D}, {}, {C}},
+       }},
+      {"max_num_seqs caps the running set",
+       100,
+       {1, 256, true},
+       {
+           {{}, {}, {cand(A, 8), cand(B, 8)}, {{A, P, 0, 8}}, {A}, {}, {}},
+           {{A}, {A}, {cand(B, 8)}, {{A, Dec, 8, 1}}, {}, {}, {}},
+       }},
+      {"an unchunked prompt runs whole even past the budget, and alone",
+       100,
+       {4, 40, false},
+       {
+           {{}, {}, {cand(A, 50, 4, false), cand(B, 10, 4, false)}, {{A, P, 0, 50}}, {A}, {}, {}},
+           {{A}, {A}, {cand(B, 10, 4, false)}, {{A, Dec, 50, 1}, {B, P, 0, 10}}, {B}, {}, {}},
+       }},
+  };
+}
+
+TEST(Scheduler, TableOfScenarios) {
+  const KvLayout layout{2, 64, 2};
+  for (const auto& sc : scenarios()) {
+    KvCacheManager cache(1, layout, sc.pages, SparsityProfile{});
+    for (std::size_t r = 0; r < sc.rows.size(); ++r) {
+      const Row& row = sc.rows[r];
+      SCOPED_TRACE(sc.name + ", step " + std::to_string(r + 1));
+      ScheduleInput in;
+      in.commit = row.commit;
+      in.running = row.running;
+      in.candidates = row.candidates;
+      in.limits = sc.limits;
+      const auto out = schedule_step(cache, in);
+      std::vector<Step> steps;
+      for (const auto& s : out.steps) {
+        steps.push_back({s.seq_id, s.prefill, s.start, s.n_tokens});
+        EXPECT_EQ(s.layers.size(), 1u);  // one table per layer
+      }
+      EXPECT_EQ(steps, row.steps);
+      EXPECT_EQ(out.admitted, row.admitted);
+      EXPECT_EQ(out.preempted, row.preempted);
+      std::vector<std::uint64_t> rejected;
+      for (const auto& [id, why] : out.rejected) {
+        rejected.push_back(id);
+        EXPECT_NE(why.find("more than the whole pool"), std::string::npos) << why;
+      }
+      EXPECT_EQ(rejected, row.rejected);
+      cache.check_invariants();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::actors

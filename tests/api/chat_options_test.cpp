@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 
 #include "api/openai_request.h"
+#include "tests/api/request_test_util.h"
 
 namespace strata::api {
 namespace {
@@ -12,10 +13,7 @@ namespace {
 namespace json = boost::json;
 
 ParseContext ctx() {
-  ParseContext c;
-  c.model_names = {"tiny"};
-  c.vocab_size = 1000;
-  c.max_model_len = 256;
+  ParseContext c = test::tiny_context();
   return c;
 }
 

@@ -7,6 +7,7 @@
 
 #include "api/openai_response.h"
 #include "runtime/error.h"
+#include "tests/api/request_test_util.h"
 
 namespace strata::api {
 namespace {
@@ -14,10 +15,7 @@ namespace {
 namespace json = boost::json;
 
 ParseContext ctx() {
-  ParseContext c;
-  c.model_names = {"tiny"};
-  c.vocab_size = 1000;
-  c.max_model_len = 256;
+  ParseContext c = test::tiny_context();
   c.base_profile.enabled = true;
   c.base_profile.capacity = 64;
   c.base_profile.window = 8;

@@ -65,6 +65,52 @@ LevelResult aggregate(const std::vector<RequestRecord>& recs, double duration_s)
   return r;
 }
 
+SteadyWindow steady_window(const std::vector<RequestRecord>& measured,
+                           const std::vector<RequestRecord>& ramp) {
+  SteadyWindow w;
+  bool any = false;
+  for (const auto& x : measured) {
+    if (!any) w.start_s = w.end_s = x.send_s;
+    w.start_s = std::min(w.start_s, x.send_s);
+    w.end_s = std::max(w.end_s, x.send_s);
+    any = true;
+  }
+  double piled_up = 0;  // the ramp-up round's last first token
+  for (const auto& x : ramp)
+    if (x.ok) piled_up = std::max(piled_up, x.send_s + x.ttft_s);
+  if (piled_up < w.end_s)
+    w.start_s = std::max(w.start_s, piled_up);
+  else
+    w.transient = !ramp.empty();
+  if (w.length() <= 0) return SteadyWindow{};
+  auto inside = [&](double t) { return t >= w.start_s && t < w.end_s; };
+  auto count = [&](const RequestRecord& x) {
+    if (!x.ok) return;
+    if (inside(x.send_s)) w.input_tokens += x.prompt_tokens;
+    if (inside(x.send_s + x.e2e_s)) ++w.finished;
+    const double events = 1.0 + static_cast<double>(x.itl_s.size());
+    const double per_event = x.output_tokens > 0 ? x.output_tokens / events : 1.0;
+    double t = x.send_s + x.ttft_s;
+    if (inside(t)) w.output_tokens += per_event;
+    for (double g : x.itl_s) {
+      t += g;
+      if (inside(t)) w.output_tokens += per_event;
+    }
+  };
+  for (const auto& x : measured) count(x);
+  for (const auto& x : ramp) count(x);
+  return w;
+}
+
+void apply_steady_window(LevelResult& r, const SteadyWindow& w) {
+  const double len = w.length();
+  if (len <= 0) return;
+  r.duration_s = len;
+  r.request_throughput = w.finished / len;
+  r.output_throughput = w.output_tokens / len;
+  r.total_throughput = (static_cast<double>(w.input_tokens) + w.output_tokens) / len;
+}
+
 std::vector<std::pair<std::string, int>> count_errors(const std::vector<RequestRecord>& recs) {
   std::map<std::string, int> by;
   for (const auto& x : recs)

@@ -47,11 +47,40 @@ struct LevelResult {
   double roofline_output_throughput = 0;  // best possible output tokens/s (0 = not computed)
   // Steady-state mode (LoadOptions::steady_state): the ramp-up round, sent and left out of
   // every figure above except `server` (whose counters include it).
+  // In steady state duration_s and the three throughputs are those of the window (SteadyWindow);
+  // the latency figures stay those of the measured requests.
   bool steady_state = false;
   int excluded_requests = 0, excluded_input_tokens = 0, excluded_output_tokens = 0;
 };
 
 LevelResult aggregate(const std::vector<RequestRecord>& records, double duration_s);
+
+// Steady-state throughput (LoadOptions::steady_state). A closed loop keeps `concurrency`
+// requests in flight until the last measured send. The window runs from the moment the ramp-up
+// round's prompts have all been prefilled (its last first token; before that the server works
+// off a pile of `concurrency` prompts that arrived at once) or the first measured send, whichever
+// is later, to the last measured send. Throughput counts every token-bearing event read inside
+// it — of the ramp-up round and of the measured requests alike — divided by its length (an event
+// carrying k tokens counts k: output_tokens / events per record). Input tokens and requests are
+// those sent, and finished, inside the window. (The measured requests' own tokens over first
+// send -> last finish include the drain at the end, where fewer than `concurrency` requests
+// run: with as many measured requests as slots that reads about half the steady rate.)
+// When the measured sends all fall before the pile-up is worked off, the window falls back to
+// first -> last measured send and `transient` says so (more measured requests fix it).
+struct SteadyWindow {
+  double start_s = 0, end_s = 0;  // seconds since the run started
+  bool transient = false;         // the fallback window (see above)
+  double output_tokens = 0;       // token events read in [start, end), weighted as above
+  long input_tokens = 0;          // prompt tokens of requests sent in [start, end)
+  int finished = 0;               // requests whose [DONE] was read in [start, end)
+  double length() const { return end_s - start_s; }
+};
+// `measured` and `ramp` fix the window; both supply the events. Failed records
+// contribute nothing. A window of zero length (one measured request) comes back empty.
+SteadyWindow steady_window(const std::vector<RequestRecord>& measured,
+                           const std::vector<RequestRecord>& ramp);
+// Replaces r's duration and throughputs by the window's (when it has a length).
+void apply_steady_window(LevelResult& r, const SteadyWindow& w);
 // The failed records' errors, most frequent first: {error, count}.
 std::vector<std::pair<std::string, int>> count_errors(const std::vector<RequestRecord>& records);
 boost::json::value to_json(const LevelResult& r);

@@ -369,6 +369,7 @@ std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
               }
               ex_counts.input_tokens += r.ok ? r.prompt_tokens : 0;
               ex_counts.output_tokens += r.ok ? r.output_tokens : 0;
+              ex_counts.ramp.push_back(r);
               slot.cancel();
             },
             asio::detached);

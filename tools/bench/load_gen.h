@@ -37,9 +37,11 @@ struct LoadOptions {
   // once with staggered output lengths (request j of c: output_tokens * (j+1) / c), so they
   // finish spread over one output period; they are excluded from the records. The measured
   // num_prompts requests then start as slots free up — one arrival at a time, at full
-  // concurrency, as a server in steady state sees them — and the duration runs from the first
-  // measured send to the last measured finish. on_measure_start runs before the ramp-up (the
-  // server's counters then cover the excluded requests too: see LoadExcluded).
+  // concurrency, as a server in steady state sees them. The duration returned runs from the
+  // first measured send to the last measured finish; throughput is measured over the steady
+  // window instead (bench_stats.h SteadyWindow, from LoadExcluded::ramp and the records).
+  // on_measure_start runs before the ramp-up (the server's counters then cover the excluded
+  // requests too: see LoadExcluded).
   bool steady_state = false;
   int concurrency = 0;        // 0 = unbounded
   double request_rate = 0;    // requests/s, Poisson; 0 = all at once
@@ -57,6 +59,7 @@ struct LoadExcluded {
   int requests = 0, failed = 0, input_tokens = 0, output_tokens = 0;
   int warmup_failed = 0;
   std::vector<RequestRecord> failures;  // the failed excluded requests, for their errors
+  std::vector<RequestRecord> ramp;      // every ramp-up record (their events count in the window)
 };
 
 // The model to name in requests: o.model, else the first id of GET /v1/models (sent with

@@ -20,12 +20,13 @@ std::string format_table(const std::vector<LevelResult>& levels) {
                 "TTFT p99", "TPOT p50", "ITL p50", "E2E p50", "roof%");
   out += line;
   for (const auto& l : levels) {
-    const double roof = l.roofline_output_throughput > 0
-                            ? 100.0 * l.output_throughput / l.roofline_output_throughput
-                            : 0;
+    char roof[16] = "      -";  // no roofline (a --host/--port target without --roofline-model)
+    if (l.roofline_output_throughput > 0)
+      std::snprintf(roof, sizeof roof, "%6.1f%%",
+                    100.0 * l.output_throughput / l.roofline_output_throughput);
     std::snprintf(
         line, sizeof line,
-        "%-18s %5d %6.1f %5d %8.2f %10.1f %10.1f %8.1fms %8.1fms %8.2fms %8.2fms %8.0fms %6.1f%%\n",
+        "%-18s %5d %6.1f %5d %8.2f %10.1f %10.1f %8.1fms %8.1fms %8.2fms %8.2fms %8.0fms %s\n",
         l.config.substr(0, 18).c_str(), l.concurrency, l.request_rate, l.failed,
         l.request_throughput, l.output_throughput, l.total_throughput, l.ttft_ms.median,
         l.ttft_ms.p99, l.tpot_ms.median, l.itl_ms.median, l.e2e_ms.median, roof);

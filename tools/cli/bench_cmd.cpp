@@ -274,6 +274,16 @@ int run_serve(Args& a) {
       const auto recs = run_load(o, &dur, &excluded);
       std::fprintf(stderr, "\n");
       auto res = aggregate(recs, dur);
+      if (o.steady_state) {
+        const auto w = steady_window(recs, excluded.ramp);
+        if (w.transient)
+          std::fprintf(stderr,
+                       "bench: [%s c=%d] every measured request was sent before the ramp-up "
+                       "round's prompts were all prefilled: throughput is over first -> last "
+                       "measured send (not steady; measure more requests at this level)\n",
+                       label.c_str(), level);
+        apply_steady_window(res, w);
+      }
       const std::string what = "bench: [" + label + " c=" + std::to_string(level) + "]";
       std::fprintf(
           stderr, "%s",

@@ -10,19 +10,22 @@
 # (all levels merged by `strata bench report`), table.txt, status.txt. Exit status 0 only when
 # every level ran with no failed request.
 #
-# Levels: "concurrency:measured prompts" (STRATA_BENCH_LEVELS, default "1:4 16:16 64:64 256:128").
+# Levels: "concurrency:measured prompts" (STRATA_BENCH_LEVELS, default "1:4 16:32 64:128 256:384").
 # In steady state each level first sends a ramp-up round of c requests (staggered lengths,
-# excluded), then the measured ones as slots free up. At c = 256 only 128 are measured, so the
-# level ends as the ramp-up round drains: its TTFT is steady state, its throughput slightly low.
+# excluded), then the measured ones as slots free up. Throughput is counted over the steady
+# window (tools/bench/bench_stats.h SteadyWindow): from the moment the ramp-up round's prompts
+# are all prefilled to the last measured send, every token read in it, ramp-up and measured alike.
+# The measured count must outlast the ramp-up's prefill pile (at c = 256 about 28 s of prefill):
+# 256:128 did not (bench prints a warning when a level has no steady window).
 #
-# Time estimate (H200, from earlier runs: 4000-token prefill ≈ 110 ms, TPOT ≈ 6 ms at c 1,
-# ≈ 12 ms at c 20, 30-45 ms at c 64; server start with random:llama3-8b ≈ 20-30 s):
-#   per configuration: start 25 s + warm-up 3 s + c=1 (1+4 requests × 3.2 s) 16 s
-#   + c=16 (≈ 2 output periods of ≈ 7 s) 15 s + c=64 (2 × ≈ 17 s) 35 s
-#   + c=256 (≈ 1.5 periods of ≈ 55 s: 256 prefills ≈ 28 s + 500 steps ≈ 27 s) 85 s  ≈ 180 s;
-#   both configurations ≈ 6 minutes. Hard cap STRATA_BENCH_BUDGET_S (default 480 s = 8 min),
-#   split evenly between the configurations: a level that would start past its share is
-#   skipped (status.txt says so) and a running level is killed at the cap.
+# Time estimate (H200, measured 2026-12-01 with 1:4 16:16 64:64 256:128: full 20/15/34/86 s,
+# sparse 21/13/28/64 s per level; server start with random:llama3-8b 2-3 s): the extra measured
+# requests add about one E2E period of c more requests at each level (full: c=256 E2E ≈ 44 s,
+# ≈ 5.8 requests/s; sparse ≈ 22 s, ≈ 11.6 requests/s):
+#   full ≈ 3 + 20 + 21 + 48 + 131 ≈ 225 s, sparse ≈ 3 + 21 + 17 + 38 + 86 ≈ 165 s: ≈ 6.5 minutes.
+#   Hard cap STRATA_BENCH_BUDGET_S (default 540 s = 9 min), split evenly between the
+#   configurations: a level that would start past its share is skipped (status.txt says so) and
+#   a running level is killed at the cap.
 #
 # Other knobs (for a CPU check with the tiny model, e.g. STRATA_BIN=build/release/bin/strata
 # STRATA_BENCH_CONFIG_FILES="a.yaml b.yaml" STRATA_BENCH_INPUT=64 STRATA_BENCH_OUTPUT=16
@@ -41,8 +44,8 @@ cfg_dir=$here/configs/bench
 configs=${STRATA_BENCH_CONFIG_FILES:-"$cfg_dir/llama3-8b-full.yaml $cfg_dir/llama3-8b-sparse.yaml"}
 input=${STRATA_BENCH_INPUT:-4000}
 output=${STRATA_BENCH_OUTPUT:-500}
-levels=${STRATA_BENCH_LEVELS:-"1:4 16:16 64:64 256:128"}
-budget=${STRATA_BENCH_BUDGET_S:-480}
+levels=${STRATA_BENCH_LEVELS:-"1:4 16:32 64:128 256:384"}
+budget=${STRATA_BENCH_BUDGET_S:-540}
 ready_s=${STRATA_BENCH_READY_S:-180}
 tokenizer=${STRATA_BENCH_TOKENIZER:-$here/parity/tokenizer.json}
 read -r -a serve_args <<<"${STRATA_BENCH_SERVE_ARGS:-}"

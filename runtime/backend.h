@@ -28,9 +28,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual const BackendInfo& info() const = 0;
   virtual const ModelConfig& model() const = 0;
-  // Runs one step. Preconditions (checked, InternalError otherwise): every page id in the
-  // plan is < num_pages, page tables cover every slot written, no two sequences share a
-  // written page. Results come back in plan order.
+  // Runs one step. The plan is checked first with StepPlanChecker (runtime/step_plan_check.h:
+  // page ids < num_pages, tables cover every slot written, no page written twice, ...;
+  // InvalidRequest for an out-of-vocabulary token, InternalError for engine bugs).
+  // Results come back in plan order.
   virtual StepResult step(const StepPlan& plan) = 0;
 };
 

@@ -16,6 +16,7 @@
 #include "runtime/cpu/tp_comm.h"
 #include "runtime/error.h"
 #include "runtime/sampler.h"
+#include "runtime/step_plan_check.h"
 #include "runtime/tp_shard.h"
 
 namespace strata {
@@ -54,11 +55,6 @@ struct LayerF32 {
   std::vector<float> down;        // [hidden][intermediate]
 };
 
-std::string where(std::size_t seq, std::uint64_t id, std::size_t layer) {
-  return "seq #" + std::to_string(seq) + " (id " + std::to_string(id) + ") layer " +
-         std::to_string(layer) + ": ";
-}
-
 class CpuBackend final : public Backend {
  public:
   // `comm` is null at tp_size 1.
@@ -94,7 +90,8 @@ class CpuBackend final : public Backend {
     if (pages > static_cast<std::uint64_t>(INT32_MAX))
       throw ConfigError("cache.cpu_kv_bytes", "too many pages for int32 page ids");
     kv_ = std::make_unique<cpu::KvPool>(layout, static_cast<int>(pages));
-    page_mark_.assign(static_cast<std::size_t>(pages), 0);
+    checker_ = std::make_unique<StepPlanChecker>(
+        StepPlanLimits{c.num_hidden_layers, c.vocab_size, static_cast<int>(pages)});
     pool_ = std::make_unique<cpu::ThreadPool>(opts.threads);
 
     std::size_t wbytes = embed_.size() + lm_head_.size() + final_norm_.size();
@@ -113,9 +110,6 @@ class CpuBackend final : public Backend {
   StepResult step(const StepPlan& plan) override;
 
  private:
-  void validate(const StepPlan& plan);
-  void mark_written(const std::vector<std::int32_t>& pages, std::size_t first, std::size_t last,
-                    const std::string& ctx);
   void forward(const StepPlan& plan, std::vector<float>& x);
   // Sums the ranks' partial outputs (no-op at tp_size 1).
   void all_reduce(std::vector<float>& v) {
@@ -133,131 +127,10 @@ class CpuBackend final : public Backend {
   std::vector<double> inv_freq_;
   std::unique_ptr<cpu::KvPool> kv_;
   std::unique_ptr<cpu::ThreadPool> pool_;
-  std::vector<std::uint64_t> page_mark_;  // step generation that last wrote each page
-  std::uint64_t generation_ = 0;
-  std::vector<std::int32_t> row_pos_;  // [T] position of each row of the step
-  std::vector<std::size_t> seq_row_;   // [seqs + 1] first row of each sequence
+  std::unique_ptr<StepPlanChecker> checker_;  // the StepPlan contract (runtime/step_plan_check.h)
+  std::vector<std::int32_t> row_pos_;         // [T] position of each row of the step
+  std::vector<std::size_t> seq_row_;          // [seqs + 1] first row of each sequence
 };
-
-void CpuBackend::mark_written(const std::vector<std::int32_t>& pages, std::size_t first,
-                              std::size_t last, const std::string& ctx) {
-  for (std::size_t i = first; i < last && i < pages.size(); ++i) {
-    auto& m = page_mark_[static_cast<std::size_t>(pages[i])];
-    if (m == generation_)
-      throw InternalError(ctx + "page " + std::to_string(pages[i]) +
-                          " is written twice in one step (shared between tables)");
-    m = generation_;
-  }
-}
-
-void CpuBackend::validate(const StepPlan& plan) {
-  ++generation_;
-  const int L = cfg_.num_hidden_layers;
-  auto check_ids = [&](const std::vector<std::int32_t>& pages, const std::string& ctx) {
-    for (auto p : pages)
-      if (p < 0 || p >= info_.num_pages)
-        throw InternalError(ctx + "page id " + std::to_string(p) + " outside the pool of " +
-                            std::to_string(info_.num_pages));
-  };
-  auto cover = [](const std::vector<std::int32_t>& pages, std::int64_t slots) {
-    return static_cast<std::int64_t>(pages.size()) * kBlockSize >= slots;
-  };
-  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
-    const auto& s = plan.seqs[i];
-    const std::string sctx =
-        "seq #" + std::to_string(i) + " (id " + std::to_string(s.seq_id) + "): ";
-    if (static_cast<int>(s.layers.size()) != L)
-      throw InternalError(sctx + std::to_string(s.layers.size()) + " layer states for " +
-                          std::to_string(L) + " layers");
-    const auto n = static_cast<std::int32_t>(s.tokens.size());
-    if (n < 1 || (!s.prefill && n != 1))
-      throw InternalError(sctx + std::to_string(n) + " tokens in a " +
-                          (s.prefill ? "prefill chunk" : "decode step"));
-    if (s.start < 0 || (s.prefill && s.start + n > s.prompt_len))
-      throw InternalError(sctx + "chunk [" + std::to_string(s.start) + ", " +
-                          std::to_string(s.start + n) + ") outside the prompt of " +
-                          std::to_string(s.prompt_len));
-    for (auto t : s.tokens)
-      if (t < 0 || t >= cfg_.vocab_size)
-        throw InternalError(sctx + "token " + std::to_string(t) + " outside the vocabulary");
-    if (s.sample && (!s.params || !s.output))
-      throw InternalError(sctx + "sample without params/output");
-    for (std::size_t l = 0; l < s.layers.size(); ++l) {
-      const auto& ls = s.layers[l];
-      const auto& r = ls.rule;
-      const std::string ctx = where(i, s.seq_id, l);
-      check_ids(ls.pages, ctx);
-      check_ids(ls.temp_pages, ctx);
-      auto fail = [&](const std::string& m) { throw InternalError(ctx + m); };
-      if (r.sparse()) {
-        const int want_ring = r.policy == Policy::kScored   ? r.window
-                              : r.policy == Policy::kWindow ? r.capacity - r.sinks
-                                                            : 0;
-        if (r.sinks < 0 || r.window < 1 || r.capacity < r.sinks + r.window + 1 ||
-            r.ring != want_ring || r.pool_kernel < 1 || r.pool_kernel % 2 == 0)
-          fail("inconsistent sparse rule (capacity " + std::to_string(r.capacity) + ", ring " +
-               std::to_string(r.ring) + ", sinks " + std::to_string(r.sinks) + ", window " +
-               std::to_string(r.window) + ")");
-        if (ls.ring_pos < 0 || (r.ring > 0 && ls.ring_pos >= r.ring) ||
-            (r.ring == 0 && ls.ring_pos))
-          fail("ring_pos " + std::to_string(ls.ring_pos) + " outside the ring");
-      } else if (ls.action != LayerAction::kNone || !ls.temp_pages.empty()) {
-        fail("a full layer takes no sparsity action and no temp pages");
-      }
-      if (ls.action == LayerAction::kSelect && !(s.prefill && !ls.direct_prefill(s.prompt_len)))
-        fail("kSelect outside the prefill of a prompt longer than the capacity");
-      if (ls.action == LayerAction::kShrink && ls.shrink_to <= r.sinks + r.window)
-        fail("kShrink to " + std::to_string(ls.shrink_to) + " slots");
-
-      const std::int64_t end = static_cast<std::int64_t>(s.start) + n;
-      if (s.prefill && ls.direct_prefill(s.prompt_len)) {
-        if (ls.valid != s.start)
-          fail("holds " + std::to_string(ls.valid) + " slots, chunk starts at " +
-               std::to_string(s.start));
-        if (!cover(ls.pages, end))
-          fail("page table does not cover slot " + std::to_string(end - 1));
-        if (r.sparse())
-          mark_written(ls.pages, 0, ls.pages.size(), ctx);
-        else
-          mark_written(ls.pages, static_cast<std::size_t>(s.start / kBlockSize),
-                       static_cast<std::size_t>((end - 1) / kBlockSize + 1), ctx);
-      } else if (s.prefill) {
-        if (ls.valid != 0) fail("holds slots before its selection");
-        if (ls.temp_pages.empty()) {
-          if (s.start != 0 || n != s.prompt_len || ls.action != LayerAction::kSelect)
-            fail("no temp pages, but the prompt is not whole in this step with kSelect");
-        } else {
-          if (!cover(ls.temp_pages, end))
-            fail("temp pages do not cover slot " + std::to_string(end - 1));
-          mark_written(ls.temp_pages, static_cast<std::size_t>(s.start / kBlockSize),
-                       static_cast<std::size_t>((end - 1) / kBlockSize + 1), ctx);
-        }
-        if (ls.action == LayerAction::kSelect) {
-          if (end != s.prompt_len || n < r.window)
-            fail("kSelect chunk must end the prompt and hold the last " + std::to_string(r.window) +
-                 " positions");
-          if (!cover(ls.pages, r.capacity)) fail("page table does not cover the capacity");
-          mark_written(ls.pages, 0, ls.pages.size(), ctx);
-        }
-      } else if (!r.sparse()) {
-        if (ls.valid != s.start)
-          fail("holds " + std::to_string(ls.valid) + " slots, decode at position " +
-               std::to_string(s.start));
-        if (!cover(ls.pages, ls.valid + 1))
-          fail("page table does not cover slot " + std::to_string(ls.valid));
-        mark_written(ls.pages, static_cast<std::size_t>(ls.valid / kBlockSize),
-                     static_cast<std::size_t>(ls.valid / kBlockSize + 1), ctx);
-      } else {
-        if (ls.valid > r.capacity && r.policy != Policy::kSnapKv)
-          fail("valid " + std::to_string(ls.valid) + " exceeds the capacity");
-        if (ls.valid < 0) fail("negative valid");
-        if (!cover(ls.pages, std::max(ls.valid, ls.decode_slot() + 1)))
-          fail("page table does not cover slot " + std::to_string(ls.decode_slot()));
-        mark_written(ls.pages, 0, ls.pages.size(), ctx);
-      }
-    }
-  }
-}
 
 void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
   const auto& c = cfg_;
@@ -351,7 +224,7 @@ void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
 
 StepResult CpuBackend::step(const StepPlan& plan) {
   const auto t_start = Clock::now();
-  validate(plan);
+  checker_->check(plan);
   const auto& c = cfg_;
   const int H = c.hidden_size, V = c.vocab_size;
 

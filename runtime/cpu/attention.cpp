@@ -10,6 +10,7 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/error.h"
 #include "runtime/snapkv.h"
+#include "runtime/step_plan_check.h"
 
 namespace strata::cpu {
 namespace {
@@ -202,29 +203,6 @@ void shrink(const Slots& s, const LayerSlots& st, int shrink_to, int head_dim) {
 
 }  // namespace
 
-LayerSlots state_after(const LayerSlots& before, std::int32_t n, bool prefill,
-                       std::int32_t prompt_len) {
-  LayerSlots st = before;
-  st.action = LayerAction::kNone;
-  st.shrink_to = 0;
-  st.temp_pages.clear();
-  if (!prefill) {
-    st.advance_decode();
-  } else if (before.direct_prefill(prompt_len)) {
-    st.valid += n;
-  } else if (before.action == LayerAction::kSelect) {
-    st.valid = before.rule.capacity;
-    st.ring_pos = 0;
-  }
-  if (before.action == LayerAction::kShrink) {
-    st.valid = std::min(st.valid, before.shrink_to);
-    st.ring_pos = 0;
-    st.rule.capacity = before.shrink_to;
-    if (st.rule.policy == Policy::kWindow) st.rule.ring = before.shrink_to - st.rule.sinks;
-  }
-  return st;
-}
-
 void attend(KvPool& pool, int head, const AttnArgs& a) {
   const LayerSlots& ls = *a.slots;
   const LayerRule& rule = ls.rule;
@@ -290,9 +268,11 @@ void attend(KvPool& pool, int head, const AttnArgs& a) {
 
   if (ls.action == LayerAction::kShrink) {
     STRATA_CHECK(rule.sparse(), "kShrink on a full layer");
-    LayerSlots post = ls;  // the post-step state under the old rule
-    post.action = LayerAction::kNone;
-    post = state_after(post, a.n, a.prefill, a.prompt_len);
+    LayerSlots post;  // the state after this step's work, under the old rule (counters only)
+    post.rule = rule;
+    post.valid = ls.valid;
+    post.ring_pos = ls.ring_pos;
+    advance_layer_before_shrink(post, LayerStep{a.n, a.prefill, a.prompt_len, false, 0});
     STRATA_CHECK(
         ls.shrink_to > rule.sinks + rule.window &&
             static_cast<int>(ls.pages.size()) * kBlockSize >= std::min(post.valid, ls.shrink_to),

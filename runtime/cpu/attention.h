@@ -46,8 +46,4 @@ struct AttnArgs {
 // contract (the backend validates plans first; these checks are the last line).
 void attend(KvPool& pool, int head, const AttnArgs& a);
 
-// The layer state after a step with these inputs (what the cache manager computes too).
-LayerSlots state_after(const LayerSlots& before, std::int32_t n, bool prefill,
-                       std::int32_t prompt_len);
-
 }  // namespace strata::cpu

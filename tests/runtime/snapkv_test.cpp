@@ -8,6 +8,7 @@
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/kv_pool.h"
 #include "runtime/error.h"
+#include "runtime/step_plan_check.h"
 
 namespace strata {
 namespace {
@@ -220,6 +221,15 @@ TEST(SnapKv, ShrinkLayouts) {
 
 // One KV head, one query head, head_dim 2. K = (ln(w)/scale, 0) and q = (1, 0) give the
 // probabilities w / Σw by hand; V[0] carries the token's position.
+// The state rule (runtime/step_plan_check.h) with the action the next plan no longer carries.
+void advance(LayerSlots& ls, std::int32_t n, bool prefill, std::int32_t prompt_len) {
+  advance_layer(ls, LayerStep{n, prefill, prompt_len, ls.action == LayerAction::kSelect,
+                              ls.action == LayerAction::kShrink ? ls.shrink_to : 0});
+  ls.action = LayerAction::kNone;
+  ls.shrink_to = 0;
+  ls.temp_pages.clear();
+}
+
 struct Crafted {
   cpu::KvPool pool{KvLayout{1, 2, 4}, 64};
   const float scale = 1.0f / std::sqrt(2.0f);
@@ -260,7 +270,7 @@ struct Crafted {
     a.scale = scale;
     a.q = q, a.k = k.data(), a.v = v, a.out = out, a.lse = &lse;
     cpu::attend(pool, 0, a);
-    ls = cpu::state_after(ls, 1, false, 1);
+    advance(ls, 1, false, 1);
     return out[0];
   }
 };
@@ -338,7 +348,7 @@ TEST(CpuAttention, SelectAndShrinkOnCraftedPrompt) {
     a.lse_stride = 1;
     a.scratch_k = sk.data(), a.scratch_v = sv.data();
     cpu::attend(c.pool, 0, a);
-    c.ls = cpu::state_after(c.ls, L, true, L);
+    advance(c.ls, L, true, L);
     EXPECT_EQ(c.ls.valid, 12);
     std::vector<float> kept;
     for (int s = 0; s < 12; ++s) kept.push_back(c.pos(s));

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/error.h"
+#include "runtime/step_plan_check.h"
 
 namespace strata {
 
@@ -393,17 +394,20 @@ void KvCacheManager::commit_step(std::uint64_t seq_id) {
     ++s.decodes;
     for (std::size_t l = 0; l < s.layers.size(); ++l) {
       auto& layer = s.layers[l];
-      layer.slots.advance_decode();
-      if (!layer.shrinking) continue;
+      if (!layer.shrinking) {
+        advance_layer(layer.slots, LayerStep{1, false, s.spec.prompt_len, false, 0});
+        continue;
+      }
       // kShrink ran after the decode write: sinks, ring and the best selected slots are
       // compacted into the first pages_for_slots(C_new) pages, ring in order (ring_pos 0).
       const LayerRule nw = *layer.shrinking;
       layer.shrinking.reset();
       if (layer.shrink_to && layer.shrink_to->capacity == nw.capacity) layer.shrink_to.reset();
       const int old_out = outstanding(layer);
-      layer.slots.rule = nw;
-      layer.slots.valid = std::min(layer.slots.valid, nw.capacity);
-      layer.slots.ring_pos = 0;
+      advance_layer(layer.slots, LayerStep{1, false, s.spec.prompt_len, false, nw.capacity});
+      STRATA_CHECK(layer.slots.rule.ring == nw.ring,
+                   "the shrunk rule of " + seq_name(seq_id) + " disagrees with the new profile");
+      layer.slots.rule = nw;  // (the same slot layout; pooling as the new profile says)
       const int keep = pages_for_slots(layer.slots.valid);
       while (static_cast<int>(layer.slots.pages.size()) > keep) {
         release_page(static_cast<int>(l), layer.slots.pages.back());
@@ -424,13 +428,9 @@ void KvCacheManager::commit_step(std::uint64_t seq_id) {
     const bool final = end == s.spec.prompt_len;
     for (std::size_t l = 0; l < s.layers.size(); ++l) {
       auto& layer = s.layers[l];
-      if (!selects(s, layer)) {
-        layer.slots.valid = end;
-        continue;
-      }
-      if (!final) continue;
-      layer.slots.valid = layer.slots.rule.capacity;
-      layer.slots.ring_pos = 0;
+      const bool select = final && selects(s, layer);
+      advance_layer(layer.slots, LayerStep{s.pending.n_tokens, true, s.spec.prompt_len, select, 0});
+      if (!select) continue;
       for (auto id : layer.slots.temp_pages) release_page(static_cast<int>(l), id);
       layer.slots.temp_pages.clear();
       layer.temp_ceiling = 0;

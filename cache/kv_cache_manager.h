@@ -12,9 +12,9 @@
 //      (preempt()) and retry, or leave the sequence out of this step.
 //   2. put take_released() into StepPlan::released_pages, run the step on every rank;
 //   3. commit_step() for every sequence that ran: the manager advances its own copy of each
-//      LayerSlots with the same helpers the backend uses (advance_decode(); after kSelect
-//      valid = C_l, ring_pos = 0 and the temp pages are freed; after kShrink the pages past
-//      pages_for_slots(shrink_to) are freed).
+//      LayerSlots with the state rule the backends use (advance_layer(),
+//      runtime/step_plan_check.h: after kSelect valid = C_l, ring_pos = 0), then frees the
+//      temp pages after kSelect and the pages past pages_for_slots(shrink_to) after kShrink.
 //   A sequence prepared but not run may be prepared again (the last preparation counts;
 //   pages it allocated stay in its tables and are used by the next step) or freed.
 //

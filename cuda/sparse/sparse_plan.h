@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/sparse/sparse_kernels.h"
+#include "cuda/sparse/sparse_meta.h"
 #include "runtime/sparsity_profile.h"
 #include "runtime/step_plan.h"
 

@@ -1,0 +1,557 @@
+// The plan half of a CUDA step (see the header). Moved out of CudaBackendImpl::step
+// unchanged in substance: the same checks in the same order, the same staging values.
+#include "cuda/step_layout.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "cuda/sampling_prep.h"
+#include "runtime/error.h"
+#include "runtime/kv_layout.h"
+
+namespace strata::cuda {
+
+namespace {
+
+constexpr int kMaxSplits = 64;  // cuda/attention.h kMaxDecodeSplits (checked there: run.cpp)
+constexpr std::size_t kBf16Bytes = 2;
+
+std::size_t align_up(std::size_t n, std::size_t a = 256) {
+  return (n + a - 1) / a * a;
+}
+
+// The state of a layer after this step's own work, before a kShrink (the CPU backend's
+// runtime/cpu/attention.cpp::state_after, minus the shrink itself).
+LayerSlots state_before_shrink(const LayerSlots& before, int n, bool prefill, int prompt_len) {
+  LayerSlots st = before;
+  if (!prefill) {
+    st.advance_decode();
+  } else if (before.direct_prefill(prompt_len)) {
+    st.valid += n;
+  } else if (before.action == LayerAction::kSelect) {
+    st.valid = before.rule.capacity;
+    st.ring_pos = 0;
+  }
+  return st;
+}
+
+// Greedy without anything the device argmax cannot do (penalties, logit_bias, logprobs, an
+// active min_tokens ban).
+bool device_greedy(const SeqStep& s) {
+  const SamplingParams* p = s.params;
+  return p && p->temperature == 0.0f && p->logprobs < 0 && p->logit_bias.empty() &&
+         p->repetition_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+         p->presence_penalty == 0.0f &&
+         (p->min_tokens == 0 || (s.output && static_cast<int>(s.output->size()) >= p->min_tokens));
+}
+
+// Runs through the decode kernel: single tokens (decodes, and one-token prefill chunks whose
+// sparse layers all hold the prompt directly).
+bool is_decode_row(const SeqStep& s) {
+  if (s.tokens.size() != 1) return false;
+  if (!s.prefill) return true;
+  for (const LayerSlots& ls : s.layers)
+    if (ls.rule.sparse() && (!ls.direct_prefill(s.prompt_len) || ls.action == LayerAction::kSelect))
+      return false;
+  return true;
+}
+
+}  // namespace
+
+int pick_decode_splits(int batch, int max_len, int kv_heads, int num_sms) {
+  const int by_sms = (4 * num_sms + batch * kv_heads - 1) / std::max(1, batch * kv_heads);
+  const int by_len = std::max(1, (max_len + 255) / 256);
+  return std::clamp(std::min(by_sms, by_len), 1, kMaxSplits);
+}
+
+StepImageLayout StepImageLayout::for_limits(const StepLimits& lim) {
+  StepImageLayout at;
+  std::size_t end = 0;
+  auto section = [&](std::size_t elems, std::size_t elem_bytes) {
+    const std::size_t off = end;
+    end = align_up(end + elems * elem_bytes);
+    return off;
+  };
+  const std::size_t T = static_cast<std::size_t>(lim.max_tokens);
+  const std::size_t S = static_cast<std::size_t>(lim.max_seqs);
+  const std::size_t tiles = static_cast<std::size_t>(lim.max_tiles);
+  const std::size_t per_layer = static_cast<std::size_t>(lim.num_layers) * S;
+  const std::size_t i32 = sizeof(std::int32_t);
+  at.tokens = section(T, i32);
+  at.pos = section(T, i32);
+  at.seq_of = section(T, i32);
+  at.lm_rows = section(T, i32);
+  at.q_row = section(S, i32);
+  at.row_start = section(S, i32);
+  at.nq = section(S, i32);
+  at.qpos0 = section(S, i32);
+  at.tile_seq = section(tiles, i32);
+  at.tile_q0 = section(tiles, i32);
+  at.seq_len = section(per_layer, i32);
+  at.slots = section(per_layer, i32);
+  at.dec_seqs = section(per_layer, sizeof(sparse::DecodeSeq));
+  at.tables = section(per_layer * static_cast<std::size_t>(lim.max_table_pages), i32);
+  at.bytes = end;
+  return at;
+}
+
+StepImage::StepImage(std::span<std::byte> mem, const StepImageLayout& layout)
+    : base_(mem.data()), at_(layout) {
+  if (mem.size() < layout.bytes || reinterpret_cast<std::uintptr_t>(mem.data()) % 16 != 0)
+    throw InternalError("StepImage: " + std::to_string(mem.size()) + " bytes (16-aligned) for " +
+                        std::to_string(layout.bytes));
+}
+
+StepPlanner::StepPlanner(StepLimits limits) : lim_(std::move(limits)) {}
+
+void StepPlanner::build(const StepPlan& plan, const StepOptions& opt, const StepImage& image,
+                        StepLayout& out) {
+  const int S = static_cast<int>(plan.seqs.size());
+  out = StepLayout{};
+  out.num_seqs = S;
+  if (S == 0) return;
+  if (S > lim_.max_seqs)
+    throw InternalError("CUDA backend: step has " + std::to_string(S) +
+                        " sequences, max_num_seqs is " + std::to_string(lim_.max_seqs));
+  order_rows(plan, out);
+  validate(plan, out);
+  std::vector<std::vector<sparse::PrefillInput>> pre(static_cast<std::size_t>(lim_.num_layers));
+  stage_rows(plan, image, out, pre);
+  collect_lm_rows(plan, image, out);
+  choose_launch(opt, image, out);
+  plan_sparse_work(plan, pre, out);
+  plan_logits(plan, out);
+}
+
+void StepPlanner::order_rows(const StepPlan& plan, StepLayout& out) const {
+  const int S = out.num_seqs;
+  out.decode_row.resize(static_cast<std::size_t>(S));
+  for (int i = 0; i < S; ++i)
+    out.decode_row[static_cast<std::size_t>(i)] =
+        is_decode_row(plan.seqs[static_cast<std::size_t>(i)]);
+  out.order.reserve(static_cast<std::size_t>(S));
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < S; ++i)
+      if ((out.decode_row[static_cast<std::size_t>(i)] != 0) == (pass == 0)) out.order.push_back(i);
+}
+
+// The CUDA backend's checks of the StepPlan contract (docs/cuda-backend.md "Validation"), in
+// plan order, before anything is staged.
+void StepPlanner::validate(const StepPlan& plan, StepLayout& out) {
+  const int L = lim_.num_layers, V = lim_.vocab, max_len = lim_.max_table_pages * kBlockSize;
+  if (page_mark_.size() != static_cast<std::size_t>(lim_.num_pages) || ++page_gen_ == 0) {
+    page_mark_.assign(static_cast<std::size_t>(lim_.num_pages), 0);
+    page_gen_ = 1;
+  }
+  int T = 0, max_pages = 1;
+  for (int i = 0; i < out.num_seqs; ++i) {
+    const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
+    const int n = static_cast<int>(s.tokens.size());
+    const bool dec = out.decode_row[static_cast<std::size_t>(i)] != 0;
+    if (n == 0)
+      throw InternalError("CUDA backend: sequence " + std::to_string(s.seq_id) + " has no tokens");
+    if (static_cast<int>(s.layers.size()) != L)
+      throw InternalError("CUDA backend: sequence " + std::to_string(s.seq_id) + " has " +
+                          std::to_string(s.layers.size()) + " layer entries, model has " +
+                          std::to_string(L));
+    if (s.start < 0 || s.start + n > max_len)
+      throw InvalidRequest("prompt", "sequence length " + std::to_string(s.start + n) +
+                                         " exceeds max_model_len " + std::to_string(max_len));
+    for (int tok : s.tokens)
+      if (tok < 0 || tok >= V)
+        throw InvalidRequest("prompt", "token id " + std::to_string(tok) +
+                                           " outside the vocabulary (" + std::to_string(V) + ")");
+    if (s.sample && !s.params) throw InternalError("CUDA backend: sample without SamplingParams");
+    for (int l = 0; l < L; ++l) validate_layer(s, l, dec, out);
+    max_pages = std::max(max_pages, pages_for_slots(s.start + n));
+    T += n;
+  }
+  if (T > lim_.max_tokens)
+    throw InternalError("CUDA backend: step has " + std::to_string(T) +
+                        " tokens, max_num_batched_tokens is " + std::to_string(lim_.max_tokens));
+  out.rows = T;
+  out.table_pages = max_pages;
+}
+
+void StepPlanner::validate_layer(const SeqStep& s, int l, bool dec, StepLayout& out) {
+  const int n = static_cast<int>(s.tokens.size());
+  const int need = pages_for_slots(s.start + n);
+  const LayerSlots& ls = s.layers[static_cast<std::size_t>(l)];
+  const LayerRule& r = ls.rule;
+  // Built only when a check fails (a decode step at batch 64 has 2,048 (sequence, layer)
+  // pairs; they used to build one string each).
+  auto who = [&] {
+    return "CUDA backend: sequence " + std::to_string(s.seq_id) + " layer " + std::to_string(l);
+  };
+  auto check_table = [&](const std::vector<std::int32_t>& t, int pages, const char* what) {
+    if (static_cast<int>(t.size()) < pages)
+      throw InternalError(who() + " " + what + " has " + std::to_string(t.size()) +
+                          " pages, needs " + std::to_string(pages));
+    for (int pg : t)
+      if (pg < 0 || pg >= lim_.num_pages)
+        throw InternalError("CUDA backend: page id " + std::to_string(pg) + " outside the pool (" +
+                            std::to_string(lim_.num_pages) + " pages)");
+  };
+  auto mark_written = [&](const std::vector<std::int32_t>& t, int first, int end) {
+    for (int pi = first; pi < end; ++pi)
+      if (std::exchange(page_mark_[static_cast<std::size_t>(t[static_cast<std::size_t>(pi)])],
+                        page_gen_) == page_gen_)
+        throw InternalError("CUDA backend: page " +
+                            std::to_string(t[static_cast<std::size_t>(pi)]) +
+                            " written twice in one step");
+  };
+  if (!r.sparse()) {
+    if (ls.action != LayerAction::kNone)
+      throw InternalError(who() + ": kSelect/kShrink on a full-cache layer");
+    check_table(ls.pages, need, "page table");
+    mark_written(ls.pages, s.start / kBlockSize, need);
+    return;
+  }
+  if (r.window <= 0 || r.capacity < r.sinks + r.window + 1 || r.ring < 0 ||
+      r.ring > r.capacity - r.sinks)
+    throw InternalError(who() + ": bad sparse rule (capacity " + std::to_string(r.capacity) +
+                        ", sinks " + std::to_string(r.sinks) + ", window " +
+                        std::to_string(r.window) + ", ring " + std::to_string(r.ring) + ")");
+  if (dec) {
+    if (ls.valid < 0 || (r.policy != Policy::kSnapKv && ls.valid > r.capacity) ||
+        (r.ring > 0 && (ls.ring_pos < 0 || ls.ring_pos >= r.ring)))
+      throw InternalError(who() + ": bad decode state (valid " + std::to_string(ls.valid) +
+                          ", ring_pos " + std::to_string(ls.ring_pos) + ")");
+    if (ls.action == LayerAction::kSelect)
+      throw InternalError(who() + ": kSelect in a decode step");
+    const int slot = ls.decode_slot();
+    const int att = ls.ring_full() ? r.capacity : ls.valid + 1;
+    check_table(ls.pages, pages_for_slots(std::max(att, slot + 1)), "page table");
+    mark_written(ls.pages, slot / kBlockSize, slot / kBlockSize + 1);
+  } else if (ls.direct_prefill(s.prompt_len)) {
+    if (ls.action == LayerAction::kSelect)
+      throw InternalError(who() + ": kSelect with a prompt that fits the capacity");
+    check_table(ls.pages, need, "page table");
+    mark_written(ls.pages, s.start / kBlockSize, need);
+    out.sparse_prefill = true;
+  } else {
+    const bool final_chunk = s.start + n == s.prompt_len;
+    if (ls.temp_pages.empty()) {
+      if (ls.action != LayerAction::kSelect || s.start != 0 || !final_chunk)
+        throw InternalError(who() + ": prompt of " + std::to_string(s.prompt_len) +
+                            " tokens exceeds capacity " + std::to_string(r.capacity) +
+                            " but the step holds [" + std::to_string(s.start) + ", " +
+                            std::to_string(s.start + n) +
+                            ") without temp pages (scratch needs the whole prompt + kSelect)");
+    } else {
+      check_table(ls.temp_pages, need, "temp page table");
+      mark_written(ls.temp_pages, s.start / kBlockSize, need);
+    }
+    if (ls.action == LayerAction::kSelect) {
+      if (!final_chunk || n < std::min(r.window, s.prompt_len))
+        throw InternalError(who() + ": kSelect needs the final chunk holding the last " +
+                            std::to_string(r.window) + " positions (chunk [" +
+                            std::to_string(s.start) + ", " + std::to_string(s.start + n) + ") of " +
+                            std::to_string(s.prompt_len) + ")");
+      check_table(ls.pages, pages_for_slots(r.capacity), "page table");
+      mark_written(ls.pages, 0, pages_for_slots(r.capacity));
+      out.sparse_prefill = true;
+    }
+  }
+  if (ls.action == LayerAction::kShrink) {
+    const LayerSlots post = state_before_shrink(ls, n, s.prefill, s.prompt_len);
+    if (ls.shrink_to <= r.sinks + r.window)
+      throw InternalError(who() + ": kShrink to " + std::to_string(ls.shrink_to) +
+                          " slots (must exceed sinks + window)");
+    check_table(ls.pages, pages_for_slots(std::min(post.valid, ls.shrink_to)), "page table");
+    out.shrink = true;
+  }
+}
+
+// Rows, tables, prefill tiles and sparse prefill inputs into the image, in row order.
+void StepPlanner::stage_rows(const StepPlan& plan, const StepImage& image, StepLayout& out,
+                             std::vector<std::vector<sparse::PrefillInput>>& pre) const {
+  const int L = lim_.num_layers, S = out.num_seqs, max_pages = out.table_pages;
+  int row = 0, scratch_used = 0;
+  out.first_row.assign(static_cast<std::size_t>(S), 0);
+  for (int k = 0; k < S; ++k) {
+    const int i = out.order[static_cast<std::size_t>(k)];
+    const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
+    const int n = static_cast<int>(s.tokens.size());
+    const bool dec = out.decode_row[static_cast<std::size_t>(i)] != 0;
+    out.first_row[static_cast<std::size_t>(i)] = row;
+    for (int t = 0; t < n; ++t) {
+      image.tokens()[row + t] = s.tokens[static_cast<std::size_t>(t)];
+      image.pos()[row + t] = s.start + t;
+      image.seq_of()[row + t] = k;
+    }
+    // Scratch pages of this sequence (shared by its layers: they run one after another).
+    std::vector<std::int32_t> scratch_ids;
+    for (const LayerSlots& ls : s.layers)
+      if (!dec && ls.rule.sparse() && !ls.direct_prefill(s.prompt_len) && ls.temp_pages.empty()) {
+        const int np = pages_for_slots(n);
+        if (scratch_used + np > lim_.scratch_pages)
+          throw InternalError("CUDA backend: prefill scratch exhausted (" +
+                              std::to_string(scratch_used + np) + " > " +
+                              std::to_string(lim_.scratch_pages) + " pages)");
+        for (int pi = 0; pi < np; ++pi) scratch_ids.push_back(lim_.num_pages + scratch_used + pi);
+        scratch_used += np;
+        break;
+      }
+    for (int l = 0; l < L; ++l) {
+      const LayerSlots& ls = s.layers[static_cast<std::size_t>(l)];
+      const bool via_temp = !dec && ls.rule.sparse() && !ls.direct_prefill(s.prompt_len);
+      const std::vector<std::int32_t>& tab =
+          via_temp ? (ls.temp_pages.empty() ? scratch_ids : ls.temp_pages) : ls.pages;
+      const int cnt = std::min<int>(static_cast<int>(tab.size()), max_pages);
+      int* trow = image.tables() + (static_cast<std::size_t>(k) * L + l) * max_pages;
+      std::memcpy(trow, tab.data(), cnt * sizeof(int));
+      // Entries past the table: page 0, not whatever an earlier step left in the staging (no
+      // kernel reads them: sparse::check_decode_reads and the checks above hold every read
+      // inside [0, cnt)), so the uploaded table is a function of this step's plan only.
+      std::fill(trow + cnt, trow + max_pages, 0);
+      if (dec || !ls.rule.sparse()) continue;
+      if (ls.direct_prefill(s.prompt_len)) {
+        sparse::PrefillInput in;
+        in.rule = ls.rule;
+        in.prompt_len = s.start + n;
+        in.direct = true;
+        in.chunk_start = s.start;
+        in.last_row = row + n - 1;
+        in.dst_pages = ls.pages;
+        pre[static_cast<std::size_t>(l)].push_back(std::move(in));
+      } else if (ls.action == LayerAction::kSelect) {
+        sparse::PrefillInput in;
+        in.rule = ls.rule;
+        in.prompt_len = s.prompt_len;
+        in.last_row = row + n - 1;
+        in.src_pages = ls.temp_pages.empty() ? scratch_ids : ls.temp_pages;
+        in.dst_pages = ls.pages;
+        pre[static_cast<std::size_t>(l)].push_back(std::move(in));
+      }
+    }
+    // Prefill-only entries; zero for decode rows (never read: no tile names them).
+    image.row_start()[k] = dec ? 0 : row;
+    image.nq()[k] = dec ? 0 : n;
+    image.qpos0()[k] = dec ? 0 : s.start;
+    if (dec) {
+      stage_decode_row(s, k, row, image, out);
+    } else {
+      for (int q0 = 0; q0 < n; q0 += 64) {
+        image.tile_seq()[out.tiles] = k;
+        image.tile_q0()[out.tiles] = q0;
+        ++out.tiles;
+      }
+    }
+    row += n;
+  }
+}
+
+// Decode metadata of the decode row at order index k (= its decode batch index).
+void StepPlanner::stage_decode_row(const SeqStep& s, int k, int row, const StepImage& image,
+                                   StepLayout& out) const {
+  const int L = lim_.num_layers, b = out.decode_rows;
+  image.q_row()[b] = row;
+  out.max_len = std::max(out.max_len, s.start + 1);
+  for (int l = 0; l < L; ++l) {
+    const LayerSlots& ls = s.layers[static_cast<std::size_t>(l)];
+    const std::size_t at = static_cast<std::size_t>(l) * lim_.max_seqs + b;
+    const sparse::DecodeLayerMeta m =
+        sparse::decode_layer_meta(ls, s.start, (k * L + l) * lim_.max_table_pages, row);
+    // Every slot and table entry the decode kernels read is held or written this step.
+    sparse::check_decode_reads(ls, s.start, m,
+                               std::min<int>(static_cast<int>(ls.pages.size()), out.table_pages));
+    image.seq_len()[at] = m.seq_len;
+    image.slots()[at] = m.slot;
+    image.dec_seqs()[at] = m.seq;
+    if (ls.rule.sparse()) {
+      out.dec_max_slots = std::max(out.dec_max_slots, m.seq_len);
+      out.sparse_decode = true;
+    }
+  }
+  ++out.decode_rows;
+}
+
+// Rows whose logits are needed: the sampled last token, every token with return_logits.
+void StepPlanner::collect_lm_rows(const StepPlan& plan, const StepImage& image,
+                                  StepLayout& out) const {
+  int n_lm = 0;
+  for (int i = 0; i < out.num_seqs; ++i) {
+    const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
+    const int n = static_cast<int>(s.tokens.size());
+    const int r0 = out.first_row[static_cast<std::size_t>(i)];
+    if (s.return_logits) {
+      for (int t = 0; t < n; ++t) image.lm_rows()[n_lm++] = r0 + t;
+    } else if (s.sample) {
+      image.lm_rows()[n_lm++] = r0 + n - 1;
+    }
+  }
+  out.lm_rows = n_lm;
+}
+
+// Decode-only steps replay a CUDA graph of the smallest bucket that fits (steps with a
+// kShrink run eagerly; so do steps whose decode rows touch sparse layers unless
+// sparse_graphs). Decode attention splits: eager steps take them from the batch and the
+// longest sequence; full-cache graphs from the bucket and max_model_len (one graph per
+// bucket); sparse decode graphs use the eager count (part of the key), so that replay does
+// the same arithmetic as eager (issue 9: a different split count reorders the softmax sums).
+void StepPlanner::choose_launch(const StepOptions& opt, const StepImage& image,
+                                StepLayout& out) const {
+  const int L = lim_.num_layers, S_dec = out.decode_rows;
+  const bool decode_only = out.tiles == 0 && out.lm_rows <= S_dec && !out.shrink;
+  int bucket = 0;
+  if (opt.graphs && decode_only && (!out.sparse_decode || opt.sparse_graphs))
+    for (int b : lim_.graph_buckets)
+      if (b >= S_dec) {
+        bucket = b;
+        break;
+      }
+  out.eager_splits = opt.forced_splits > 0 ? opt.forced_splits
+                                           : pick_decode_splits(std::max(S_dec, 1), out.max_len,
+                                                                lim_.kv_heads, lim_.num_sms);
+  out.run_rows = out.rows, out.run_decode_rows = S_dec, out.run_lm_rows = out.lm_rows;
+  if (bucket == 0) return;
+  // Pad to the bucket: padding rows are token 0, seq_of -1 (no KV write), seq_len 0.
+  for (int b = S_dec; b < bucket; ++b) {
+    image.tokens()[b] = 0, image.pos()[b] = 0, image.seq_of()[b] = -1, image.q_row()[b] = b;
+    for (int l = 0; l < L; ++l) {
+      const std::size_t at = static_cast<std::size_t>(l) * lim_.max_seqs + b;
+      image.seq_len()[at] = 0, image.slots()[at] = 0, image.dec_seqs()[at] = sparse::DecodeSeq{};
+    }
+  }
+  for (int b = 0; b < bucket; ++b) image.lm_rows()[b] = b;  // all rows; lm slots map results
+  out.run_rows = out.run_decode_rows = out.run_lm_rows = bucket;
+  // Sparse decode graphs are keyed by a power-of-two bound on the attended slots (the
+  // update kernel's grid); full-cache graphs by 0.
+  int slot_bucket = 0;
+  if (out.sparse_decode) {
+    slot_bucket = 64;
+    while (slot_bucket < out.dec_max_slots) slot_bucket *= 2;
+  }
+  out.graph.bucket = bucket;
+  out.graph.slot_bucket = slot_bucket;
+  out.graph.splits = out.sparse_decode || opt.forced_splits > 0
+                         ? out.eager_splits
+                         : pick_decode_splits(bucket, lim_.max_table_pages * kBlockSize,
+                                              lim_.kv_heads, lim_.num_sms);
+}
+
+// Eager sparse work of this step: metadata of every layer (one upload) and kernel scratch
+// shared by the layers (they run one after another on the stream), as named byte offsets.
+void StepPlanner::plan_sparse_work(const StepPlan& plan,
+                                   const std::vector<std::vector<sparse::PrefillInput>>& pre,
+                                   StepLayout& out) const {
+  SparseWorkLayout& sw = out.sparse;
+  if (!out.sparse_prefill && !out.shrink) return;
+  const int L = lim_.num_layers, kvh = lim_.kv_heads;
+  sw.any = true;
+  sw.layers.assign(static_cast<std::size_t>(L), SparseLayerWork{});
+  std::vector<unsigned char>& meta = sw.meta;
+  auto put = [&](const void* src, std::size_t bytes) {
+    const std::size_t off = align_up(meta.size());
+    meta.resize(off + bytes);
+    if (bytes) std::memcpy(meta.data() + off, src, bytes);
+    return off;
+  };
+  std::size_t score_floats = 0, kept_elems = 0, stage_slots = 0;
+  for (int l = 0; l < L; ++l) {
+    SparseLayerWork& w = sw.layers[static_cast<std::size_t>(l)];
+    const auto& ins = pre[static_cast<std::size_t>(l)];
+    if (!ins.empty()) {
+      const sparse::PrefillPlan pl = sparse::plan_sparse_prefill(ins, kvh);
+      w.prefill_seqs = put(pl.seqs.data(), pl.seqs.size() * sizeof(sparse::PrefillSeq));
+      w.src_pages = put(pl.src_pages.data(), pl.src_pages.size() * sizeof(std::int32_t));
+      w.dst_pages = put(pl.dst_pages.data(), pl.dst_pages.size() * sizeof(std::int32_t));
+      w.prefill_num_seqs = static_cast<int>(pl.seqs.size());
+      w.prefill_max_len = pl.max_len;
+      w.prefill_max_kept = pl.max_kept;
+      score_floats = std::max(score_floats, pl.score_floats);
+      kept_elems = std::max(kept_elems, pl.kept_elems);
+    }
+    std::vector<sparse::ShrinkSeq> shr;
+    std::vector<std::int32_t> shr_pages;
+    std::int64_t stage = 0;
+    for (int k = 0; k < out.num_seqs; ++k) {
+      const SeqStep& s =
+          plan.seqs[static_cast<std::size_t>(out.order[static_cast<std::size_t>(k)])];
+      const LayerSlots& ls = s.layers[static_cast<std::size_t>(l)];
+      if (ls.action != LayerAction::kShrink) continue;
+      const LayerSlots post =
+          state_before_shrink(ls, static_cast<int>(s.tokens.size()), s.prefill, s.prompt_len);
+      shr.push_back(sparse::make_shrink_seq(ls.rule, post.valid, post.ring_pos, ls.shrink_to,
+                                            static_cast<int>(shr_pages.size()), stage));
+      shr_pages.insert(shr_pages.end(), ls.pages.begin(), ls.pages.end());
+      stage += static_cast<std::int64_t>(kvh) * ls.shrink_to;
+    }
+    if (!shr.empty()) {
+      w.shrink_seqs = put(shr.data(), shr.size() * sizeof(sparse::ShrinkSeq));
+      w.shrink_pages = put(shr_pages.data(), shr_pages.size() * sizeof(std::int32_t));
+      w.shrink_num_seqs = static_cast<int>(shr.size());
+      stage_slots = std::max(stage_slots, static_cast<std::size_t>(stage));
+    }
+  }
+  // Scratch after the metadata.
+  SparseScratch& sc = sw.scratch;
+  std::size_t at = align_up(meta.size());
+  sc.raw = at;
+  at = align_up(at + score_floats * sizeof(float));
+  sc.pooled = at;
+  at = align_up(at + score_floats * sizeof(float));
+  sc.kept_idx = at;
+  at = align_up(at + kept_elems * sizeof(std::int32_t));
+  sc.kept_score = at;
+  at = align_up(at + kept_elems * sizeof(float));
+  sc.stage_idx = at;
+  at = align_up(at + stage_slots * sizeof(std::int32_t));
+  sc.stage_kv = at;
+  at = align_up(at + stage_slots * 2 * lim_.head_dim * kBf16Bytes);
+  sc.stage_score = at;
+  at = align_up(at + stage_slots * sizeof(float) + 1);
+  sc.bytes = at;
+}
+
+// Row r of the logits buffer is lm row base + r of the current chunk; per chunk, which rows go
+// to the host in full and which sequences the device sampler draws.
+void StepPlanner::plan_logits(const StepPlan& plan, StepLayout& out) const {
+  const int S = out.num_seqs;
+  const bool graph = out.graph.bucket > 0;
+  out.lm.assign(static_cast<std::size_t>(S), LmSlot{});
+  out.route.assign(static_cast<std::size_t>(S), SampleRoute::kNone);
+  int k = 0;
+  for (int i = 0; i < S; ++i) {
+    const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
+    const int n = static_cast<int>(s.tokens.size());
+    LmSlot& slot = out.lm[static_cast<std::size_t>(i)];
+    if (graph) {
+      if (s.sample || s.return_logits) slot = {out.first_row[static_cast<std::size_t>(i)], 1};
+    } else if (s.return_logits) {
+      slot = {k, n}, k += n;
+    } else if (s.sample) {
+      slot = {k, 1}, k += 1;
+    }
+    if (!s.sample) continue;
+    SampleRoute& route = out.route[static_cast<std::size_t>(i)];
+    if (device_greedy(s))
+      route = SampleRoute::kDeviceArgmax;
+    else if (s.params && device_sampling_supported(*s.params, lim_.vocab))
+      route = SampleRoute::kDeviceSampler;
+    else
+      route = SampleRoute::kHost;
+  }
+  for (int base = 0; base < out.run_lm_rows; base += lim_.logit_rows) {
+    LmChunk& c = out.chunks.emplace_back();
+    c.base = base;
+    c.rows = std::min(lim_.logit_rows, out.run_lm_rows - base);
+    for (int i = 0; i < S; ++i) {
+      const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
+      const LmSlot slot = out.lm[static_cast<std::size_t>(i)];
+      if (slot.first < 0) continue;
+      const int last = slot.first + slot.count - 1;
+      const SampleRoute route = out.route[static_cast<std::size_t>(i)];
+      const bool sampled_here = s.sample && last >= base && last < base + c.rows;
+      if (sampled_here && route == SampleRoute::kDeviceSampler) c.device_sampled.push_back(i);
+      if (!s.return_logits && !(s.sample && route == SampleRoute::kHost)) continue;
+      for (int r = std::max(slot.first, base); r <= std::min(last, base + c.rows - 1); ++r)
+        c.host_rows.push_back(r - base);
+    }
+  }
+}
+
+}  // namespace strata::cuda

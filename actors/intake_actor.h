@@ -15,8 +15,8 @@
 #include <string>
 
 #include "actors/batcher_actor.h"
-#include "runtime/chat_template.h"
-#include "runtime/tokenizer.h"
+#include "runtime/text/chat_template.h"
+#include "runtime/text/tokenizer.h"
 
 namespace strata::actors {
 

@@ -2,7 +2,7 @@
 
 #include <boost/json.hpp>
 
-#include "runtime/unicode.h"
+#include "runtime/text/unicode.h"
 
 namespace strata::api {
 

@@ -16,7 +16,7 @@ struct ModelSection {
   // Tokenizer for "random:" models (weights built on the device): a tokenizer.json, or a
   // directory holding tokenizer.json [+ tokenizer_config.json]. Ignored for directories.
   std::string tokenizer;
-  // auto | llama3 | chatml | none | a Jinja template file (runtime/chat_template.h)
+  // auto | llama3 | chatml | none | a Jinja template file (runtime/text/chat_template.h)
   std::string chat_template = "auto";
   std::int64_t max_model_len = 0;      // 0: the model's max_position_embeddings
   std::uint64_t seed = 0;              // random:<preset> weights

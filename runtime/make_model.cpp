@@ -8,7 +8,7 @@
 #include <map>
 #include <thread>
 
-#include "runtime/chat_template.h"
+#include "runtime/text/chat_template.h"
 #include "runtime/error.h"
 #include "runtime/model_loader.h"
 #include "runtime/progress.h"

@@ -4,7 +4,8 @@
 // runtime/tp_wire.h) and returns the seq ids once the rank replied — so the engine, its
 // RankExecutors and make_tp_group are unchanged. A rank r > 0 process runs the follower loop:
 // receive a plan, run it on its rank backend, reply; stop when rank 0 says so or goes away.
-// The collectives between the ranks are the backend's own (CPU: runtime/cpu/tcp_comm.h).
+// The collectives between the ranks are the backend's own (CPU: runtime/cpu/tcp_comm.h, with
+// the CPU ranks' glue in runtime/cpu/tp_process.h).
 #pragma once
 
 #include <chrono>
@@ -14,7 +15,6 @@
 #include <vector>
 
 #include "runtime/backend.h"
-#include "runtime/cpu_backend.h"
 #include "runtime/tp_link.h"
 
 namespace strata {
@@ -54,9 +54,9 @@ int serve_tp_plans(Backend& backend, TpLink& control, int rank,
 std::unique_ptr<Backend> watch_tp_steps(std::unique_ptr<Backend> inner, TpLink& control,
                                         std::function<void(const std::string&)> abort);
 
-// The backend-independent glue (the CPU and the CUDA ranks use it). Rank 0's process: its own
-// rank backend `local` plus one proxy per remote rank (make_remote_rank with the callbacks),
-// rank 0 first — for the engine or make_tp_group.
+// The backend-independent glue (the CPU ranks, runtime/cpu/tp_process.h, and the CUDA ranks
+// use it). Rank 0's process: its own rank backend `local` plus one proxy per remote rank
+// (make_remote_rank with the callbacks), rank 0 first — for the engine or make_tp_group.
 std::vector<std::unique_ptr<Backend>> make_tp_process_backends(
     const TpMesh& mesh, std::unique_ptr<Backend> local,
     const std::function<void(const std::string&)>& abort_group,
@@ -69,15 +69,5 @@ int run_tp_follower(const TpMesh& mesh, const std::function<std::unique_ptr<Back
 // joined): the first start-up error a remote rank reported meanwhile ("rank 2 failed to
 // start: ..."), waiting at most `wait` per rank; empty when none did.
 std::string tp_remote_start_error(const TpMesh& mesh, std::chrono::milliseconds wait);
-
-// The CPU glue. Rank 0's process: its rank backend over TCP collectives (timeout per
-// collective) plus one proxy per remote rank, rank 0 first — for the engine or make_tp_group.
-std::vector<std::unique_ptr<Backend>> make_cpu_tp_process_backends(
-    const TpMesh& mesh, std::shared_ptr<const ModelWeights> weights, const CpuBackendOptions& opts,
-    std::chrono::milliseconds timeout);
-// Rank r > 0's process: loads its shard of `model_path` (reporting a failure to rank 0),
-// then serve_tp_plans. Returns the exit code.
-int run_cpu_tp_follower(const TpMesh& mesh, const std::string& model_path,
-                        const CpuBackendOptions& opts, std::chrono::milliseconds timeout);
 
 }  // namespace strata

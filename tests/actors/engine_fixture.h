@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "actors/engine.h"
-#include "runtime/cpu_backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/make_model.h"
 #include "runtime/model_loader.h"
 

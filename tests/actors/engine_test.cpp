@@ -8,7 +8,7 @@
 
 #include "engine_fixture.h"
 #include "runtime/error.h"
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 namespace strata {
 namespace {

@@ -1,5 +1,5 @@
 // The engine with backend.tp_size = 2 on the CPU: two RankExecutors over the sharded CPU
-// backend (runtime/cpu_backend.h make_cpu_tp_backends), one StepPlan to both ranks, rank 0's
+// backend (runtime/cpu/cpu_backend.h make_cpu_tp_backends), one StepPlan to both ranks, rank 0's
 // results. Greedy outputs equal tp_size 1's under batching, preemption and sparsity.
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include "api/api_error.h"
 #include "api/openai_request.h"
 #include "api/openai_response.h"
-#include "runtime/jinja/jinja.h"
+#include "runtime/text/jinja/jinja.h"
 
 using namespace strata;
 using namespace strata::api;

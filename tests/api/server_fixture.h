@@ -20,7 +20,7 @@
 #include "api/server.h"
 #include "runtime/error.h"
 #include "runtime/make_model.h"
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 // note: GCC 12 with -fsanitize=address warns that FakeEngine::produce's coroutine frame is
 // freed by a mismatched operator delete (asio's awaitable_frame_base has both): a false

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
-#include "runtime/cpu_backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/make_model.h"
 #include "runtime/model_loader.h"
 #include "runtime/sparsity_profile.h"

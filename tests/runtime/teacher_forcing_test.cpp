@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <set>
 
-#include "runtime/cpu_backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
 #include "runtime/make_model.h"
 #include "runtime/model_loader.h"

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "runtime/cpu/tcp_comm.h"
+#include "runtime/cpu/tp_process.h"
 #include "runtime/error.h"
 #include "runtime/teacher_forcing.h"
 #include "runtime/tp_group.h"

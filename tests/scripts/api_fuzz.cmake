@@ -31,10 +31,10 @@ set(fuzz_srcs
   ${CMAKE_SOURCE_DIR}/api/sparsity_limits.cpp
   ${CMAKE_SOURCE_DIR}/runtime/sparsity_profile.cpp
   ${CMAKE_SOURCE_DIR}/runtime/yaml_util.cpp
-  ${CMAKE_SOURCE_DIR}/runtime/unicode.cpp
-  ${CMAKE_SOURCE_DIR}/runtime/unicode_tables.cpp)
+  ${CMAKE_SOURCE_DIR}/runtime/text/unicode.cpp
+  ${CMAKE_SOURCE_DIR}/runtime/text/unicode_tables.cpp)
 # The request's chat_template is parsed while parsing the request.
-file(GLOB jinja_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/jinja/*.cpp)
+file(GLOB jinja_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/text/jinja/*.cpp)
 list(APPEND fuzz_srcs ${jinja_srcs})
 set(fuzz_bin ${CMAKE_BINARY_DIR}/bin/api_fuzz_request)
 file(WRITE ${CMAKE_BINARY_DIR}/fuzz_boost_json.cpp "#include <boost/json/src.hpp>\n")

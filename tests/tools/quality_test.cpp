@@ -7,12 +7,12 @@
 #include <cstring>
 #include <filesystem>
 
-#include "runtime/cpu_backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
 #include "runtime/make_model.h"
 #include "runtime/model_loader.h"
 #include "runtime/teacher_forcing.h"
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 namespace strata::bench {
 namespace {

@@ -21,7 +21,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/sparsity_profile.h"
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 namespace strata::bench {
 

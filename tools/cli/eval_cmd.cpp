@@ -11,10 +11,10 @@
 #include <sstream>
 
 #include "runtime/config.h"
-#include "runtime/cpu_backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
 #include "runtime/model_loader.h"
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 #include "tools/bench/quality.h"
 #include "tools/bench/report.h"
 #include "tools/cli/command.h"

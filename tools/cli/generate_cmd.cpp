@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "actors/engine.h"
-#include "runtime/cpu_backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
 #include "runtime/model_loader.h"
 #include "runtime/teacher_forcing.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cpu_backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
 #include "runtime/model_loader.h"
 #include "runtime/sparsity_profile.h"

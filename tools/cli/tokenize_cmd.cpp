@@ -7,11 +7,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/detokenizer.h"
+#include "runtime/text/detokenizer.h"
 #include "runtime/error.h"
 #include "runtime/model_loader.h"
-#include "runtime/tokenizer.h"
-#include "runtime/unicode.h"
+#include "runtime/text/tokenizer.h"
+#include "runtime/text/unicode.h"
 #include "tools/cli/command.h"
 
 namespace strata::cli {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <random>
 
+#include "runtime/cpu/tp_process.h"
 #include "runtime/error.h"
 #include "runtime/model_loader.h"
 #include "runtime/tp_link.h"

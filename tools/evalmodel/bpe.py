@@ -3,7 +3,7 @@
 
 Pre-tokenizer: the Qwen2 split regex (the Llama-3 regex with `\\p{N}` instead of
 `\\p{N}{1,3}`: every digit is its own pre-token, so numbers are copied digit by digit), which
-runtime/tokenizer.cpp accepts. The corpus is printable ASCII (corpus.py), where the regex is
+runtime/text/tokenizer.cpp accepts. The corpus is printable ASCII (corpus.py), where the regex is
 written exactly with ASCII classes (\\p{L} = [A-Za-z], \\p{N} = [0-9]); on other input this
 Python encoder is only an approximation (use `strata tokenize` there).
 BPE: standard rank-ordered merges (ignore_merges = false), the GPT-2 byte<->unicode mapping.

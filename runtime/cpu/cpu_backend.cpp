@@ -1,0 +1,378 @@
+#include "runtime/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/cpu/attention.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/kv_pool.h"
+#include "runtime/cpu/thread_pool.h"
+#include "runtime/cpu/tp_comm.h"
+#include "runtime/error.h"
+#include "runtime/sampler.h"
+#include "runtime/step_plan_check.h"
+#include "runtime/tp_shard.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// The rank's slice of a tensor (the whole tensor at tp_size 1), fp32.
+struct Slicer {
+  const ModelConfig& cfg;
+  const TpShard& shard;
+  std::vector<float> operator()(const TensorView& t) const {
+    return read_slice_f32(t, tp_slice(cfg, shard, t.name));
+  }
+  // Rows of several tensors' slices stacked into one [sum rows][cols] matrix (fused
+  // projections).
+  std::vector<float> stack(std::initializer_list<const TensorView*> parts) const {
+    std::vector<float> out;
+    for (const auto* p : parts) {
+      const auto f = (*this)(*p);
+      out.insert(out.end(), f.begin(), f.end());
+    }
+    return out;
+  }
+};
+
+struct LayerF32 {
+  std::vector<float> input_norm;  // [hidden]
+  std::vector<float> qkv;         // [q_dim + 2 kv_dim][hidden]: q rows, k rows, v rows
+  std::vector<float> o;           // [hidden][q_dim]
+  std::vector<float> post_norm;   // [hidden]
+  std::vector<float> gate_up;     // [2 intermediate][hidden]: gate rows, then up rows
+  std::vector<float> down;        // [hidden][intermediate]
+};
+
+class CpuBackend final : public Backend {
+ public:
+  // `comm` is null at tp_size 1.
+  CpuBackend(std::shared_ptr<const ModelWeights> w, const CpuBackendOptions& opts,
+             const TpShard& shard, std::shared_ptr<cpu::Collectives> comm)
+      : cfg_(w->config()), opts_(opts), shard_(shard), comm_(std::move(comm)) {
+    const auto& c = cfg_;
+    const Slicer to_f32{c, shard_};
+    embed_ = w->embed().to_float();                 // replicated: the lookup needs every row
+    if (!c.tie_word_embeddings || shard_.size > 1)  // a tied head's vocabulary slice is cut
+      lm_head_ = read_slice_f32(w->lm_head(), tp_slice(c, shard_, "lm_head.weight"));
+    final_norm_ = to_f32(w->final_norm());
+    layers_.resize(static_cast<std::size_t>(c.num_hidden_layers));
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      const auto& s = w->layer(l);
+      auto& d = layers_[static_cast<std::size_t>(l)];
+      d.input_norm = to_f32(*s.input_norm);
+      d.qkv = to_f32.stack({s.q, s.k, s.v});
+      d.o = to_f32(*s.o);
+      d.post_norm = to_f32(*s.post_norm);
+      d.gate_up = to_f32.stack({s.gate, s.up});
+      d.down = to_f32(*s.down);
+    }
+    inv_freq_ = c.rope_inv_freq();
+    KvLayout layout{shard_.kv_heads, c.head_dim, 4};
+    // kv_bytes is the pool over all ranks: each rank holds 1/size of every page.
+    const auto pages =
+        opts.kv_bytes / (layout.page_bytes() * static_cast<std::uint64_t>(shard_.size));
+    if (pages < 1)
+      throw ConfigError("cache.cpu_kv_bytes",
+                        "holds no KV page (" + std::to_string(layout.page_bytes() * shard_.size) +
+                            " bytes each), got " + std::to_string(opts.kv_bytes));
+    if (pages > static_cast<std::uint64_t>(INT32_MAX))
+      throw ConfigError("cache.cpu_kv_bytes", "too many pages for int32 page ids");
+    kv_ = std::make_unique<cpu::KvPool>(layout, static_cast<int>(pages));
+    checker_ = std::make_unique<StepPlanChecker>(
+        StepPlanLimits{c.num_hidden_layers, c.vocab_size, static_cast<int>(pages)});
+    pool_ = std::make_unique<cpu::ThreadPool>(opts.threads);
+
+    std::size_t wbytes = embed_.size() + lm_head_.size() + final_norm_.size();
+    for (const auto& d : layers_)
+      wbytes += d.input_norm.size() + d.qkv.size() + d.o.size() + d.post_norm.size() +
+                d.gate_up.size() + d.down.size();
+    info_.name = shard_.size == 1 ? "cpu" : "cpu-tp" + std::to_string(shard_.size);
+    info_.layout = layout;
+    info_.num_pages = static_cast<int>(pages);
+    info_.tp_size = shard_.size;
+    info_.weight_bytes = wbytes * sizeof(float);
+  }
+
+  const BackendInfo& info() const override { return info_; }
+  const ModelConfig& model() const override { return cfg_; }
+  StepResult step(const StepPlan& plan) override;
+
+ private:
+  void forward(const StepPlan& plan, std::vector<float>& x);
+  // Sums the ranks' partial outputs (no-op at tp_size 1).
+  void all_reduce(std::vector<float>& v) {
+    if (comm_) comm_->all_reduce_sum(shard_.rank, v.data(), v.size());
+  }
+
+  ModelConfig cfg_;
+  CpuBackendOptions opts_;
+  TpShard shard_;
+  std::shared_ptr<cpu::Collectives> comm_;
+  BackendInfo info_;
+  // lm_head_: the rank's vocabulary slice; empty when tied at tp_size 1 (embed_ is the head).
+  std::vector<float> embed_, lm_head_, final_norm_;
+  std::vector<LayerF32> layers_;
+  std::vector<double> inv_freq_;
+  std::unique_ptr<cpu::KvPool> kv_;
+  std::unique_ptr<cpu::ThreadPool> pool_;
+  std::unique_ptr<StepPlanChecker> checker_;  // the StepPlan contract (runtime/step_plan_check.h)
+  std::vector<std::int32_t> row_pos_;         // [T] position of each row of the step
+  std::vector<std::size_t> seq_row_;          // [seqs + 1] first row of each sequence
+};
+
+void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
+  const auto& c = cfg_;
+  // Local sizes: the rank's query/KV heads and intermediate rows (the whole model at tp 1).
+  const int hd = c.head_dim, H = c.hidden_size;
+  const int nh = shard_.q_heads, nkv = shard_.kv_heads, I = shard_.inter;
+  const int qd = nh * hd, kvd = nkv * hd;
+  const int qkvd = qd + 2 * kvd;
+  const auto T = static_cast<int>(row_pos_.size());
+  const auto tn = static_cast<std::size_t>(T);
+  std::vector<float> xn(tn * H), qkv(tn * qkvd), attn(tn * qd), tmp(tn * H), gu(tn * 2 * I),
+      act(tn * I);
+  std::vector<double> lse(tn * nh);
+
+  // Scratch for sparse layers whose whole long prompt is in this step without temp pages.
+  std::vector<std::vector<float>> scratch(plan.seqs.size());
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    const auto& s = plan.seqs[i];
+    for (const auto& ls : s.layers)
+      if (s.prefill && !ls.direct_prefill(s.prompt_len) && ls.temp_pages.empty()) {
+        scratch[i].resize(2ull * nkv * s.prompt_len * hd);
+        break;
+      }
+  }
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const auto nseq = static_cast<std::int64_t>(plan.seqs.size());
+
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const auto& w = layers_[static_cast<std::size_t>(l)];
+    pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
+      for (auto t = b; t < e; ++t)
+        cpu::rms_norm(&x[t * H], w.input_norm.data(), H, c.rms_norm_eps, &xn[t * H]);
+    });
+    cpu::matmul(*pool_, xn.data(), T, w.qkv.data(), H, qkvd, qkv.data());
+    pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
+      for (auto t = b; t < e; ++t) {
+        float* row = &qkv[t * qkvd];
+        cpu::rope(row, nh, hd, inv_freq_.data(), row_pos_[t]);
+        cpu::rope(row + qd, nkv, hd, inv_freq_.data(), row_pos_[t]);
+      }
+    });
+    pool_->parallel_for(nseq * nkv, 1, [&](std::int64_t b, std::int64_t e) {
+      for (auto task = b; task < e; ++task) {
+        const auto i = static_cast<std::size_t>(task / nkv);
+        const int g = static_cast<int>(task % nkv);
+        const auto& s = plan.seqs[i];
+        const std::size_t r0 = seq_row_[i];
+        cpu::AttnArgs a;
+        a.slots = &s.layers[static_cast<std::size_t>(l)];
+        a.start = s.start;
+        a.n = static_cast<std::int32_t>(s.tokens.size());
+        a.prompt_len = s.prompt_len;
+        a.prefill = s.prefill;
+        a.head_dim = hd;
+        a.group = nh / nkv;
+        a.scale = scale;
+        a.q = &qkv[r0 * qkvd + static_cast<std::size_t>(g) * a.group * hd];
+        a.k = &qkv[r0 * qkvd + qd + static_cast<std::size_t>(g) * hd];
+        a.v = &qkv[r0 * qkvd + qd + kvd + static_cast<std::size_t>(g) * hd];
+        a.q_stride = a.kv_stride = static_cast<std::size_t>(qkvd);
+        a.out = &attn[r0 * qd + static_cast<std::size_t>(g) * a.group * hd];
+        a.out_stride = static_cast<std::size_t>(qd);
+        a.lse = &lse[r0 * nh + static_cast<std::size_t>(g) * a.group];
+        a.lse_stride = static_cast<std::size_t>(nh);
+        if (!scratch[i].empty()) {
+          const std::size_t head_elems = static_cast<std::size_t>(s.prompt_len) * hd;
+          a.scratch_k = &scratch[i][static_cast<std::size_t>(g) * head_elems];
+          a.scratch_v = &scratch[i][(static_cast<std::size_t>(nkv) + g) * head_elems];
+        }
+        a.fp64_scores = opts_.fp64_scores;
+        cpu::attend(*kv_, g, a);
+      }
+    });
+    cpu::matmul(*pool_, attn.data(), T, w.o.data(), qd, H, tmp.data());
+    all_reduce(tmp);
+    for (std::size_t j = 0; j < x.size(); ++j) x[j] += tmp[j];
+    pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
+      for (auto t = b; t < e; ++t)
+        cpu::rms_norm(&x[t * H], w.post_norm.data(), H, c.rms_norm_eps, &xn[t * H]);
+    });
+    cpu::matmul(*pool_, xn.data(), T, w.gate_up.data(), H, 2 * I, gu.data());
+    pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
+      for (auto t = b; t < e; ++t)
+        cpu::silu_mul(&gu[t * 2 * I], &gu[t * 2 * I + I], I, &act[t * I]);
+    });
+    cpu::matmul(*pool_, act.data(), T, w.down.data(), I, H, tmp.data());
+    all_reduce(tmp);
+    for (std::size_t j = 0; j < x.size(); ++j) x[j] += tmp[j];
+  }
+}
+
+StepResult CpuBackend::step(const StepPlan& plan) {
+  const auto t_start = Clock::now();
+  checker_->check(plan);
+  const auto& c = cfg_;
+  const int H = c.hidden_size, V = c.vocab_size;
+
+  row_pos_.clear();
+  seq_row_.assign(1, 0);
+  std::vector<float> x;
+  for (const auto& s : plan.seqs) {
+    for (std::size_t t = 0; t < s.tokens.size(); ++t) {
+      row_pos_.push_back(s.start + static_cast<std::int32_t>(t));
+      const float* e = &embed_[static_cast<std::size_t>(s.tokens[t]) * H];
+      x.insert(x.end(), e, e + H);
+    }
+    seq_row_.push_back(row_pos_.size());
+  }
+  const double host_before = ms_since(t_start);
+  const auto t_fwd = Clock::now();
+  try {
+    forward(plan, x);
+  } catch (const std::exception& e) {
+    // Never leave the other ranks waiting in a collective.
+    if (comm_) comm_->abort("rank " + std::to_string(shard_.rank) + " failed: " + e.what());
+    throw;
+  }
+
+  // Logits only for the rows somebody reads: the last row of a sampled sequence, every row
+  // of a return_logits sequence.
+  std::vector<std::size_t> rows;
+  std::vector<std::size_t> first_logit_row(plan.seqs.size());
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    const auto& s = plan.seqs[i];
+    first_logit_row[i] = rows.size();
+    if (s.return_logits) {
+      for (auto r = seq_row_[i]; r < seq_row_[i + 1]; ++r) rows.push_back(r);
+    } else if (s.sample) {
+      rows.push_back(seq_row_[i + 1] - 1);
+    }
+  }
+  const auto R = static_cast<int>(rows.size());
+  const int Vl = shard_.vocab;  // the rank's vocabulary slice (V at tp_size 1)
+  std::vector<float> xn(static_cast<std::size_t>(R) * H), logits(static_cast<std::size_t>(R) * Vl);
+  for (int j = 0; j < R; ++j)
+    cpu::rms_norm(&x[rows[j] * H], final_norm_.data(), H, c.rms_norm_eps,
+                  &xn[static_cast<std::size_t>(j) * H]);
+  const float* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
+  cpu::matmul(*pool_, xn.data(), R, head, H, Vl, logits.data());
+  if (comm_) {
+    // Rank 0 gathers [rank][R][slice] and reorders it to [R][V]; the others are done. Only
+    // rank 0 samples: ranks > 0 never read params/prompt/output (a follower process holds
+    // placeholders there, runtime/tp_wire.h).
+    std::vector<float> parts;
+    comm_->gather(shard_.rank, logits.data(), logits.size(), shard_.rank == 0 ? &parts : nullptr);
+    if (shard_.rank != 0) {
+      StepResult res;
+      res.step_id = plan.step_id;
+      res.seqs.resize(plan.seqs.size());
+      for (std::size_t i = 0; i < plan.seqs.size(); ++i) res.seqs[i].seq_id = plan.seqs[i].seq_id;
+      res.stats.device_ms = ms_since(t_fwd);
+      res.stats.host_ms = host_before;
+      res.stats.tokens = static_cast<std::int64_t>(row_pos_.size());
+      return res;
+    }
+    logits.assign(static_cast<std::size_t>(R) * V, 0.0f);
+    std::size_t off = 0;
+    for (int r = 0; r < shard_.size; ++r) {
+      const auto sr = make_tp_shard(c, r, shard_.size);
+      for (int j = 0; j < R; ++j)
+        std::copy_n(parts.begin() +
+                        static_cast<std::ptrdiff_t>(off + static_cast<std::size_t>(j) * sr.vocab),
+                    sr.vocab,
+                    logits.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(j) * V +
+                                                                 sr.vocab_begin));
+      off += static_cast<std::size_t>(R) * sr.vocab;
+    }
+  }
+  const double device_ms = ms_since(t_fwd);
+
+  const auto t_host = Clock::now();
+  StepResult res;
+  res.step_id = plan.step_id;
+  res.seqs.resize(plan.seqs.size());
+  std::vector<std::int32_t> no_eos;
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    const auto& s = plan.seqs[i];
+    auto& out = res.seqs[i];
+    out.seq_id = s.seq_id;
+    const std::size_t n = s.tokens.size();
+    if (s.return_logits)
+      out.logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(first_logit_row[i] * V),
+                        logits.begin() + static_cast<std::ptrdiff_t>((first_logit_row[i] + n) * V));
+    if (s.sample) {
+      const std::size_t last = first_logit_row[i] + (s.return_logits ? n - 1 : 0);
+      std::vector<float> row(logits.begin() + static_cast<std::ptrdiff_t>(last * V),
+                             logits.begin() + static_cast<std::ptrdiff_t>((last + 1) * V));
+      static const std::vector<std::int32_t> empty;
+      const auto so = sample_row(row, *s.params, s.prompt ? *s.prompt : empty, *s.output,
+                                 s.params->ignore_eos ? no_eos : c.eos_token_ids);
+      out.token = so.token;
+      out.logprob = so.logprob;
+      out.top = so.top;
+    }
+  }
+  res.stats.device_ms = device_ms;
+  res.stats.host_ms = host_before + ms_since(t_host);
+  res.stats.tokens = static_cast<std::int64_t>(row_pos_.size());
+  return res;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> weights,
+                                          const CpuBackendOptions& opts) {
+  if (!weights) throw InternalError("make_cpu_backend: no weights");
+  const auto shard = make_tp_shard(weights->config(), 0, 1);
+  return std::make_unique<CpuBackend>(std::move(weights), opts, shard, nullptr);
+}
+
+std::vector<std::unique_ptr<Backend>> make_cpu_tp_backends(
+    std::shared_ptr<const ModelWeights> weights, const CpuBackendOptions& opts, int tp_size) {
+  if (!weights) throw InternalError("make_cpu_tp_backends: no weights");
+  validate_tp(weights->config(), tp_size);
+  std::vector<std::unique_ptr<Backend>> out;
+  if (tp_size == 1) {
+    out.push_back(make_cpu_backend(std::move(weights), opts));
+    return out;
+  }
+  auto comm = std::make_shared<cpu::TpComm>(tp_size);
+  CpuBackendOptions o = opts;
+  if (o.threads <= 0)
+    o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.threads = std::max(1, o.threads / tp_size);
+  for (int r = 0; r < tp_size; ++r)
+    out.push_back(std::make_unique<CpuBackend>(weights, o,
+                                               make_tp_shard(weights->config(), r, tp_size), comm));
+  return out;
+}
+
+std::unique_ptr<Backend> make_cpu_tp_rank_backend(std::shared_ptr<const ModelWeights> weights,
+                                                  const CpuBackendOptions& opts, int rank,
+                                                  std::shared_ptr<cpu::Collectives> comm) {
+  if (!weights || !comm) throw InternalError("make_cpu_tp_rank_backend: no weights or comm");
+  const int n = comm->size();
+  validate_tp(weights->config(), n);
+  if (rank < 0 || rank >= n)
+    throw InternalError("make_cpu_tp_rank_backend: rank " + std::to_string(rank) + " of " +
+                        std::to_string(n));
+  const auto shard = make_tp_shard(weights->config(), rank, n);
+  return std::make_unique<CpuBackend>(std::move(weights), opts, shard,
+                                      n > 1 ? std::move(comm) : nullptr);
+}
+
+}  // namespace strata

@@ -30,7 +30,7 @@
 # Other knobs (for a CPU check with the tiny model, e.g. STRATA_BIN=build/release/bin/strata
 # STRATA_BENCH_CONFIG_FILES="a.yaml b.yaml" STRATA_BENCH_INPUT=64 STRATA_BENCH_OUTPUT=16
 # STRATA_BENCH_LEVELS="1:2 4:4" STRATA_BENCH_SERVE_ARGS="--model /tmp/tiny"):
-#   STRATA_BIN, STRATA_BENCH_CONFIG_FILES, STRATA_BENCH_INPUT/OUTPUT, STRATA_BENCH_SERVE_ARGS
+#   STRATA_BIN, STRATA_CLIENT_BIN (another binary as the client), STRATA_BENCH_CONFIG_FILES, STRATA_BENCH_INPUT/OUTPUT, STRATA_BENCH_SERVE_ARGS
 #   (extra `strata serve` arguments, word-split), STRATA_BENCH_READY_S (server start, default
 #   180), STRATA_BENCH_TOKENIZER (default parity/tokenizer.json of the bundle, if present).
 set -uo pipefail
@@ -39,6 +39,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 strata=${STRATA_BIN:-$here/bin/strata}
+client=${STRATA_CLIENT_BIN:-$strata}  # the `strata bench` client (default: the server's binary)
 cfg_dir=$here/configs/bench
 [ -d "$cfg_dir" ] || cfg_dir=$here/../../configs/bench  # run from the repository
 configs=${STRATA_BENCH_CONFIG_FILES:-"$cfg_dir/llama3-8b-full.yaml $cfg_dir/llama3-8b-sparse.yaml"}
@@ -116,7 +117,7 @@ for cfg in "${cfg_list[@]}"; do
     dir=$out/$name-c$c
     mkdir -p "$dir"
     t1=$(date +%s)
-    timeout $((deadline - now)) "$strata" bench serve --host 127.0.0.1 --port "$port" \
+    timeout $((deadline - now)) "$client" bench serve --host 127.0.0.1 --port "$port" \
       --label "$name" --input "$input" --output "$output" --concurrency "$c" --num-prompts "$n" \
       --steady-state --warmup "$warm" --out-dir "$dir" >"$dir/bench.log" 2>&1
     rc=$?
@@ -130,7 +131,7 @@ for cfg in "${cfg_list[@]}"; do
 done
 
 if [ ${#merge[@]} -gt 0 ]; then
-  "$strata" bench report "${merge[@]}" --out-dir "$out" >"$out/table.txt" 2>&1 || rc_all=1
+  "$client" bench report "${merge[@]}" --out-dir "$out" >"$out/table.txt" 2>&1 || rc_all=1
   cat "$out/table.txt"
 fi
 echo "total $(($(date +%s) - start)) s, exit $rc_all" | tee -a "$status"

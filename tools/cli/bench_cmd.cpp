@@ -9,7 +9,7 @@
 
 #include "runtime/config.h"
 #include "runtime/error.h"
-#include "runtime/make_model.h"
+#include "runtime/model/random_model.h"
 #include "runtime/model_loader.h"
 #include "runtime/yaml_util.h"
 #include "tools/bench/load_gen.h"
@@ -43,11 +43,7 @@ std::vector<int> int_list(const std::string& s, const std::string& key) {
 
 // Model shape of a config's model.path: "random:<preset>" or a HF directory.
 ModelConfig shape_of(const std::string& path) {
-  if (path.rfind("random:", 0) == 0) {
-    auto c = preset_config(path.substr(7));
-    if (c.vocab_size == 0) c.vocab_size = 684;  // built-in tokenizer
-    return c;
-  }
+  if (is_random_model(path)) return random_model_config(path);
   return parse_model_config(read_text_file(path + "/config.json"), path + "/config.json");
 }
 

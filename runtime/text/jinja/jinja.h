@@ -2,7 +2,7 @@
 // transformers' apply_chat_template renders: jinja2 ImmutableSandboxedEnvironment with
 // trim_blocks and lstrip_blocks, the loopcontrols extension ({% break %}, {% continue %}),
 // HF's {% generation %} block, and the globals raise_exception and strftime_now and HF's
-// tojson (no HTML escaping, keys in insertion order). tests/runtime/chat_templates/ compares it
+// tojson (no HTML escaping, keys in insertion order). tests/runtime/text/chat_templates/ compares it
 // with Python's jinja2 over real checkpoints' templates.
 //
 // What is supported is decided at parse time: a tag, filter, test, global function or method

@@ -7,18 +7,11 @@
 #include <sstream>
 
 #include "runtime/error.h"
+#include "runtime/text_file.h"
 
 namespace strata {
 namespace json = boost::json;
 namespace fs = std::filesystem;
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ModelError(path + ": cannot open");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 namespace {
 
@@ -62,7 +55,8 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& dir) {
     if (!wm || !wm->is_object()) throw ModelError(index + ": missing 'weight_map'");
     std::set<std::string> uniq;
     for (const auto& [k, v] : wm->as_object()) {
-      if (!v.is_string()) throw ModelError(index + ": weight_map['" + std::string(k) + "'] is not a file name");
+      if (!v.is_string())
+        throw ModelError(index + ": weight_map['" + std::string(k) + "'] is not a file name");
       uniq.insert(std::string(v.as_string()));
     }
     for (const auto& f : uniq) files.push_back(dir + "/" + f);

@@ -10,6 +10,7 @@
 
 #include "runtime/model_config.h"
 #include "runtime/safetensors.h"
+#include "runtime/text_file.h"  // read_text_file (callers of the loader use it too)
 
 namespace strata {
 
@@ -32,9 +33,9 @@ class ModelWeights {
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
-  const TensorView& embed() const { return *embed_; }        // [vocab, hidden]
-  const TensorView& final_norm() const { return *norm_; }    // [hidden]
-  const TensorView& lm_head() const { return *lm_head_; }    // [vocab, hidden] (= embed if tied)
+  const TensorView& embed() const { return *embed_; }      // [vocab, hidden]
+  const TensorView& final_norm() const { return *norm_; }  // [hidden]
+  const TensorView& lm_head() const { return *lm_head_; }  // [vocab, hidden] (= embed if tied)
   const LayerWeights& layer(int i) const { return layers_.at(static_cast<std::size_t>(i)); }
   std::size_t total_bytes() const { return total_bytes_; }
   const TensorView& tensor(const std::string& name) const;  // any tensor by HF name
@@ -49,7 +50,5 @@ class ModelWeights {
   const TensorView *embed_ = nullptr, *norm_ = nullptr, *lm_head_ = nullptr;
   std::size_t total_bytes_ = 0;
 };
-
-std::string read_text_file(const std::string& path);  // throws ModelError naming the path
 
 }  // namespace strata

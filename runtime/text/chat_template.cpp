@@ -5,8 +5,8 @@
 
 #include "runtime/error.h"
 #include "runtime/text/jinja/value.h"
-#include "runtime/model_loader.h"
 #include "runtime/text/tokenizer.h"
+#include "runtime/text_file.h"
 
 namespace strata {
 namespace json = boost::json;

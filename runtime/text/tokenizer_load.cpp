@@ -4,9 +4,9 @@
 #include <functional>
 
 #include "runtime/error.h"
-#include "runtime/model_loader.h"
 #include "runtime/text/tokenizer.h"
 #include "runtime/text/tokenizer_impl.h"
+#include "runtime/text_file.h"
 
 // Tokenizer::load: tokenizer.json (the supported byte-level BPE pipelines) and
 // tokenizer_config.json (BOS / EOS, add_bos_token) into a Tokenizer::Impl.

@@ -1,5 +1,6 @@
-// The plan half of a CUDA step (see the header). Moved out of CudaBackendImpl::step
-// unchanged in substance: the same checks in the same order, the same staging values.
+// The plan half of a CUDA step (see the header). Moved out of CudaBackendImpl::step: the same
+// staging values, row order, graph choice and sampling routes; the contract checks are now the
+// shared validator's (runtime/step_plan_check.h), CUDA's own checks stay here.
 #include "cuda/step_layout.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "cuda/sampling_prep.h"
 #include "runtime/error.h"
 #include "runtime/kv_layout.h"
+#include "runtime/step_plan_check.h"
 
 namespace strata::cuda {
 
@@ -20,21 +22,6 @@ constexpr std::size_t kBf16Bytes = 2;
 
 std::size_t align_up(std::size_t n, std::size_t a = 256) {
   return (n + a - 1) / a * a;
-}
-
-// The state of a layer after this step's own work, before a kShrink (the CPU backend's
-// runtime/cpu/attention.cpp::state_after, minus the shrink itself).
-LayerSlots state_before_shrink(const LayerSlots& before, int n, bool prefill, int prompt_len) {
-  LayerSlots st = before;
-  if (!prefill) {
-    st.advance_decode();
-  } else if (before.direct_prefill(prompt_len)) {
-    st.valid += n;
-  } else if (before.action == LayerAction::kSelect) {
-    st.valid = before.rule.capacity;
-    st.ring_pos = 0;
-  }
-  return st;
 }
 
 // Greedy without anything the device argmax cannot do (penalties, logit_bias, logprobs, an
@@ -104,19 +91,23 @@ StepImage::StepImage(std::span<std::byte> mem, const StepImageLayout& layout)
                         std::to_string(layout.bytes));
 }
 
-StepPlanner::StepPlanner(StepLimits limits) : lim_(std::move(limits)) {}
+StepPlanner::StepPlanner(StepLimits limits)
+    : lim_(std::move(limits)),
+      checker_(StepPlanLimits{.num_layers = lim_.num_layers,
+                              .vocab_size = lim_.vocab,
+                              .num_pages = lim_.num_pages,
+                              .max_seqs = lim_.max_seqs,
+                              .max_tokens = lim_.max_tokens,
+                              .max_positions = lim_.max_table_pages * kBlockSize}) {}
 
 void StepPlanner::build(const StepPlan& plan, const StepOptions& opt, const StepImage& image,
                         StepLayout& out) {
   const int S = static_cast<int>(plan.seqs.size());
   out = StepLayout{};
   out.num_seqs = S;
-  if (S == 0) return;
-  if (S > lim_.max_seqs)
-    throw InternalError("CUDA backend: step has " + std::to_string(S) +
-                        " sequences, max_num_seqs is " + std::to_string(lim_.max_seqs));
-  order_rows(plan, out);
   validate(plan, out);
+  if (S == 0) return;
+  order_rows(plan, out);
   std::vector<std::vector<sparse::PrefillInput>> pre(static_cast<std::size_t>(lim_.num_layers));
   stage_rows(plan, image, out, pre);
   collect_lm_rows(plan, image, out);
@@ -137,132 +128,27 @@ void StepPlanner::order_rows(const StepPlan& plan, StepLayout& out) const {
       if ((out.decode_row[static_cast<std::size_t>(i)] != 0) == (pass == 0)) out.order.push_back(i);
 }
 
-// The CUDA backend's checks of the StepPlan contract (docs/cuda-backend.md "Validation"), in
-// plan order, before anything is staged.
+// The StepPlan contract is checked by the one validator of runtime/step_plan_check.h (with
+// this backend's workspace as its step limits and max_model_len as its positions); what is
+// checked here on top is CUDA's own: the prefill scratch (stage_rows) and the decode kernels'
+// reads (sparse::check_decode_reads). Then the sizes of the step.
 void StepPlanner::validate(const StepPlan& plan, StepLayout& out) {
-  const int L = lim_.num_layers, V = lim_.vocab, max_len = lim_.max_table_pages * kBlockSize;
-  if (page_mark_.size() != static_cast<std::size_t>(lim_.num_pages) || ++page_gen_ == 0) {
-    page_mark_.assign(static_cast<std::size_t>(lim_.num_pages), 0);
-    page_gen_ = 1;
-  }
+  checker_.check(plan);
   int T = 0, max_pages = 1;
-  for (int i = 0; i < out.num_seqs; ++i) {
-    const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
+  for (const SeqStep& s : plan.seqs) {
     const int n = static_cast<int>(s.tokens.size());
-    const bool dec = out.decode_row[static_cast<std::size_t>(i)] != 0;
-    if (n == 0)
-      throw InternalError("CUDA backend: sequence " + std::to_string(s.seq_id) + " has no tokens");
-    if (static_cast<int>(s.layers.size()) != L)
-      throw InternalError("CUDA backend: sequence " + std::to_string(s.seq_id) + " has " +
-                          std::to_string(s.layers.size()) + " layer entries, model has " +
-                          std::to_string(L));
-    if (s.start < 0 || s.start + n > max_len)
-      throw InvalidRequest("prompt", "sequence length " + std::to_string(s.start + n) +
-                                         " exceeds max_model_len " + std::to_string(max_len));
-    for (int tok : s.tokens)
-      if (tok < 0 || tok >= V)
-        throw InvalidRequest("prompt", "token id " + std::to_string(tok) +
-                                           " outside the vocabulary (" + std::to_string(V) + ")");
-    if (s.sample && !s.params) throw InternalError("CUDA backend: sample without SamplingParams");
-    for (int l = 0; l < L; ++l) validate_layer(s, l, dec, out);
+    const bool dec = is_decode_row(s);
+    for (const LayerSlots& ls : s.layers) {
+      if (ls.action == LayerAction::kShrink) out.shrink = true;
+      if (!dec && ls.rule.sparse() &&
+          (ls.direct_prefill(s.prompt_len) || ls.action == LayerAction::kSelect))
+        out.sparse_prefill = true;
+    }
     max_pages = std::max(max_pages, pages_for_slots(s.start + n));
     T += n;
   }
-  if (T > lim_.max_tokens)
-    throw InternalError("CUDA backend: step has " + std::to_string(T) +
-                        " tokens, max_num_batched_tokens is " + std::to_string(lim_.max_tokens));
   out.rows = T;
   out.table_pages = max_pages;
-}
-
-void StepPlanner::validate_layer(const SeqStep& s, int l, bool dec, StepLayout& out) {
-  const int n = static_cast<int>(s.tokens.size());
-  const int need = pages_for_slots(s.start + n);
-  const LayerSlots& ls = s.layers[static_cast<std::size_t>(l)];
-  const LayerRule& r = ls.rule;
-  // Built only when a check fails (a decode step at batch 64 has 2,048 (sequence, layer)
-  // pairs; they used to build one string each).
-  auto who = [&] {
-    return "CUDA backend: sequence " + std::to_string(s.seq_id) + " layer " + std::to_string(l);
-  };
-  auto check_table = [&](const std::vector<std::int32_t>& t, int pages, const char* what) {
-    if (static_cast<int>(t.size()) < pages)
-      throw InternalError(who() + " " + what + " has " + std::to_string(t.size()) +
-                          " pages, needs " + std::to_string(pages));
-    for (int pg : t)
-      if (pg < 0 || pg >= lim_.num_pages)
-        throw InternalError("CUDA backend: page id " + std::to_string(pg) + " outside the pool (" +
-                            std::to_string(lim_.num_pages) + " pages)");
-  };
-  auto mark_written = [&](const std::vector<std::int32_t>& t, int first, int end) {
-    for (int pi = first; pi < end; ++pi)
-      if (std::exchange(page_mark_[static_cast<std::size_t>(t[static_cast<std::size_t>(pi)])],
-                        page_gen_) == page_gen_)
-        throw InternalError("CUDA backend: page " +
-                            std::to_string(t[static_cast<std::size_t>(pi)]) +
-                            " written twice in one step");
-  };
-  if (!r.sparse()) {
-    if (ls.action != LayerAction::kNone)
-      throw InternalError(who() + ": kSelect/kShrink on a full-cache layer");
-    check_table(ls.pages, need, "page table");
-    mark_written(ls.pages, s.start / kBlockSize, need);
-    return;
-  }
-  if (r.window <= 0 || r.capacity < r.sinks + r.window + 1 || r.ring < 0 ||
-      r.ring > r.capacity - r.sinks)
-    throw InternalError(who() + ": bad sparse rule (capacity " + std::to_string(r.capacity) +
-                        ", sinks " + std::to_string(r.sinks) + ", window " +
-                        std::to_string(r.window) + ", ring " + std::to_string(r.ring) + ")");
-  if (dec) {
-    if (ls.valid < 0 || (r.policy != Policy::kSnapKv && ls.valid > r.capacity) ||
-        (r.ring > 0 && (ls.ring_pos < 0 || ls.ring_pos >= r.ring)))
-      throw InternalError(who() + ": bad decode state (valid " + std::to_string(ls.valid) +
-                          ", ring_pos " + std::to_string(ls.ring_pos) + ")");
-    if (ls.action == LayerAction::kSelect)
-      throw InternalError(who() + ": kSelect in a decode step");
-    const int slot = ls.decode_slot();
-    const int att = ls.ring_full() ? r.capacity : ls.valid + 1;
-    check_table(ls.pages, pages_for_slots(std::max(att, slot + 1)), "page table");
-    mark_written(ls.pages, slot / kBlockSize, slot / kBlockSize + 1);
-  } else if (ls.direct_prefill(s.prompt_len)) {
-    if (ls.action == LayerAction::kSelect)
-      throw InternalError(who() + ": kSelect with a prompt that fits the capacity");
-    check_table(ls.pages, need, "page table");
-    mark_written(ls.pages, s.start / kBlockSize, need);
-    out.sparse_prefill = true;
-  } else {
-    const bool final_chunk = s.start + n == s.prompt_len;
-    if (ls.temp_pages.empty()) {
-      if (ls.action != LayerAction::kSelect || s.start != 0 || !final_chunk)
-        throw InternalError(who() + ": prompt of " + std::to_string(s.prompt_len) +
-                            " tokens exceeds capacity " + std::to_string(r.capacity) +
-                            " but the step holds [" + std::to_string(s.start) + ", " +
-                            std::to_string(s.start + n) +
-                            ") without temp pages (scratch needs the whole prompt + kSelect)");
-    } else {
-      check_table(ls.temp_pages, need, "temp page table");
-      mark_written(ls.temp_pages, s.start / kBlockSize, need);
-    }
-    if (ls.action == LayerAction::kSelect) {
-      if (!final_chunk || n < std::min(r.window, s.prompt_len))
-        throw InternalError(who() + ": kSelect needs the final chunk holding the last " +
-                            std::to_string(r.window) + " positions (chunk [" +
-                            std::to_string(s.start) + ", " + std::to_string(s.start + n) + ") of " +
-                            std::to_string(s.prompt_len) + ")");
-      check_table(ls.pages, pages_for_slots(r.capacity), "page table");
-      mark_written(ls.pages, 0, pages_for_slots(r.capacity));
-      out.sparse_prefill = true;
-    }
-  }
-  if (ls.action == LayerAction::kShrink) {
-    const LayerSlots post = state_before_shrink(ls, n, s.prefill, s.prompt_len);
-    if (ls.shrink_to <= r.sinks + r.window)
-      throw InternalError(who() + ": kShrink to " + std::to_string(ls.shrink_to) +
-                          " slots (must exceed sinks + window)");
-    check_table(ls.pages, pages_for_slots(std::min(post.valid, ls.shrink_to)), "page table");
-    out.shrink = true;
-  }
 }
 
 // Rows, tables, prefill tiles and sparse prefill inputs into the image, in row order.
@@ -473,8 +359,11 @@ void StepPlanner::plan_sparse_work(const StepPlan& plan,
           plan.seqs[static_cast<std::size_t>(out.order[static_cast<std::size_t>(k)])];
       const LayerSlots& ls = s.layers[static_cast<std::size_t>(l)];
       if (ls.action != LayerAction::kShrink) continue;
-      const LayerSlots post =
-          state_before_shrink(ls, static_cast<int>(s.tokens.size()), s.prefill, s.prompt_len);
+      LayerSlots post;  // counters only (no table copy)
+      post.rule = ls.rule;
+      post.valid = ls.valid;
+      post.ring_pos = ls.ring_pos;
+      advance_layer_before_shrink(post, layer_step(s, ls));
       shr.push_back(sparse::make_shrink_seq(ls.rule, post.valid, post.ring_pos, ls.shrink_to,
                                             static_cast<int>(shr_pages.size()), stage));
       shr_pages.insert(shr_pages.end(), ls.pages.begin(), ls.pages.end());

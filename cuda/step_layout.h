@@ -22,6 +22,7 @@
 #include "cuda/sparse/sparse_meta.h"
 #include "cuda/sparse/sparse_plan.h"
 #include "runtime/step_plan.h"
+#include "runtime/step_plan_check.h"
 
 namespace strata::cuda {
 
@@ -203,15 +204,16 @@ class StepPlanner {
  public:
   explicit StepPlanner(StepLimits limits);
   const StepLimits& limits() const { return lim_; }
-  // Validates `plan` (InvalidRequest for what a request caused: a token outside the
-  // vocabulary, a sequence past max_model_len; InternalError for engine bugs) and fills
-  // `out` and `image` (whose layout must be StepImageLayout::for_limits(limits())).
+  // Validates `plan` (runtime/step_plan_check.h: InvalidRequest("prompt") for a token outside
+  // the vocabulary or a sequence past max_model_len, InternalError for engine bugs; plus
+  // InternalError when the prefill scratch is exhausted or a decode kernel would read a slot
+  // the step does not hold) and fills `out` and `image` (whose layout must be
+  // StepImageLayout::for_limits(limits())).
   void build(const StepPlan& plan, const StepOptions& opt, const StepImage& image, StepLayout& out);
 
  private:
   void order_rows(const StepPlan& plan, StepLayout& out) const;
   void validate(const StepPlan& plan, StepLayout& out);
-  void validate_layer(const SeqStep& s, int l, bool dec, StepLayout& out);
   void stage_rows(const StepPlan& plan, const StepImage& image, StepLayout& out,
                   std::vector<std::vector<sparse::PrefillInput>>& pre) const;
   void stage_decode_row(const SeqStep& s, int k, int row, const StepImage& image,
@@ -224,9 +226,7 @@ class StepPlanner {
   void plan_logits(const StepPlan& plan, StepLayout& out) const;
 
   StepLimits lim_;
-  // Pages written by the step being checked: page_mark_[pg] == page_gen_ (no per-step set).
-  std::vector<std::uint32_t> page_mark_;
-  std::uint32_t page_gen_ = 0;
+  StepPlanChecker checker_;  // the StepPlan contract (runtime/step_plan_check.h)
 };
 
 }  // namespace strata::cuda

@@ -88,6 +88,8 @@ SeqStep full_seq(Pages& pg, std::uint64_t id, int start, int n, bool prefill, in
   s.prefill = prefill;
   s.sample = sample;
   s.params = sample ? &greedy() : nullptr;
+  static const std::vector<std::int32_t> no_output;
+  s.output = sample ? &no_output : nullptr;
   for (int l = 0; l < kLayers; ++l) {
     LayerSlots ls;
     ls.valid = start;
@@ -528,6 +530,7 @@ TEST_F(StepLayoutTest, OneTokenPrefillRowKind) {
   direct.layers[1].rule = scored(64);
   SeqStep via_temp = prefill(pg, 2, 99, 1, 200, true);
   via_temp.layers[1].rule = scored(64);
+  via_temp.layers[1].valid = 0;  // nothing held before the selection
   via_temp.layers[1].temp_pages = pg.take(pages_for_slots(100));
   via_temp.layers[1].pages = pg.take(pages_for_slots(64));
   plan.seqs = {via_temp, direct};
@@ -537,7 +540,8 @@ TEST_F(StepLayoutTest, OneTokenPrefillRowKind) {
   EXPECT_EQ(s.tiles, 1);
 }
 
-// The plan checks: InvalidRequest for what a request caused, InternalError for engine bugs.
+// The plan checks (runtime/step_plan_check.h, the validator both backends share):
+// InvalidRequest for what a request caused, InternalError for engine bugs.
 TEST_F(StepLayoutTest, ValidationErrors) {
   enum class Kind { kInvalidRequest, kInternal };
   struct Case {
@@ -552,41 +556,42 @@ TEST_F(StepLayoutTest, ValidationErrors) {
       {"negative token", [](StepPlan& p) { p.seqs[0].tokens[0] = -1; }, Kind::kInvalidRequest,
        "outside the vocabulary"},
       {"past max_model_len", [](StepPlan& p) { p.seqs[1].start = 512; }, Kind::kInvalidRequest,
-       "exceeds max_model_len"},
-      {"no tokens", [](StepPlan& p) { p.seqs[0].tokens.clear(); }, Kind::kInternal, "no tokens"},
+       "exceeds the backend's 512 positions"},
+      {"no tokens", [](StepPlan& p) { p.seqs[0].tokens.clear(); }, Kind::kInternal,
+       "0 tokens in a prefill chunk"},
       {"layer count", [](StepPlan& p) { p.seqs[1].layers.pop_back(); }, Kind::kInternal,
-       "layer entries"},
+       "layer states for 2 layers"},
       {"page outside the pool", [](StepPlan& p) { p.seqs[0].layers[0].pages[0] = kPages; },
        Kind::kInternal, "outside the pool"},
       {"table too short", [](StepPlan& p) { p.seqs[0].layers[1].pages.pop_back(); },
-       Kind::kInternal, "needs"},
+       Kind::kInternal, "page table does not cover slot 19"},
       {"page written twice",
        [](StepPlan& p) { p.seqs[1].layers[0].pages.back() = p.seqs[0].layers[0].pages[0]; },
        Kind::kInternal, "written twice"},
       {"sample without params", [](StepPlan& p) { p.seqs[1].params = nullptr; }, Kind::kInternal,
-       "without SamplingParams"},
+       "sample without params/output"},
       {"action on a full layer",
        [](StepPlan& p) { p.seqs[0].layers[0].action = LayerAction::kSelect; }, Kind::kInternal,
-       "full-cache layer"},
+       "a full layer takes no sparsity action"},
       {"bad sparse rule",
        [](StepPlan& p) {
          p.seqs[1].layers[1].rule = scored(64);
          p.seqs[1].layers[1].rule.capacity = 20;
        },
-       Kind::kInternal, "bad sparse rule"},
+       Kind::kInternal, "inconsistent sparse rule"},
       {"bad decode state",
        [](StepPlan& p) {
          p.seqs[1].layers[1].rule = scored(64);
          p.seqs[1].layers[1].valid = 65;
        },
-       Kind::kInternal, "bad decode state"},
+       Kind::kInternal, "exceeds the capacity"},
       {"kSelect in a decode",
        [](StepPlan& p) {
          p.seqs[1].layers[1].rule = scored(64);
          p.seqs[1].layers[1].valid = 10;
          p.seqs[1].layers[1].action = LayerAction::kSelect;
        },
-       Kind::kInternal, "kSelect in a decode step"},
+       Kind::kInternal, "kSelect outside the prefill"},
       {"prompt > C without temp pages, not whole",
        [](StepPlan& p) {
          p.seqs[0].layers[1].rule = scored(16 + 32 + 4);
@@ -609,13 +614,13 @@ TEST_F(StepLayoutTest, ValidationErrors) {
          for (auto& s : p.seqs)
            for (auto& ls : s.layers) ls.pages = {0};
        },
-       Kind::kInternal, "max_num_seqs"},
+       Kind::kInternal, "9 sequences, the backend runs at most 8"},
       {"too many tokens",
        [](StepPlan& p) {
          Pages pg{100};
          p.seqs[0] = prefill(pg, 1, 0, 257, 257, true);
        },
-       Kind::kInternal, "max_num_batched_tokens"},
+       Kind::kInternal, "258 tokens, the backend runs at most 256"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "cuda/cuda_backend.h"
+#include "cuda/testing/backend_probe.h"
 #include "runtime/config.h"
 #include "runtime/error.h"
 #include "runtime/sampler.h"
@@ -18,12 +19,13 @@ namespace strata::gputest {
 namespace {
 
 using cuda::CudaBackend;
+using cuda::CudaBackendProbe;
 
 // fp64 Llama forward with a KV cache, fed one token at a time.
 class RefModel {
  public:
-  explicit RefModel(const CudaBackend& be) : c_(be.model()) {
-    auto get = [&](const std::string& n) { return be.weight_to_host(n); };
+  explicit RefModel(CudaBackend& be) : c_(be.model()) {
+    auto get = [&](const std::string& n) { return CudaBackendProbe(be).weight_to_host(n); };
     embed_ = get("model.embed_tokens.weight");
     norm_ = get("model.norm.weight");
     lm_ = c_.tie_word_embeddings ? embed_ : get("lm_head.weight");
@@ -252,7 +254,7 @@ void teacher_forced(const std::string& path, const std::string& tag, bool graphs
   EXPECT_EQ(nan, 0u);
   EXPECT_LE(worst, 3e-2) << tag;
   if (graphs) {
-    EXPECT_GE(be.graphs_captured(), 1) << tag;
+    EXPECT_GE(CudaBackendProbe(be).graphs_captured(), 1) << tag;
   }
   figure("model_rel_l2_" + tag + (graphs ? "_graphs" : "_eager"), worst);
 }
@@ -298,12 +300,12 @@ TEST(GpuModel, GraphReplayMatchesEager) {
   for (int s = 0; s < 5; ++s)
     dec.seqs.push_back(make_step(static_cast<std::uint64_t>(s), {s + 3}, 10 + 7 * s, 10 + 7 * s,
                                  false, pages[static_cast<std::size_t>(s)], true));
-  be.set_cuda_graphs(false);
+  CudaBackendProbe(be).set_cuda_graphs(false);
   const StepResult eager = be.step(dec);
-  be.set_cuda_graphs(true);
+  CudaBackendProbe(be).set_cuda_graphs(true);
   const StepResult g1 = be.step(dec);
   const StepResult g2 = be.step(dec);
-  EXPECT_EQ(be.graphs_captured(), 1);
+  EXPECT_EQ(CudaBackendProbe(be).graphs_captured(), 1);
   double worst = 0;
   for (int s = 0; s < 5; ++s) {
     const auto& e = eager.seqs[static_cast<std::size_t>(s)].logits;
@@ -387,10 +389,10 @@ TEST(GpuModel, MemoryPlanHonoursByteCap) {
   const std::size_t total_pages = static_cast<std::size_t>(be.info().num_pages) + scratch;
   EXPECT_LE(total_pages * per_page, cap);        // never over the cap
   EXPECT_GT((total_pages + 1) * per_page, cap);  // as many pages as fit
-  EXPECT_EQ(be.kv_pool_bytes(), total_pages * per_page);
+  EXPECT_EQ(CudaBackendProbe(be).kv_pool_bytes(), total_pages * per_page);
   EXPECT_EQ(be.info().num_pages, static_cast<int>(cap / per_page - scratch));
   EXPECT_GT(be.info().weight_bytes, 0u);
-  EXPECT_GT(be.activation_bytes(), 0u);
+  EXPECT_GT(CudaBackendProbe(be).activation_bytes(), 0u);
   figure("tiny_weight_bytes", static_cast<double>(be.info().weight_bytes));
 }
 

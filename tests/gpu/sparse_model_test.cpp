@@ -32,8 +32,9 @@
 #include <stdexcept>
 
 #include "cuda/cuda_backend.h"
+#include "cuda/testing/backend_probe.h"
 #include "runtime/config.h"
-#include "runtime/cpu_backend.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/kv_layout.h"
 #include "runtime/make_model.h"
 #include "runtime/model_loader.h"
@@ -46,6 +47,7 @@ namespace strata::gputest {
 namespace {
 
 using cuda::CudaBackend;
+using cuda::CudaBackendProbe;
 
 constexpr double kBound = 3e-2;
 
@@ -162,8 +164,8 @@ Lockstep lockstep(CudaBackend& a, CudaBackend& b, const std::vector<StepPlan>& p
                   const std::string& tag) {
   Lockstep out;
   FirstDiff& fd = out.first;
-  a.set_layer_taps(true);
-  b.set_layer_taps(true);
+  CudaBackendProbe(a).set_layer_taps(true);
+  CudaBackendProbe(b).set_layer_taps(true);
   const KvLayout lay = a.info().layout;
   auto note = [&](int step, int layer, int buffer, int index, int head, double va, double vb) {
     if (fd.buffer != 0) return;
@@ -179,8 +181,10 @@ Lockstep lockstep(CudaBackend& a, CudaBackend& b, const std::vector<StepPlan>& p
       std::vector<int> pages(
           ls.pages.begin(),
           ls.pages.begin() + std::min<std::size_t>(ls.pages.size(), pages_for_slots(held)));
-      const auto ka = a.read_kv_pages(pages), kb = b.read_kv_pages(pages);
-      const auto sa = a.read_score_pages(pages), sb = b.read_score_pages(pages);
+      const auto ka = CudaBackendProbe(a).read_kv_pages(pages),
+                 kb = CudaBackendProbe(b).read_kv_pages(pages);
+      const auto sa = CudaBackendProbe(a).read_score_pages(pages),
+                 sb = CudaBackendProbe(b).read_score_pages(pages);
       for (int j = 0; j < held && fd.buffer == 0; ++j)
         for (int g = 0; g < lay.kv_heads && fd.buffer == 0; ++g) {
           const std::size_t pg = static_cast<std::size_t>(j / kBlockSize) * lay.page_elems();
@@ -207,7 +211,7 @@ Lockstep lockstep(CudaBackend& a, CudaBackend& b, const std::vector<StepPlan>& p
     out.logits[1].insert(out.logits[1].end(), rb.seqs.at(0).logits.begin(),
                          rb.seqs.at(0).logits.end());
     if (fd.buffer != 0) continue;
-    const auto ta = a.layer_taps(), tb = b.layer_taps();
+    const auto ta = CudaBackendProbe(a).layer_taps(), tb = CudaBackendProbe(b).layer_taps();
     const int rows = static_cast<int>(sq.tokens.size());  // real rows (graph padding excluded)
     const int heads = a.model().num_attention_heads;
     const int hd = a.model().head_dim;
@@ -244,8 +248,8 @@ Lockstep lockstep(CudaBackend& a, CudaBackend& b, const std::vector<StepPlan>& p
       if (std::memcmp(&la[i], &lb[i], sizeof(float)) != 0)
         note(step, -1, 7, static_cast<int>(i), -1, la[i], lb[i]);
   }
-  a.set_layer_taps(false);
-  b.set_layer_taps(false);
+  CudaBackendProbe(a).set_layer_taps(false);
+  CudaBackendProbe(b).set_layer_taps(false);
   if (fd.buffer != 0) {
     std::printf(
         "FIRSTDIFF %s: step %d (0 = prefill) layer %d buffer %s row/slot %d head %d: %.9g vs "
@@ -402,6 +406,8 @@ std::vector<StepPlan> chunked(std::vector<StepPlan> plans, int P, int tail, int 
       }
       lb.temp_pages = la.temp_pages;
       la.action = LayerAction::kNone;
+    } else {
+      lb.valid = b.start;  // the contract (runtime/step_plan_check.h): chunk a's slots are held
     }
   }
   StepPlan pa, pb;
@@ -464,8 +470,9 @@ void shift(std::vector<StepPlan>& plans, int off, std::uint64_t id) {
 void mixed(bool graphs) {
   const std::string dir = model_dir("tiny", 0);
   auto be = cuda_backend(dir);
-  be->set_cuda_graphs(graphs);
-  be->set_sparse_graphs(graphs);  // backend.sparse_graphs is off by default (issue 9)
+  CudaBackendProbe(*be).set_cuda_graphs(graphs);
+  CudaBackendProbe(*be).set_sparse_graphs(
+      graphs);  // backend.sparse_graphs is off by default (issue 9)
   const ModelConfig& mc = be->model();
   const int V = mc.vocab_size, N = 90, P = 64;
   // scored sits in row 1: its decode score update reads the q row and LSE row of its own
@@ -487,9 +494,9 @@ void mixed(bool graphs) {
   // alone (bucket 1) or the graph run together (bucket 4, one padding row) leaves eager.
   std::vector<std::vector<float>> alone_eager;
   if (graphs) {
-    be->set_cuda_graphs(false);
+    CudaBackendProbe(*be).set_cuda_graphs(false);
     for (const auto& pl : plans) alone_eager.push_back(run_plans(*be, pl, 0));
-    be->set_cuda_graphs(true);
+    CudaBackendProbe(*be).set_cuda_graphs(true);
   }
   ASSERT_LE(off, be->info().num_pages);
   std::vector<std::vector<float>> together(profs.size());
@@ -502,7 +509,7 @@ void mixed(bool graphs) {
       together[k].insert(together[k].end(), r.seqs[k].logits.begin(), r.seqs[k].logits.end());
   }
   if (graphs) {
-    EXPECT_GE(be->graphs_captured(), 1);
+    EXPECT_GE(CudaBackendProbe(*be).graphs_captured(), 1);
   }
   for (std::size_t k = 0; k < profs.size(); ++k) {
     const double e = worst_rel_l2(together[k], alone[k], V, "mixed " + std::to_string(k));
@@ -540,14 +547,14 @@ TEST(GpuSparseModel, GraphReplayEqualsEager) {
   REQUIRE_GPU();
   const std::string dir = model_dir("tiny", 0);
   auto be = cuda_backend(dir);
-  be->set_sparse_graphs(true);
+  CudaBackendProbe(*be).set_sparse_graphs(true);
   const int V = be->model().vocab_size, N = 110, P = 70;
   const auto ids = ids_for(N, V, 9);
   for (Policy p : {Policy::kWindow, Policy::kSnapKv, Policy::kScored}) {
     const SparsityProfile prof = profile(p, 48, 8, 4, 1);
-    be->set_cuda_graphs(false);
+    CudaBackendProbe(*be).set_cuda_graphs(false);
     const auto eager = teacher_forced_logits(*be, ids, prof, P);
-    be->set_cuda_graphs(true);
+    CudaBackendProbe(*be).set_cuda_graphs(true);
     const auto g = teacher_forced_logits(*be, ids, prof, P);
     const double e = worst_rel_l2(g, eager, V, "graphs " + pn(p));
     EXPECT_LE(e, 1e-3) << pn(p) << ", first row over 1e-4: " << first_row_over(g, eager, V, 1e-4)
@@ -556,8 +563,8 @@ TEST(GpuSparseModel, GraphReplayEqualsEager) {
     figure("sparse_graph_vs_eager_first_row_over_1e-4_" + pn(p), first_row_over(g, eager, V, 1e-4));
     // Where they part: two fresh backends (eager, graphs) in lockstep.
     auto be_eager = cuda_backend(dir), be_graph = cuda_backend(dir);
-    be_eager->set_cuda_graphs(false);
-    be_graph->set_sparse_graphs(true);
+    CudaBackendProbe(*be_eager).set_cuda_graphs(false);
+    CudaBackendProbe(*be_graph).set_sparse_graphs(true);
     const Lockstep ls =
         lockstep(*be_eager, *be_graph, teacher_forcing_plans(be->model(), ids, prof, P),
                  "sparse_graph_vs_eager_" + pn(p));
@@ -565,7 +572,7 @@ TEST(GpuSparseModel, GraphReplayEqualsEager) {
     EXPECT_LE(e2, 1e-3) << pn(p) << " (fresh backends), " << describe(ls.first);
     figure("sparse_graph_vs_eager_fresh_rel_l2_" + pn(p), e2);
   }
-  EXPECT_GE(be->graphs_captured(), 1);
+  EXPECT_GE(CudaBackendProbe(*be).graphs_captured(), 1);
 }
 
 // Issue 9: the same schedule on two fresh backends (both eager, then both with graphs) gives
@@ -580,8 +587,8 @@ TEST(GpuSparseModel, RunsAreBitwiseRepeatable) {
     for (Policy p : {Policy::kWindow, Policy::kSnapKv, Policy::kScored}) {
       auto a = cuda_backend(dir), b = cuda_backend(dir);
       for (CudaBackend* x : {a.get(), b.get()}) {
-        x->set_cuda_graphs(graphs);
-        x->set_sparse_graphs(graphs);
+        CudaBackendProbe(*x).set_cuda_graphs(graphs);
+        CudaBackendProbe(*x).set_sparse_graphs(graphs);
       }
       const ModelConfig& mc = a->model();
       const int V = mc.vocab_size;
@@ -615,8 +622,8 @@ TEST(GpuSparseModel, NoReadOfUnwrittenSlots) {
         auto poisoned = cuda_backend(dir, 8, true);
         auto zeroed = cuda_backend(dir, 8, false);
         for (CudaBackend* x : {poisoned.get(), zeroed.get()}) {
-          x->set_cuda_graphs(graphs);
-          x->set_sparse_graphs(graphs);
+          CudaBackendProbe(*x).set_cuda_graphs(graphs);
+          CudaBackendProbe(*x).set_sparse_graphs(graphs);
         }
         const ModelConfig& mc = poisoned->model();
         const int V = mc.vocab_size;
@@ -648,22 +655,22 @@ TEST(GpuSparseModel, DecodeStepGraphEqualsEagerOnSameState) {
   const int N = 100, P = 70;
   for (Policy p : {Policy::kWindow, Policy::kSnapKv}) {
     auto be = cuda_backend(dir);
-    be->set_sparse_graphs(true);
+    CudaBackendProbe(*be).set_sparse_graphs(true);
     const ModelConfig& mc = be->model();
     const int V = mc.vocab_size;
     const auto plans = teacher_forcing_plans(mc, ids_for(N, V, 8), profile(p, 48, 8, 4, 1), P);
-    be->set_cuda_graphs(false);
+    CudaBackendProbe(*be).set_cuda_graphs(false);
     be->step(plans[0]);
     double worst = 0;
     for (std::size_t st = 1; st < plans.size(); ++st) {
-      be->set_cuda_graphs(false);
+      CudaBackendProbe(*be).set_cuda_graphs(false);
       const auto eager = be->step(plans[st]).seqs.at(0).logits;
-      be->set_cuda_graphs(true);
+      CudaBackendProbe(*be).set_cuda_graphs(true);
       const auto graph = be->step(plans[st]).seqs.at(0).logits;
       worst = std::max(worst, worst_rel_l2(graph, eager, V, "step " + std::to_string(st)));
     }
     EXPECT_LE(worst, 1e-4) << pn(p);
-    EXPECT_GE(be->graphs_captured(), 1);
+    EXPECT_GE(CudaBackendProbe(*be).graphs_captured(), 1);
     figure("sparse_step_graph_vs_eager_rel_l2_" + pn(p), worst);
   }
 }
@@ -676,7 +683,7 @@ TEST(GpuSparseModel, DefaultRunsSparseDecodeEagerly) {
   const std::string dir = model_dir("tiny", 0);
   const int N = 100, P = 70;
   auto eager_be = cuda_backend(dir);
-  eager_be->set_cuda_graphs(false);
+  CudaBackendProbe(*eager_be).set_cuda_graphs(false);
   auto def_be = cuda_backend(dir);  // Config defaults: cuda_graphs true, sparse_graphs false
   const int V = def_be->model().vocab_size;
   const auto ids = ids_for(N, V, 12);
@@ -684,13 +691,13 @@ TEST(GpuSparseModel, DefaultRunsSparseDecodeEagerly) {
     const SparsityProfile prof = profile(p, 48, 8, 4, 1);
     const auto eager = teacher_forced_logits(*eager_be, ids, prof, P);
     const auto def = teacher_forced_logits(*def_be, ids, prof, P);
-    EXPECT_EQ(def_be->graphs_captured(), 0) << pn(p);
+    EXPECT_EQ(CudaBackendProbe(*def_be).graphs_captured(), 0) << pn(p);
     const double e = worst_rel_l2(def, eager, V, "default vs eager " + pn(p));
     EXPECT_LE(e, 1e-4) << pn(p) << ", first row over 1e-5: " << first_row_over(def, eager, V, 1e-5);
     figure("sparse_default_vs_eager_rel_l2_" + pn(p), e);
   }
   teacher_forced_logits(*def_be, ids, SparsityProfile{}, P);
-  EXPECT_GE(def_be->graphs_captured(), 1);
+  EXPECT_GE(CudaBackendProbe(*def_be).graphs_captured(), 1);
 }
 
 // Issue 9 diagnostic: the same decode step, eager both times, with 1 and with 8 decode
@@ -704,16 +711,16 @@ TEST(GpuSparseModel, DecodeStepSplitCountOnly) {
   const int N = 100, P = 70;
   for (Policy p : {Policy::kWindow, Policy::kSnapKv}) {
     auto be = cuda_backend(dir);
-    be->set_cuda_graphs(false);
+    CudaBackendProbe(*be).set_cuda_graphs(false);
     const ModelConfig& mc = be->model();
     const int V = mc.vocab_size;
     const auto plans = teacher_forcing_plans(mc, ids_for(N, V, 8), profile(p, 48, 8, 4, 1), P);
     be->step(plans[0]);
     double worst = 0;
     for (std::size_t st = 1; st < plans.size(); ++st) {
-      be->set_decode_splits(1);
+      CudaBackendProbe(*be).set_decode_splits(1);
       const auto one = be->step(plans[st]).seqs.at(0).logits;
-      be->set_decode_splits(8);
+      CudaBackendProbe(*be).set_decode_splits(8);
       const auto eight = be->step(plans[st]).seqs.at(0).logits;
       worst = std::max(worst, worst_rel_l2(eight, one, V, "step " + std::to_string(st)));
     }

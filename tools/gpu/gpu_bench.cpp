@@ -23,6 +23,7 @@
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "cuda/sampling.h"
+#include "cuda/testing/backend_probe.h"
 #include "runtime/config.h"
 #include "runtime/kv_layout.h"
 #include "runtime/sparsity_profile.h"
@@ -333,10 +334,10 @@ void bench_model() {
   const int L = mc.num_hidden_layers, B = 64, ctx = 4096;
   std::printf(
       "8B model: weights %.2f GB, activations+workspace %.2f GB, KV pool %.2f GB (%d pages)\n",
-      be.info().weight_bytes / 1e9, be.activation_bytes() / 1e9, be.kv_pool_bytes() / 1e9,
-      be.info().num_pages);
+      be.info().weight_bytes / 1e9, CudaBackendProbe(be).activation_bytes() / 1e9,
+      CudaBackendProbe(be).kv_pool_bytes() / 1e9, be.info().num_pages);
   figure("bench_8b_weight_gb", be.info().weight_bytes / 1e9);
-  figure("bench_8b_kv_pool_gb", be.kv_pool_bytes() / 1e9);
+  figure("bench_8b_kv_pool_gb", CudaBackendProbe(be).kv_pool_bytes() / 1e9);
   const int pps = pages_for_slots(ctx + 1);
   if (static_cast<long long>(B) * pps * L > be.info().num_pages) {
     std::printf("KV pool too small for the decode benchmark\n");

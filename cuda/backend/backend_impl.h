@@ -1,0 +1,196 @@
+// The CUDA backend's state and its parts, one file per concept (docs/cuda-backend.md
+// "Files"): weights.cpp (weights on the device), workspace.cpp (start-up: activations, step
+// buffers, KV pool, GEMM tuning), run.cpp (a step: plan with cuda/step_layout.h, upload,
+// launch), graphs.cpp (capture and replay), forward.cpp (the layers), logits.cpp (chunked
+// lm_head, sampling, results). Private to cuda/ (and cuda/testing/backend_probe.h).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gemm.h"
+#include "cuda/sampling.h"
+#include "cuda/sparse/sparse_kernels.h"
+#include "cuda/step_layout.h"
+#include "runtime/tp_shard.h"
+
+namespace strata::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Pinned host staging (metadata uploads and graph replays read from here).
+template <typename T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  explicit PinnedArray(std::size_t n) : n_(n) {
+    if (n) CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p_), n * sizeof(T)));
+  }
+  ~PinnedArray() {
+    if (p_) cudaFreeHost(p_);
+  }
+  PinnedArray(PinnedArray&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PinnedArray& operator=(PinnedArray&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  T* get() const { return p_; }
+  T& operator[](std::size_t i) const { return p_[i]; }
+  std::size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+struct LayerDev {
+  bf16 *input_norm, *post_norm, *qkv, *o, *gate_up, *down;
+};
+
+// Eager sparse work of one layer in one step (device pointers into the step workspace).
+struct LayerSparseWork {
+  sparse::PrefillParams pre;  // pre.num_seqs == 0: none
+  sparse::ShrinkParams shr;   // shr.num_seqs == 0: none
+};
+
+// What forward() runs: sizes from the step layout (or the graph bucket while capturing).
+struct ForwardArgs {
+  int rows = 0;         // T
+  int decode_rows = 0;  // S_dec: the first rows, decode kernel
+  int tiles = 0;        // prefill tiles
+  int splits = 1;       // decode attention splits
+  int lm_rows = 0;      // rows of the first lm_head chunk (capped at logit_rows)
+  bool argmax = true;
+  const std::vector<LayerSparseWork>* work = nullptr;  // eager sparse work (never in a graph)
+  bool sparse_decode = false;  // scored resolve/update kernels on the decode rows
+  int dec_max_slots = 0;       // their grid bound
+};
+
+struct CudaBackendImpl {
+  Config cfg;
+  int device = 0;
+  int num_sms = 0;  // cudaDevAttrMultiProcessorCount
+  ModelConfig mc;
+  BackendInfo binfo;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<Gemm> gemm;
+  DeviceSampler sampler;  // non-greedy rows (cuda/sampling.h)
+
+  // Weights (weights.cpp).
+  std::vector<DeviceArray<bf16>> owned;  // every weight allocation
+  bf16 *embed = nullptr, *final_norm = nullptr, *lm_head = nullptr;
+  std::vector<LayerDev> layers;
+  std::map<std::string, std::pair<const bf16*, std::size_t>> by_name;  // HF name -> (ptr, elems)
+  DeviceArray<double> inv_freq;
+
+  // Limits.
+  int max_tokens = 0, max_seqs = 0, pmax = 0, max_tiles = 0, logit_rows = 0;
+  int q_dim = 0, kv_dim = 0, qkv_dim = 0;
+
+  // Activations and metadata (fixed addresses: CUDA graphs replay against them).
+  DeviceArray<float> resid;
+  DeviceArray<bf16> normed, qkv, attn, delta, gu, act, lm_normed;
+  DeviceArray<float> logits, part_o, part_ml;
+  DeviceArray<int> d_tokens, d_pos, d_seq_of, d_tables, d_row_start, d_nq, d_qpos0, d_tile_seq,
+      d_tile_q0, d_q_row, d_seq_len, d_lm_rows, d_argmax;
+  PinnedArray<int> h_argmax;
+  PinnedArray<float> h_logits;
+  std::size_t activation_bytes = 0;
+
+  // The plan half of a step (cuda/step_layout.h): planner, the layout of the step being run,
+  // and the pinned upload image its sections are staged in.
+  std::unique_ptr<StepPlanner> planner;
+  StepLayout layout;
+  PinnedArray<std::byte> image_mem;
+  StepImage image;
+
+  // KV pool.
+  DeviceArray<bf16> kv_pool;
+  std::size_t kv_bytes = 0;
+
+  // Sparse layers (docs/cuda-backend.md "Sparse layers"). Pages [num_pages, num_pages +
+  // scratch_pages) of kv_pool are the backend's prefill scratch (never handed out).
+  int scratch_pages = 0;
+  DeviceArray<float> score_pool;  // [page][kv_head][16] fp32 per-slot scores
+  DeviceArray<float> pre_lse;     // [max_tokens, heads] prefill LSE of sparse layers
+  DeviceArray<float> dec_lse;     // [max_seqs, heads] decode LSE
+  // Per layer, per decode batch index (fixed addresses, read by the graphs): [L][max_seqs].
+  DeviceArray<int> d_slots;
+  DeviceArray<sparse::DecodeSeq> d_dec_seqs;
+  // Eager per-step sparse workspace (metadata + kernel scratch), grow-only.
+  DeviceArray<unsigned char> sp_ws;
+  PinnedArray<unsigned char> sp_meta;
+
+  bool use_graphs = true;
+  // Graphs also for decode steps with sparse layers (backend.sparse_graphs; off by default:
+  // their replay disagrees with eager, issue 9 in docs/cuda-backend.md).
+  bool sparse_graphs = false;
+  std::vector<int> buckets;
+  // Key: every host scalar forward() bakes into a capture: (bucket size, sparse decode slot
+  // bucket or 0, decode attention splits, layer taps on).
+  std::map<std::tuple<int, int, int, bool>, cudaGraphExec_t> graphs;
+  int forced_splits = 0;  // test hook: decode attention splits (0: pick_decode_splits)
+  // Layer taps (test hook, issue 9): per layer [max_tokens][qkv_dim] / [max_tokens][q_dim]
+  // bf16 and [max_seqs][heads] fp32 copies of the last step's qkv, attention output and
+  // decode LSE.
+  bool taps = false;
+  DeviceArray<bf16> tap_qkv, tap_attn;
+  DeviceArray<float> tap_lse;
+  int tap_rows = 0, tap_dec_rows = 0;
+  bool tap_has_lse = false;
+  cudaEvent_t ev0 = nullptr, ev1 = nullptr;
+
+  // Tensor parallelism (docs/tensor-parallel.md): this rank's shard; `mc` holds the rank's
+  // LOCAL head and intermediate counts (full vocabulary and hidden size), full_mc the model.
+  CudaTpRank tp;
+  TpShard shard;
+  ModelConfig full_mc;
+  DeviceArray<float> logits_local, logits_parts;  // tp > 1: [rows][vocab_slice], [tp][rows][slice]
+
+  CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank);
+  ~CudaBackendImpl();
+
+  // weights.cpp
+  bf16* alloc_weight(std::size_t n) {
+    owned.emplace_back(n);
+    return owned.back().get();
+  }
+  void build_weights();
+  void random_tensor(bf16* dst, const std::string& name, std::size_t n, float scale, float offset);
+  // workspace.cpp
+  void allocate_workspace();
+  void plan_kv_pool();
+  void tune_decode_gemms();
+  // The planner's limits (num_pages and scratch_pages once the KV pool is planned).
+  StepLimits step_limits() const;
+  // run.cpp
+  StepResult step(const StepPlan& plan);
+  void upload_step();
+  std::vector<LayerSparseWork> upload_sparse_work();
+  // graphs.cpp: replays (capturing on first use) the graph of layout.graph.
+  void replay_graph();
+  // forward.cpp: the layers over the metadata already in the device buffers.
+  void forward(const ForwardArgs& a);
+  void forward_layer(int l, const ForwardArgs& a);
+  void decode_sparse_params(int l, int S_dec, int dec_max_slots, sparse::DecodeParams& dp) const;
+  void copy_layer_taps(int l, int T, int S_dec, bool sp_dec);
+  // logits.cpp
+  void lm_logits(int n);  // lm_head rows -> logits[n][V] (all-gathered when tp > 1)
+  void sample_and_collect(const StepPlan& plan, StepResult& result);
+};
+
+}  // namespace strata::cuda

@@ -1,0 +1,207 @@
+// The layers of one step over the metadata already in the device buffers (eager, or inside a
+// graph capture), and the lm_head.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+#include "cuda/attention.h"
+#include "cuda/backend/backend_impl.h"
+#include "cuda/kernels.h"
+#include "cuda/tp/collectives.h"
+#include "cuda/tp/tp_backends.h"
+
+namespace strata::cuda {
+
+// cuda/step_layout.cpp caps its split counts with a copy of the limit (it includes no CUDA
+// header).
+static_assert(kMaxDecodeSplits == 64, "update kMaxSplits in cuda/step_layout.cpp");
+
+// Decode of sparse layers (docs/cuda-sparsity.md step 4): per-sequence DecodeSeqs of layer l
+// (policy 0 for full layers and padding rows) in the decode batch order.
+void CudaBackendImpl::decode_sparse_params(int l, int S_dec, int dec_max_slots,
+                                           sparse::DecodeParams& dp) const {
+  const std::size_t lrow = static_cast<std::size_t>(l) * max_seqs;
+  dp.seqs = d_dec_seqs.get() + lrow;
+  dp.num_seqs = S_dec;
+  dp.max_slots = dec_max_slots;
+  dp.q_heads = mc.num_attention_heads;
+  dp.kv_heads = mc.num_key_value_heads;
+  dp.head_dim = mc.head_dim;
+  dp.scale = 1.0f / std::sqrt(static_cast<float>(mc.head_dim));
+  dp.pool = kv_pool.get();
+  dp.scores = score_pool.get();
+  dp.pages = d_tables.get();
+  dp.page_elems = static_cast<std::size_t>(binfo.layout.page_elems());
+  dp.q = qkv.get();
+  dp.q_stride = qkv_dim;
+  dp.lse = dec_lse.get();
+}
+
+// Test hook: layer l's attention inputs and outputs (capturable copies).
+void CudaBackendImpl::copy_layer_taps(int l, int T, int S_dec, bool sp_dec) {
+  const std::size_t lt = static_cast<std::size_t>(l) * max_tokens;
+  CUDA_CHECK(cudaMemcpyAsync(tap_qkv.get() + lt * qkv_dim, qkv.get(),
+                             static_cast<std::size_t>(T) * qkv_dim * sizeof(bf16),
+                             cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(tap_attn.get() + lt * q_dim, attn.get(),
+                             static_cast<std::size_t>(T) * q_dim * sizeof(bf16),
+                             cudaMemcpyDeviceToDevice, stream));
+  if (sp_dec)
+    CUDA_CHECK(cudaMemcpyAsync(
+        tap_lse.get() + static_cast<std::size_t>(l) * max_seqs * mc.num_attention_heads,
+        dec_lse.get(), static_cast<std::size_t>(S_dec) * mc.num_attention_heads * sizeof(float),
+        cudaMemcpyDeviceToDevice, stream));
+}
+
+// Layer l of the step: norm, QKV, RoPE + K/V write, decode and/or prefill attention (with the
+// sparse work of the layer), O, norm, MLP; all-reduces when tp > 1.
+void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
+  const int T = a.rows, S_dec = a.decode_rows;
+  const int H = mc.hidden_size, I = mc.intermediate_size, L = mc.num_hidden_layers;
+  const float eps = static_cast<float>(mc.rms_norm_eps);
+  const long long page_elems = static_cast<long long>(binfo.layout.page_elems());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(mc.head_dim));
+  const LayerDev& w = layers[static_cast<std::size_t>(l)];
+  const int* table = d_tables.get() + static_cast<std::size_t>(l) * pmax;
+  const int table_stride = L * pmax;
+  launch_rmsnorm({.resid = resid.get(),
+                  .delta = l == 0 ? nullptr : delta.get(),
+                  .weight = w.input_norm,
+                  .out = normed.get(),
+                  .rows = nullptr,
+                  .num_rows = T,
+                  .hidden = H,
+                  .eps = eps},
+                 stream);
+  gemm->linear(normed.get(), w.qkv, qkv.get(), T, qkv_dim, H);
+  const std::size_t lrow = static_cast<std::size_t>(l) * max_seqs;
+  sparse::DecodeParams dp;
+  const bool sp_dec = a.sparse_decode && S_dec > 0;
+  if (sp_dec) {
+    decode_sparse_params(l, S_dec, a.dec_max_slots, dp);
+    // `scored` with a full ring: the oldest ring token moves (or is dropped) BEFORE the new
+    // token overwrites its slot. Reads only the pool, not this step's qkv.
+    CUDA_CHECK(sparse::launch_scored_resolve(dp, stream));
+  }
+  // Decode rows write K/V at LayerSlots::decode_slot() (= position on full layers).
+  launch_rope_kv_write({.qkv = qkv.get(),
+                        .positions = d_pos.get(),
+                        .seq_of = d_seq_of.get(),
+                        .block_table = table,
+                        .table_stride = table_stride,
+                        .inv_freq = inv_freq.get(),
+                        .kv_pool = kv_pool.get(),
+                        .page_elems = page_elems,
+                        .num_tokens = T,
+                        .heads = mc.num_attention_heads,
+                        .kv_heads = mc.num_key_value_heads,
+                        .head_dim = mc.head_dim,
+                        .slots = d_slots.get() + lrow,
+                        .num_slot_rows = S_dec},
+                       stream);
+  const LayerSparseWork* lw = a.work ? &(*a.work)[static_cast<std::size_t>(l)] : nullptr;
+  // Attention of layer l. Decode rows attend seq_len[l][b] slots: position + 1 on full
+  // layers, the sparse layer's attended slots (C when the ring is full, else valid + 1).
+  // Prefill rows attend through this layer's table: own pages (full / direct), temp pages
+  // or scratch (sparse layer, prompt longer than C).
+  if (S_dec > 0)
+    launch_decode_attention({.q = qkv.get(),
+                             .q_stride = qkv_dim,
+                             .q_row = d_q_row.get(),
+                             .kv_pool = kv_pool.get(),
+                             .page_elems = page_elems,
+                             .block_table = table,
+                             .table_stride = table_stride,
+                             .seq_len = d_seq_len.get() + lrow,
+                             .batch = S_dec,
+                             .num_splits = a.splits,
+                             .part_o = part_o.get(),
+                             .part_ml = part_ml.get(),
+                             .out = attn.get(),
+                             .out_stride = q_dim,
+                             .lse = sp_dec ? dec_lse.get() : nullptr,
+                             .logits = nullptr,
+                             .logits_stride = 0,
+                             .heads = mc.num_attention_heads,
+                             .kv_heads = mc.num_key_value_heads,
+                             .head_dim = mc.head_dim,
+                             .scale = scale},
+                            stream);
+  if (sp_dec) CUDA_CHECK(sparse::launch_scored_update(dp, stream));
+  const bool sp_pre = lw && lw->pre.num_seqs > 0;
+  if (a.tiles > 0)
+    launch_prefill_attention({.q = qkv.get(),
+                              .q_stride = qkv_dim,
+                              .kv_pool = kv_pool.get(),
+                              .page_elems = page_elems,
+                              .block_table = table,
+                              .table_stride = table_stride,
+                              .row_start = d_row_start.get(),
+                              .nq = d_nq.get(),
+                              .q_pos0 = d_qpos0.get(),
+                              .tile_seq = d_tile_seq.get(),
+                              .tile_q0 = d_tile_q0.get(),
+                              .num_tiles = a.tiles,
+                              .out = attn.get(),
+                              .out_stride = q_dim,
+                              .lse = sp_pre ? pre_lse.get() : nullptr,
+                              .heads = mc.num_attention_heads,
+                              .kv_heads = mc.num_key_value_heads,
+                              .head_dim = mc.head_dim,
+                              .scale = scale},
+                             stream);
+  // Sparse prefill (docs/cuda-sparsity.md steps 1-3): kSelect scores the window queries of
+  // this chunk against the prompt in temp pages / scratch, selects and compacts into the
+  // layer's pages; direct chunks advance the score averages.
+  if (sp_pre) CUDA_CHECK(sparse::launch_sparse_prefill(lw->pre, stream));
+  // Live shrink after the layer's own work (step 5).
+  if (lw && lw->shr.num_seqs > 0) CUDA_CHECK(sparse::launch_sparse_shrink(lw->shr, stream));
+  if (taps) copy_layer_taps(l, T, S_dec, sp_dec);
+  gemm->linear(attn.get(), w.o, delta.get(), T, H, q_dim);
+  if (tp.comm) tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
+  launch_rmsnorm({.resid = resid.get(),
+                  .delta = delta.get(),
+                  .weight = w.post_norm,
+                  .out = normed.get(),
+                  .rows = nullptr,
+                  .num_rows = T,
+                  .hidden = H,
+                  .eps = eps},
+                 stream);
+  gemm->linear(normed.get(), w.gate_up, gu.get(), T, 2 * I, H);
+  launch_swiglu({.gu = gu.get(), .out = act.get(), .num_tokens = T, .inter = I}, stream);
+  gemm->linear(act.get(), w.down, delta.get(), T, H, I);
+  if (tp.comm) tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
+}
+
+void CudaBackendImpl::forward(const ForwardArgs& a) {
+  const int T = a.rows;
+  const int H = mc.hidden_size, V = mc.vocab_size, L = mc.num_hidden_layers;
+  const float eps = static_cast<float>(mc.rms_norm_eps);
+  launch_embedding({.tokens = d_tokens.get(),
+                    .embed = embed,
+                    .resid = resid.get(),
+                    .num_tokens = T,
+                    .hidden = H},
+                   stream);
+  for (int l = 0; l < L; ++l) forward_layer(l, a);
+  // Final norm only for the rows whose logits are needed (first chunk; logits.cpp runs the
+  // others).
+  const int n = std::min(a.lm_rows, logit_rows);
+  launch_rmsnorm({.resid = resid.get(),
+                  .delta = delta.get(),
+                  .weight = final_norm,
+                  .out = lm_normed.get(),
+                  .rows = d_lm_rows.get(),
+                  .num_rows = n,
+                  .hidden = H,
+                  .eps = eps},
+                 stream);
+  lm_logits(n);
+  if (a.argmax)
+    launch_argmax({.logits = logits.get(), .out = d_argmax.get(), .rows = n, .vocab = V}, stream);
+}
+
+}  // namespace strata::cuda

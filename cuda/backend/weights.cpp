@@ -1,0 +1,143 @@
+// The CUDA backend's weights: uploaded from an HF checkpoint (bf16 on the host, fused [q;k;v]
+// and [gate;up] buffers) or generated on the device for `random:` models, bit-identical to
+// `strata make-model` with the model seed; tensor-parallel ranks load their slice.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/backend/backend_impl.h"
+#include "cuda/kernels.h"
+#include "cuda/tp/tp_backends.h"
+#include "runtime/error.h"
+#include "runtime/make_model.h"
+#include "runtime/model_loader.h"
+
+namespace strata::cuda {
+
+namespace {
+
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+void CudaBackendImpl::random_tensor(bf16* dst, const std::string& name, std::size_t n, float scale,
+                                    float offset) {
+  launch_random_fill({dst, static_cast<long long>(n), cfg.model.seed, fnv1a(name), scale, offset},
+                     stream);
+  by_name[name] = {dst, n};
+}
+
+void CudaBackendImpl::build_weights() {
+  const bool random = cfg.model.path.rfind("random:", 0) == 0;
+  std::unique_ptr<ModelWeights> mw;
+  if (random) {
+    mc = random_model_config(cfg.model.path);
+  } else {
+    mw = ModelWeights::load(cfg.model.path);
+    mc = mw->config();
+  }
+  full_mc = mc;
+  shard = make_tp_shard(mc, tp.rank, tp.size);  // ConfigError when mc cannot be split
+  if (tp.size > 1) {
+    mc.num_attention_heads = shard.q_heads;
+    mc.num_key_value_heads = shard.kv_heads;
+    mc.intermediate_size = shard.inter;
+  }
+  const std::size_t h = mc.hidden_size, in = mc.intermediate_size, V = mc.vocab_size;
+  q_dim = mc.q_dim(), kv_dim = mc.kv_dim(), qkv_dim = q_dim + 2 * kv_dim;
+  // Weight upload: tensor by HF name into dst (n elements), converted to bf16 on the host.
+  std::vector<std::uint16_t> staging;
+  auto upload = [&](bf16* dst, const std::string& name, std::size_t n) {
+    const TensorView& t = mw->tensor(name);
+    if (static_cast<std::size_t>(t.numel()) != n)
+      throw ModelError(t.file + ": tensor " + name + " has " + std::to_string(t.numel()) +
+                       " elements, expected " + std::to_string(n));
+    const void* src = t.data;
+    if (t.dtype != DType::kBF16) {
+      const std::vector<float> f = t.to_float();
+      staging.resize(n);
+      for (std::size_t i = 0; i < n; ++i) staging[i] = float_to_bf16(f[i]);
+      src = staging.data();
+    }
+    CUDA_CHECK(cudaMemcpy(dst, src, n * 2, cudaMemcpyHostToDevice));
+    by_name[name] = {dst, n};
+  };
+  std::function<void(bf16*, const std::string&, std::size_t, float, float)> tensor =
+      [&](bf16* dst, const std::string& name, std::size_t n, float scale, float offset) {
+        if (random)
+          random_tensor(dst, name, n, scale, offset);
+        else
+          upload(dst, name, n);
+      };
+  if (tp.size > 1)
+    tensor = tp::sliced_weight_loader(
+        std::move(tensor),
+        tp::SliceContext{full_mc, shard, random, mw.get(), stream,
+                         [this](bf16* d, const std::string& nm, std::size_t n, float sc,
+                                float off) { random_tensor(d, nm, n, sc, off); },
+                         [this](const std::string& nm, const bf16* d, std::size_t n) {
+                           by_name[nm] = {d, n};
+                         }});
+  const float lin = 1.0f / std::sqrt(static_cast<float>(h));
+  embed = alloc_weight(V * h);
+  tensor(embed, "model.embed_tokens.weight", V * h, 1.0f, 0.0f);
+  for (int l = 0; l < mc.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerDev d{};
+    d.input_norm = alloc_weight(h);
+    d.post_norm = alloc_weight(h);
+    d.qkv = alloc_weight(qkv_dim * h);
+    d.o = alloc_weight(h * q_dim);
+    d.gate_up = alloc_weight(2 * in * h);
+    d.down = alloc_weight(h * in);
+    tensor(d.input_norm, p + "input_layernorm.weight", h, 0.1f, 1.0f);
+    tensor(d.qkv, p + "self_attn.q_proj.weight", q_dim * h, lin, 0.0f);
+    tensor(d.qkv + q_dim * h, p + "self_attn.k_proj.weight", kv_dim * h, lin, 0.0f);
+    tensor(d.qkv + (q_dim + kv_dim) * h, p + "self_attn.v_proj.weight", kv_dim * h, lin, 0.0f);
+    tensor(d.o, p + "self_attn.o_proj.weight", h * q_dim,
+           1.0f / std::sqrt(static_cast<float>(full_mc.q_dim())), 0.0f);  // whole-model scale
+    tensor(d.post_norm, p + "post_attention_layernorm.weight", h, 0.1f, 1.0f);
+    tensor(d.gate_up, p + "mlp.gate_proj.weight", in * h, lin, 0.0f);
+    tensor(d.gate_up + in * h, p + "mlp.up_proj.weight", in * h, lin, 0.0f);
+    tensor(d.down, p + "mlp.down_proj.weight", h * in,
+           1.0f / std::sqrt(static_cast<float>(full_mc.intermediate_size)), 0.0f);
+    layers.push_back(d);
+  }
+  final_norm = alloc_weight(h);
+  tensor(final_norm, "model.norm.weight", h, 0.1f, 1.0f);
+  if (tp.size > 1) {
+    // The rank's vocabulary slice, padded with zero rows to vocab_slice (equal all-gathers).
+    const std::size_t vs = shard.vocab_slice, vl = shard.vocab;
+    lm_head = alloc_weight(vs * h);
+    CUDA_CHECK(cudaMemsetAsync(lm_head, 0, vs * h * 2, stream));
+    if (mc.tie_word_embeddings)
+      CUDA_CHECK(cudaMemcpyAsync(lm_head, embed + static_cast<std::size_t>(shard.vocab_begin) * h,
+                                 vl * h * 2, cudaMemcpyDeviceToDevice, stream));
+    else if (vl > 0)
+      tensor(lm_head, "lm_head.weight", vl * h, lin, 0.0f);
+  } else if (mc.tie_word_embeddings) {
+    lm_head = embed;
+  } else {
+    lm_head = alloc_weight(V * h);
+    tensor(lm_head, "lm_head.weight", V * h, lin, 0.0f);
+  }
+  const std::vector<double> inv = mc.rope_inv_freq();
+  inv_freq = DeviceArray<double>(inv.size());
+  CUDA_CHECK(
+      cudaMemcpy(inv_freq.get(), inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::size_t bytes = 0;
+  for (const auto& a : owned) bytes += a.bytes();
+  binfo.weight_bytes = bytes;
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,239 @@
+// Start-up of the CUDA backend: device, activations and step buffers (fixed addresses for the
+// graphs), the step planner and its pinned upload image, decode GEMM tuning, the KV pool.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cuda/attention.h"
+#include "cuda/backend/backend_impl.h"
+#include "cuda/dispatch.h"
+#include "cuda/tp/collectives.h"
+#include "runtime/error.h"
+
+namespace strata::cuda {
+
+namespace {
+constexpr int kGraphBucketsDefault[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+}  // namespace
+
+CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
+    : cfg(c), device(dev), tp(tp_rank) {
+  int n = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&n));
+  if (dev < 0 || dev >= n)
+    throw ConfigError("backend.devices", "CUDA device " + std::to_string(dev) + " not present (" +
+                                             std::to_string(n) + " device(s))");
+  CUDA_CHECK(cudaSetDevice(dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreate(&ev0));
+  CUDA_CHECK(cudaEventCreate(&ev1));
+  gemm = std::make_unique<Gemm>(stream);
+  build_weights();
+  check_head_dim(mc.head_dim, "CUDA backend");
+  if (mc.gqa_ratio() > 8)
+    throw ConfigError(
+        "num_key_value_heads",
+        "CUDA backend: GQA ratio " + std::to_string(mc.gqa_ratio()) + " > 8 is not supported");
+  allocate_workspace();
+  if (tp.size > 1) {
+    logits_local = DeviceArray<float>(static_cast<std::size_t>(logit_rows) * shard.vocab_slice);
+    logits_parts =
+        DeviceArray<float>(static_cast<std::size_t>(tp.size) * logit_rows * shard.vocab_slice);
+  }
+  use_graphs = cfg.backend.cuda_graphs;
+  sparse_graphs = cfg.backend.sparse_graphs;
+  if (tp.comm && !tp.comm->capturable()) use_graphs = false;  // host-staged collectives
+  if (!cfg.backend.graph_batch_sizes.empty()) {
+    buckets = cfg.backend.graph_batch_sizes;
+  } else {
+    buckets.assign(std::begin(kGraphBucketsDefault), std::end(kGraphBucketsDefault));
+  }
+  std::erase_if(buckets, [&](int b) { return b <= 0 || b > max_seqs; });
+  std::sort(buckets.begin(), buckets.end());
+  tune_decode_gemms();  // before the KV pool takes the free memory (temporary buffers)
+  plan_kv_pool();
+  planner = std::make_unique<StepPlanner>(step_limits());
+  binfo.name = tp.size == 1 ? "cuda" : "cuda-tp" + std::to_string(tp.size);
+  binfo.layout = KvLayout{mc.num_key_value_heads, mc.head_dim, 2};  // local KV heads
+  binfo.tp_size = tp.size;
+}
+
+CudaBackendImpl::~CudaBackendImpl() {
+  cudaSetDevice(device);
+  for (auto& [k, g] : graphs) cudaGraphExecDestroy(g);
+  if (ev0) cudaEventDestroy(ev0);
+  if (ev1) cudaEventDestroy(ev1);
+  gemm.reset();
+  if (stream) cudaStreamDestroy(stream);
+}
+
+void CudaBackendImpl::allocate_workspace() {
+  std::size_t before_free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&before_free, &total));
+  max_tokens = std::max(cfg.scheduler.max_num_batched_tokens, 1);
+  max_seqs = std::max(cfg.scheduler.max_num_seqs, 1);
+  max_tokens = std::max(max_tokens, max_seqs);
+  const std::int64_t model_len =
+      cfg.model.max_model_len > 0 ? cfg.model.max_model_len : mc.max_position_embeddings;
+  pmax = static_cast<int>((model_len + kBlockSize - 1) / kBlockSize);
+  max_tiles = max_tokens / 64 + max_seqs + 1;
+  logit_rows = std::max(256, max_seqs);
+  const std::size_t T = max_tokens, H = mc.hidden_size, I = mc.intermediate_size, V = mc.vocab_size;
+  resid = DeviceArray<float>(T * H);
+  normed = DeviceArray<bf16>(T * H);
+  qkv = DeviceArray<bf16>(T * qkv_dim);
+  attn = DeviceArray<bf16>(T * q_dim);
+  delta = DeviceArray<bf16>(T * H);
+  gu = DeviceArray<bf16>(T * 2 * I);
+  act = DeviceArray<bf16>(T * I);
+  lm_normed = DeviceArray<bf16>(static_cast<std::size_t>(logit_rows) * H);
+  logits = DeviceArray<float>(static_cast<std::size_t>(logit_rows) * V);
+  part_o = DeviceArray<float>(static_cast<std::size_t>(max_seqs) * mc.num_attention_heads *
+                              kMaxDecodeSplits * mc.head_dim);
+  part_ml = DeviceArray<float>(static_cast<std::size_t>(max_seqs) * mc.num_attention_heads *
+                               kMaxDecodeSplits * 2);
+  const std::size_t tables = static_cast<std::size_t>(max_seqs) * mc.num_hidden_layers * pmax;
+  auto dev = [](DeviceArray<int>& d, std::size_t n) { d = DeviceArray<int>(n); };
+  dev(d_tokens, T);
+  dev(d_pos, T);
+  dev(d_seq_of, T);
+  dev(d_tables, tables);
+  dev(d_row_start, max_seqs);
+  dev(d_nq, max_seqs);
+  dev(d_qpos0, max_seqs);
+  dev(d_tile_seq, max_tiles);
+  dev(d_tile_q0, max_tiles);
+  dev(d_q_row, max_seqs);
+  const std::size_t per_layer = static_cast<std::size_t>(mc.num_hidden_layers) * max_seqs;
+  dev(d_seq_len, per_layer);
+  dev(d_slots, per_layer);
+  d_dec_seqs = DeviceArray<sparse::DecodeSeq>(per_layer);
+  pre_lse = DeviceArray<float>(T * mc.num_attention_heads);
+  dec_lse = DeviceArray<float>(static_cast<std::size_t>(max_seqs) * mc.num_attention_heads);
+  dev(d_lm_rows, T);
+  dev(d_argmax, logit_rows);
+  h_argmax = PinnedArray<int>(logit_rows);
+  h_logits = PinnedArray<float>(static_cast<std::size_t>(logit_rows) * V);
+  // The step's upload image (cuda/step_layout.h): one pinned buffer, sections per device array.
+  const StepImageLayout image_at = StepImageLayout::for_limits(step_limits());
+  image_mem = PinnedArray<std::byte>(image_at.bytes);
+  image = StepImage(std::span<std::byte>(image_mem.get(), image_mem.size()), image_at);
+  CUDA_CHECK(cudaMemsetAsync(d_tables.get(), 0, d_tables.bytes(), stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::size_t after_free = 0;
+  CUDA_CHECK(cudaMemGetInfo(&after_free, &total));
+  activation_bytes = before_free > after_free ? before_free - after_free : 0;
+}
+
+// Decode GEMM autotuning (cuda/gemm.h): every linear layer shape at every graph bucket's row
+// count (the decode graphs run exactly those T), for models of >= 1 GiB of weights (where
+// decode is weight-bandwidth bound; small test models keep bit-identical eager/graph GEMMs).
+// STRATA_GEMM_AUTOTUNE=0 keeps cuBLAS's defaults, =1 tunes any model. The choices are logged
+// on stderr, one line per shape and row count.
+void CudaBackendImpl::tune_decode_gemms() {
+  const char* env = std::getenv("STRATA_GEMM_AUTOTUNE");
+  const std::string mode = env ? env : "";
+  if (mode == "0" || buckets.empty() || layers.empty()) return;
+  if (mode != "1" && binfo.weight_bytes < (1ull << 30)) return;
+  const int H = mc.hidden_size, I = mc.intermediate_size, V = mc.vocab_size;
+  const LayerDev& w = layers.front();
+  const std::vector<GemmShape> shapes = {
+      {"qkv", qkv_dim, H, false, w.qkv},
+      {"o", H, q_dim, false, w.o},
+      {"gate_up", 2 * I, H, false, w.gate_up},
+      {"down", H, I, false, w.down},
+      // tp > 1: the rank's vocabulary slice of rows
+      {"lm_head", tp.size > 1 ? shard.vocab_slice : V, H, true, lm_head}};
+  std::vector<int> rows;
+  for (int b : buckets)
+    if (b <= std::min(max_tokens, logit_rows)) rows.push_back(b);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<GemmTuneResult> res;
+  try {
+    res = gemm->autotune(shapes, rows, 1000.0);
+  } catch (const std::exception& e) {  // tuning is an optimisation: keep what was verified
+    cudaGetLastError();
+    std::fprintf(stderr, "strata cuda: decode GEMM autotune stopped (%s); %d plans kept\n",
+                 e.what(), gemm->tuned_count());
+    return;
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr,
+               "strata cuda: decode GEMM autotune %.0f ms, %d of %zu (shape, rows) use cublasLt\n",
+               ms, gemm->tuned_count(), res.size());
+  for (const GemmTuneResult& r : res)
+    std::fprintf(stderr,
+                 "strata cuda:   %-8s N=%-6d K=%-6d T=%-4d default %8.1f us -> %8.1f us  %s (%d "
+                 "candidates, %d rejected)\n",
+                 r.name.c_str(), r.N, r.K, r.T, r.default_us, r.best_us, r.chosen.c_str(),
+                 r.candidates, r.rejected);
+}
+
+void CudaBackendImpl::plan_kv_pool() {
+  const KvLayout layout{mc.num_key_value_heads, mc.head_dim, 2};
+  std::size_t free_b = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+  const std::size_t headroom = 256ull << 20;  // graphs, cuBLAS internals, driver
+  std::size_t budget =
+      free_b > headroom ? static_cast<std::size_t>((free_b - headroom) * cfg.cache.kv_fraction) : 0;
+  if (cfg.cache.kv_bytes > 0) budget = std::min<std::size_t>(budget, cfg.cache.kv_bytes);
+  // Every page carries its fp32 slot scores (sparse layers); the prefill scratch (a whole
+  // step's tokens laid out as pages) comes from the same budget.
+  scratch_pages = pages_for_slots(max_tokens) + max_seqs;
+  const std::size_t per_page = layout.page_bytes() + layout.score_elems() * sizeof(float);
+  const std::size_t all_pages = budget / per_page;
+  const std::size_t pages =
+      all_pages > static_cast<std::size_t>(scratch_pages) ? all_pages - scratch_pages : 0;
+  if (pages < static_cast<std::size_t>(mc.num_hidden_layers))
+    throw ConfigError("cache.kv_bytes",
+                      "KV pool of " + std::to_string(budget) + " bytes holds " +
+                          std::to_string(pages) + " pages of " +
+                          std::to_string(layout.page_bytes()) + " (+" +
+                          std::to_string(layout.score_elems() * sizeof(float)) +
+                          " score bytes) after " + std::to_string(scratch_pages) +
+                          " scratch pages: fewer than one per layer (free device memory " +
+                          std::to_string(free_b) + " bytes)");
+  const std::size_t n_pages = std::min<std::size_t>(pages, 0x7fffffff - scratch_pages);
+  const std::size_t with_scratch = n_pages + scratch_pages;
+  kv_pool = DeviceArray<bf16>(with_scratch * layout.page_elems());
+  score_pool = DeviceArray<float>(with_scratch * layout.score_elems());
+  // The pool starts as zeros (K/V and scores), so results never depend on what the device
+  // memory held before. STRATA_CUDA_POOL_POISON=1 fills it with NaN bits instead: every read
+  // of a slot that was never written (K/V, or a sparse layer's score) then turns into NaN
+  // logits (tests/gpu/sparse_model_test.cpp, NoReadOfUnwrittenSlots).
+  const char* poison_env = std::getenv("STRATA_CUDA_POOL_POISON");
+  const int fill = poison_env && std::string(poison_env) == "1" ? 0xFF : 0;
+  CUDA_CHECK(cudaMemsetAsync(kv_pool.get(), fill, kv_pool.bytes(), stream));
+  CUDA_CHECK(cudaMemsetAsync(score_pool.get(), fill, score_pool.bytes(), stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  kv_bytes = kv_pool.bytes() + score_pool.bytes();
+  binfo.num_pages = static_cast<int>(n_pages);
+}
+
+StepLimits CudaBackendImpl::step_limits() const {
+  StepLimits lim;
+  lim.num_layers = mc.num_hidden_layers;
+  lim.vocab = mc.vocab_size;
+  lim.num_pages = binfo.num_pages;
+  lim.scratch_pages = scratch_pages;
+  lim.max_seqs = max_seqs;
+  lim.max_tokens = max_tokens;
+  lim.max_table_pages = pmax;
+  lim.max_tiles = max_tiles;
+  lim.logit_rows = logit_rows;
+  lim.kv_heads = mc.num_key_value_heads;
+  lim.head_dim = mc.head_dim;
+  lim.num_sms = num_sms;
+  lim.graph_buckets = buckets;
+  return lim;
+}
+
+}  // namespace strata::cuda

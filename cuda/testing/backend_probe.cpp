@@ -1,0 +1,112 @@
+// Test and benchmark hooks of the CUDA backend (see the header).
+#include "cuda/testing/backend_probe.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda/attention.h"
+#include "cuda/backend/backend_impl.h"
+#include "runtime/error.h"
+#include "runtime/make_model.h"
+
+namespace strata::cuda {
+
+CudaBackendProbe::CudaBackendProbe(CudaBackend& be) : b_(*be.impl_) {}
+
+std::vector<float> CudaBackendProbe::weight_to_host(const std::string& name) const {
+  auto it = b_.by_name.find(name);
+  if (it == b_.by_name.end()) throw ModelError("CUDA backend: no weight named " + name);
+  CUDA_CHECK(cudaSetDevice(b_.device));
+  std::vector<std::uint16_t> raw(it->second.second);
+  CUDA_CHECK(cudaMemcpy(raw.data(), it->second.first, raw.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> out(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) out[i] = bf16_to_float(raw[i]);
+  return out;
+}
+void CudaBackendProbe::set_cuda_graphs(bool on) {
+  b_.use_graphs = on;
+}
+void CudaBackendProbe::set_sparse_graphs(bool on) {
+  b_.sparse_graphs = on;
+}
+void CudaBackendProbe::set_decode_splits(int n) {
+  if (n < 0 || n > kMaxDecodeSplits)
+    throw InternalError("set_decode_splits: " + std::to_string(n) + " outside 0.." +
+                        std::to_string(kMaxDecodeSplits));
+  b_.forced_splits = n;
+}
+void CudaBackendProbe::set_layer_taps(bool on) {
+  CudaBackendImpl& b = b_;
+  CUDA_CHECK(cudaSetDevice(b.device));
+  if (on && b.tap_qkv.size() == 0) {
+    const std::size_t L = static_cast<std::size_t>(b.mc.num_hidden_layers);
+    b.tap_qkv = DeviceArray<bf16>(L * b.max_tokens * b.qkv_dim);
+    b.tap_attn = DeviceArray<bf16>(L * b.max_tokens * b.q_dim);
+    b.tap_lse = DeviceArray<float>(L * b.max_seqs * b.mc.num_attention_heads);
+  }
+  b.taps = on;
+}
+std::vector<CudaBackendProbe::LayerTap> CudaBackendProbe::layer_taps() const {
+  const CudaBackendImpl& b = b_;
+  if (!b.taps) throw InternalError("layer_taps: taps are off (set_layer_taps(true) first)");
+  CUDA_CHECK(cudaSetDevice(b.device));
+  std::vector<LayerTap> out(static_cast<std::size_t>(b.mc.num_hidden_layers));
+  for (std::size_t l = 0; l < out.size(); ++l) {
+    LayerTap& t = out[l];
+    t.rows = b.tap_rows;
+    const std::size_t lt = l * b.max_tokens;
+    t.qkv.resize(static_cast<std::size_t>(b.tap_rows) * b.qkv_dim);
+    t.attn.resize(static_cast<std::size_t>(b.tap_rows) * b.q_dim);
+    CUDA_CHECK(cudaMemcpy(t.qkv.data(), b.tap_qkv.get() + lt * b.qkv_dim, t.qkv.size() * 2,
+                          cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(t.attn.data(), b.tap_attn.get() + lt * b.q_dim, t.attn.size() * 2,
+                          cudaMemcpyDeviceToHost));
+    if (b.tap_has_lse) {
+      t.dec_lse.resize(static_cast<std::size_t>(b.tap_dec_rows) * b.mc.num_attention_heads);
+      CUDA_CHECK(cudaMemcpy(t.dec_lse.data(),
+                            b.tap_lse.get() + l * b.max_seqs * b.mc.num_attention_heads,
+                            t.dec_lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+  }
+  return out;
+}
+std::vector<std::uint16_t> CudaBackendProbe::read_kv_pages(const std::vector<int>& pages) const {
+  const CudaBackendImpl& b = b_;
+  CUDA_CHECK(cudaSetDevice(b.device));
+  const std::size_t pe = b.binfo.layout.page_elems();
+  std::vector<std::uint16_t> out(pages.size() * pe);
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i] < 0 || pages[i] >= b.binfo.num_pages + b.scratch_pages)
+      throw InternalError("read_kv_pages: page " + std::to_string(pages[i]) + " outside the pool");
+    CUDA_CHECK(cudaMemcpy(out.data() + i * pe, b.kv_pool.get() + pages[i] * pe, pe * 2,
+                          cudaMemcpyDeviceToHost));
+  }
+  return out;
+}
+std::vector<float> CudaBackendProbe::read_score_pages(const std::vector<int>& pages) const {
+  const CudaBackendImpl& b = b_;
+  CUDA_CHECK(cudaSetDevice(b.device));
+  const std::size_t se = b.binfo.layout.score_elems();
+  std::vector<float> out(pages.size() * se);
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i] < 0 || pages[i] >= b.binfo.num_pages + b.scratch_pages)
+      throw InternalError("read_score_pages: page " + std::to_string(pages[i]) +
+                          " outside the pool");
+    CUDA_CHECK(cudaMemcpy(out.data() + i * se, b.score_pool.get() + pages[i] * se,
+                          se * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  return out;
+}
+int CudaBackendProbe::graphs_captured() const {
+  return static_cast<int>(b_.graphs.size());
+}
+std::size_t CudaBackendProbe::activation_bytes() const {
+  return b_.activation_bytes;
+}
+std::size_t CudaBackendProbe::kv_pool_bytes() const {
+  return b_.kv_bytes;
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,53 @@
+// Test and benchmark hooks of the CUDA backend (not part of the Backend contract): used by
+// tests/gpu/ and tools/gpu/gpu_bench.cpp only. A probe is a view of one backend and lives no
+// longer than it; like the backend, it is driven by one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_backend.h"
+
+namespace strata::cuda {
+
+class CudaBackendProbe {
+ public:
+  explicit CudaBackendProbe(CudaBackend& be);
+
+  // fp32 copy of a weight by HF name (e.g. "model.layers.0.self_attn.q_proj.weight").
+  std::vector<float> weight_to_host(const std::string& hf_name) const;
+  void set_cuda_graphs(bool on);
+  // Graphs also for decode steps touching sparse layers (backend.sparse_graphs).
+  void set_sparse_graphs(bool on);
+  // Decode attention split count for every later step, eager and graph (0: the backend's
+  // choice; 1..kMaxDecodeSplits).
+  void set_decode_splits(int n);
+  int graphs_captured() const;
+  // Issue 9 diagnostics (tests only). While layer taps are on, every step (eager, and graph
+  // replays: graphs are keyed by the flag) copies each layer's post-RoPE qkv rows, attention
+  // output rows and (sparse decode) decode LSE into device buffers; layer_taps() returns those
+  // of the last step, rows in the backend's row order (decode rows first, graph padding rows
+  // included).
+  struct LayerTap {
+    int rows = 0;
+    std::vector<std::uint16_t> qkv;   // bf16 bits [rows][q + 2 kv dims]
+    std::vector<std::uint16_t> attn;  // bf16 bits [rows][q dims]
+    std::vector<float> dec_lse;       // [decode rows][heads]; empty without sparse decode
+  };
+  void set_layer_taps(bool on);
+  std::vector<LayerTap> layer_taps() const;
+  // Raw pool contents of `pages` (page ids; scratch pages too): K/V bf16 bits
+  // [page][page_elems] and scores [page][kv_heads][16].
+  std::vector<std::uint16_t> read_kv_pages(const std::vector<int>& pages) const;
+  std::vector<float> read_score_pages(const std::vector<int>& pages) const;
+  // Bytes measured at start-up: activations + workspace, KV pool (+ scores).
+  std::size_t activation_bytes() const;
+  std::size_t kv_pool_bytes() const;
+
+ private:
+  CudaBackendImpl& b_;
+};
+
+}  // namespace strata::cuda

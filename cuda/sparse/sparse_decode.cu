@@ -1,10 +1,11 @@
 // Decode-side operations of `scored` layers (DESIGN.md section 3, docs/contracts.md).
 //
-// Probabilities for the score averages are recomputed from Q, K and the decode attention's
-// LSE (p = exp(q.k * scale - lse)) instead of asking the split-KV decode kernel to keep its
-// logits: one extra read of the layer's C slots of K per sequence (C * kv_heads * head_dim *
-// 2 bytes, 1 MiB for C = 512 on the 8B shape), with no coupling to the decode kernel's
-// split layout.
+// Probabilities for the score averages, p = exp(logit - lse), come either from the decode
+// attention's own scaled logits (DecodeParams::logits: every split writes the logits of its
+// own key range, the merge writes the final LSE, so split-KV needs no change; per sequence and
+// layer that is q_heads * C * 4 bytes written and read again, 64 KiB for C = 512 on the 8B
+// shape) or, without them, recomputed from Q, K and the LSE: one extra read of the layer's C
+// slots of K per sequence (C * kv_heads * head_dim * 2 bytes, 1 MiB for C = 512).
 #include "cuda/sparse/sparse_common.cuh"
 #include "cuda/sparse/sparse_kernels.h"
 
@@ -127,6 +128,31 @@ __global__ void __launch_bounds__(kUpdateWarps * 32) update_kernel(const DecodeP
   }
 }
 
+// The update from the attention's logits: one thread per (slot, kv head, sequence); the
+// group's heads are summed in index order (deterministic, no atomics).
+constexpr int kLogitThreads = 256;
+
+__global__ void __launch_bounds__(kLogitThreads) update_from_logits_kernel(const DecodeParams p) {
+  const DecodeSeq& s = p.seqs[blockIdx.z];
+  if (s.policy == 0) return;  // full layer / padding
+  const bool full = ring_full(s);
+  const int attended = full ? s.capacity : s.valid + 1;
+  const int new_slot = full ? s.capacity - s.ring + s.ring_pos : s.valid;
+  const int j = blockIdx.x * kLogitThreads + threadIdx.x;
+  if (j >= attended) return;
+  const int g = blockIdx.y;
+  const int group = p.q_heads / p.kv_heads;
+  const std::size_t row = static_cast<std::size_t>(blockIdx.z) * p.q_heads + g * group;
+  float prob = 0.0f;
+  for (int h = 0; h < group; ++h)
+    prob +=
+        expf(p.logits[(row + h) * static_cast<std::size_t>(p.logits_stride) + j] - p.lse[row + h]);
+  const std::int32_t* table = p.pages + s.table;
+  const float lambda = 1.0f / static_cast<float>(s.window);
+  float& sc = p.scores[score_elem(table, p.kv_heads, g, j)];
+  sc = j == new_slot ? prob : (1.0f - lambda) * sc + lambda * prob;
+}
+
 }  // namespace
 
 cudaError_t launch_scored_resolve(const DecodeParams& p, cudaStream_t stream) {
@@ -140,6 +166,12 @@ cudaError_t launch_scored_update(const DecodeParams& p, cudaStream_t stream) {
   if (p.num_seqs <= 0 || p.max_slots <= 0) return cudaSuccess;
   if (p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0 || p.q_heads / p.kv_heads > kMaxGroup)
     return cudaErrorInvalidValue;
+  if (p.logits) {
+    if (p.logits_stride < p.max_slots) return cudaErrorInvalidValue;
+    const dim3 grid((p.max_slots + kLogitThreads - 1) / kLogitThreads, p.kv_heads, p.num_seqs);
+    update_from_logits_kernel<<<grid, kLogitThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
   const dim3 grid((p.max_slots + kUpdateSlots - 1) / kUpdateSlots, p.kv_heads, p.num_seqs);
   switch (p.head_dim) {
     case 64:

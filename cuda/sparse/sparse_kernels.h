@@ -112,15 +112,23 @@ struct DecodeParams {
   int q_stride = 0;            // 0: q_heads * head_dim
   const float* lse = nullptr;  // [num_seqs, q_heads] natural log, decode attention's lse in
                                // its batch order (= the order of seqs)
+  // The decode attention's own scaled logits (DecodeAttentionParams::logits, same batch order):
+  // [num_seqs, q_heads, logits_stride], slot j at column j. When set, the update reads them
+  // instead of recomputing q . k (no pass over the kept K).
+  const float* logits = nullptr;
+  int logits_stride = 0;  // >= max_slots
 };
 
 // Before the new token's K/V is written: when the ring is full, the token in the ring's
 // oldest slot (C - r + ring_pos) replaces, per KV head, the lowest-scored slot of
 // [sinks, C - r) (lowest slot on ties) if its score is strictly higher; else it is dropped.
 cudaError_t launch_scored_resolve(const DecodeParams& p, cudaStream_t stream);
-// After decode attention, every sparse policy (the CPU backend's rule): recomputes p_h(j) = exp(q_h
-// . k_j * scale - lse_h) for the slots attended this step and sets s_j <- (1 - 1/alpha) s_j +
-// (1/alpha) sum_{h in g} p_h(j); the new token's slot starts at sum_{h in g} p_h(new).
+// After decode attention, every sparse policy (the CPU backend's rule): p_h(j) = exp(logit_h(j)
+// - lse_h) for the slots attended this step, and s_j <- (1 - 1/alpha) s_j + (1/alpha)
+// sum_{h in g} p_h(j) (heads summed in index order); the new token's slot starts at
+// sum_{h in g} p_h(new). logit_h(j) = q_h . k_j * scale is read from p.logits when set (the
+// attention kernel's own values: one coalesced fp32 read per head and slot), else recomputed
+// from q and the kept K (one pass over K with 2-byte loads).
 cudaError_t launch_scored_update(const DecodeParams& p, cudaStream_t stream);
 
 }  // namespace strata::cuda::sparse

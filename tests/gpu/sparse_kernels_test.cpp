@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/attention.h"
 #include "cuda/sparse/sparse_plan.h"
 #include "runtime/kv_layout.h"
 #include "runtime/snapkv.h"
@@ -599,6 +600,9 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
     std::vector<double> expect(want.scores.begin(), want.scores.end());
     const double scale = p.scale;
     int max_slots = 0;
+    int stride = 0;  // logits columns: the most slots any case attends
+    for (const auto& c : cases) stride = std::max(stride, std::max(c.C, c.valid + 1));
+    std::vector<float> cpu_logits(static_cast<std::size_t>(n) * q_heads * stride, 0.0f);
     for (int s = 0; s < n; ++s) {
       LayerSlots ls;
       ls.rule = rules[s];
@@ -621,8 +625,11 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
             qv[d] = from_bf16(q[(static_cast<std::size_t>(s) * q_heads + qh) * hd + d]);
           std::vector<double> lg(visible);
           double m = -1e300;
-          for (int j = 0; j < visible; ++j)
+          for (int j = 0; j < visible; ++j) {
             m = std::max(m, lg[j] = dot(qv.data(), want.key(t, g, j).data(), hd) * scale);
+            cpu_logits[(static_cast<std::size_t>(s) * q_heads + qh) * stride + j] =
+                static_cast<float>(lg[j]);
+          }
           double sum = 0.0;
           for (int j = 0; j < visible; ++j) sum += std::exp(lg[j] - m);
           const double l = m + std::log(sum);
@@ -643,17 +650,83 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
     p.q = reinterpret_cast<const bf16*>(d_q.p);
     p.lse = d_lse.p;
     p.max_slots = max_slots;
+    auto check = [&](const char* what) {
+      const auto got = d_scores.down();
+      double worst = 0.0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(got[i])) << what << " " << i;
+        const double rel = std::abs(got[i] - expect[i]) / std::max(std::abs(expect[i]), 1e-20);
+        worst = std::max(worst, rel);
+        ASSERT_LE(rel, kRelTol) << what << " score " << i << " gpu " << got[i] << " ref "
+                                << expect[i];
+      }
+      std::printf("[sparse] decode update (%s) group %d: max rel err %.3g\n", what, group, worst);
+    };
+    // 1. Recomputed from q and K.
     CK(launch_scored_update(p, nullptr));
     CK(cudaDeviceSynchronize());
-    const auto got = d_scores.down();
-    double worst = 0.0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(got[i])) << i;
-      const double rel = std::abs(got[i] - expect[i]) / std::max(std::abs(expect[i]), 1e-20);
-      worst = std::max(worst, rel);
-      ASSERT_LE(rel, kRelTol) << "score " << i << " gpu " << got[i] << " ref " << expect[i];
+    check("q.k");
+    // 2. From logits (the reference's own, fp32) and the reference LSE.
+    d_scores.up(want.scores);
+    Dev<float> d_logits(cpu_logits.size());
+    d_logits.up(cpu_logits);
+    p.logits = d_logits.p;
+    p.logits_stride = stride;
+    CK(launch_scored_update(p, nullptr));
+    CK(cudaDeviceSynchronize());
+    check("reference logits");
+    // 3. The fused path: decode attention writes its logits and LSE (three splits, so every
+    // split writes its own key range of the logits), the update reads them.
+    d_scores.up(want.scores);
+    CK(cudaMemset(d_logits.p, 0xff, d_logits.n * sizeof(float)));  // NaN poison
+    CK(cudaMemset(d_lse.p, 0xff, d_lse.n * sizeof(float)));
+    int table_stride = 0;
+    for (const auto& t : tables) table_stride = std::max(table_stride, static_cast<int>(t.size()));
+    std::vector<int> table2d(static_cast<std::size_t>(n) * table_stride, 0), q_rows(n), lens(n);
+    for (int s = 0; s < n; ++s) {
+      std::copy(tables[s].begin(), tables[s].end(),
+                table2d.begin() + static_cast<std::ptrdiff_t>(s) * table_stride);
+      LayerSlots ls;
+      ls.rule = rules[s];
+      ls.valid = cases[s].valid;
+      ls.ring_pos = cases[s].ring_pos;
+      q_rows[s] = s;
+      lens[s] = ls.ring_full() ? rules[s].capacity : ls.valid + 1;
     }
-    std::printf("[sparse] decode update group %d: max rel err %.3g\n", group, worst);
+    Dev<int> d_table2d(table2d.size()), d_qrow(n), d_len(n);
+    d_table2d.up(table2d);
+    d_qrow.up(q_rows);
+    d_len.up(lens);
+    constexpr int kSplits = 3;
+    Dev<float> part_o(static_cast<std::size_t>(n) * q_heads * kSplits * hd),
+        part_ml(static_cast<std::size_t>(n) * q_heads * kSplits * 2);
+    Dev<std::uint16_t> d_out(static_cast<std::size_t>(n) * q_heads * hd);
+    const cuda::DecodeAttentionParams ap{.q = reinterpret_cast<const bf16*>(d_q.p),
+                                         .q_stride = q_heads * hd,
+                                         .q_row = d_qrow.p,
+                                         .kv_pool = reinterpret_cast<const bf16*>(d_pool.p),
+                                         .page_elems = static_cast<long long>(p.page_elems),
+                                         .block_table = d_table2d.p,
+                                         .table_stride = table_stride,
+                                         .seq_len = d_len.p,
+                                         .batch = n,
+                                         .num_splits = kSplits,
+                                         .part_o = part_o.p,
+                                         .part_ml = part_ml.p,
+                                         .out = reinterpret_cast<bf16*>(d_out.p),
+                                         .out_stride = q_heads * hd,
+                                         .lse = d_lse.p,
+                                         .logits = d_logits.p,
+                                         .logits_stride = stride,
+                                         .heads = q_heads,
+                                         .kv_heads = kv_heads,
+                                         .head_dim = hd,
+                                         .scale = p.scale};
+    cuda::launch_decode_attention(ap, nullptr);
+    CK(launch_scored_update(p, nullptr));
+    CK(cudaDeviceSynchronize());
+    check("fused: attention logits");
+    p.logits = nullptr;
   }
 }
 
@@ -904,40 +977,118 @@ TEST(SparseBench, DISABLED_DecodeResolveUpdate8B) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  std::vector<float> times;
-  for (int it = 0; it < 22; ++it) {
-    CK(cudaEventRecord(e0));
-    for (int l = 0; l < layers; ++l) {
-      DecodeParams p;
-      p.seqs = d_seqs.p;
-      p.num_seqs = batch;
-      p.max_slots = C;
-      p.q_heads = q_heads;
-      p.kv_heads = kv_heads;
-      p.head_dim = hd;
-      p.scale = 1.0f / std::sqrt(128.0f);
-      p.pool = reinterpret_cast<bf16*>(pool.p + pages * layout.page_elems() * l);
-      p.scores = scores.p + pages * layout.score_elems() * l;
-      p.pages = d_table.p;
-      p.page_elems = layout.page_elems();
-      p.q = reinterpret_cast<const bf16*>(q.p);
-      p.lse = lse.p;
-      CK(launch_scored_resolve(p, nullptr));
-      CK(launch_scored_update(p, nullptr));
-    }
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (it >= 2) times.push_back(ms);
+  // The logits the fused path reads (decode attention writes them): one buffer per layer, random
+  // values in the range of real scaled logits (lse 30 above keeps the probabilities small).
+  Dev<float> logits(static_cast<std::size_t>(batch) * q_heads * C * layers);
+  {
+    std::vector<float> lh(logits.n);
+    std::uniform_real_distribution<float> lg(0.0f, 25.0f);
+    for (auto& x : lh) x = lg(rng);
+    logits.up(lh);
   }
-  for (float v : scores.down()) ASSERT_TRUE(std::isfinite(v));
-  const double t = median(times);
-  const double bytes = double(layers) * batch * C * kv_heads * hd * 2;  // K read by the update
-  std::printf(
-      "[sparse] bench decode batch %d, 29 layers, C %d: resolve+update %.3f ms per step "
-      "(%.0f GB/s of K read by the update)\n",
-      batch, C, t, bytes / (t * 1e-3) / 1e9);
+  for (const bool from_logits : {false, true}) {
+    std::vector<float> times;
+    for (int it = 0; it < 22; ++it) {
+      CK(cudaEventRecord(e0));
+      for (int l = 0; l < layers; ++l) {
+        DecodeParams p;
+        p.seqs = d_seqs.p;
+        p.num_seqs = batch;
+        p.max_slots = C;
+        p.q_heads = q_heads;
+        p.kv_heads = kv_heads;
+        p.head_dim = hd;
+        p.scale = 1.0f / std::sqrt(128.0f);
+        p.pool = reinterpret_cast<bf16*>(pool.p + pages * layout.page_elems() * l);
+        p.scores = scores.p + pages * layout.score_elems() * l;
+        p.pages = d_table.p;
+        p.page_elems = layout.page_elems();
+        p.q = reinterpret_cast<const bf16*>(q.p);
+        p.lse = lse.p;
+        if (from_logits) {
+          p.logits = logits.p + static_cast<std::size_t>(batch) * q_heads * C * l;
+          p.logits_stride = C;
+        }
+        CK(launch_scored_resolve(p, nullptr));
+        CK(launch_scored_update(p, nullptr));
+      }
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (it >= 2) times.push_back(ms);
+    }
+    for (float v : scores.down()) ASSERT_TRUE(std::isfinite(v));
+    const double t = median(times);
+    // Bytes the update must read: K (recomputed logits) or the logits themselves.
+    const double bytes = from_logits ? double(layers) * batch * q_heads * C * 4
+                                     : double(layers) * batch * C * kv_heads * hd * 2;
+    std::printf(
+        "[sparse] bench decode batch %d, 29 layers, C %d: resolve+update (%s) %.3f ms per step "
+        "(%.0f GB/s of %s read by the update)\n",
+        batch, C, from_logits ? "from logits" : "q.k", t, bytes / (t * 1e-3) / 1e9,
+        from_logits ? "logits" : "K");
+    std::printf("FIGURE bench_scored_update_%s_b%d_ms %.4f\n", from_logits ? "logits" : "qk", batch,
+                t);
+  }
+  // What the fused path adds to decode attention: the logits write (2 splits, as the backend
+  // picks for batch 64 x 8 KV heads x 512 slots on 132 SMs), 29 layers.
+  {
+    std::vector<int> rows(batch), lens(batch, C);
+    std::iota(rows.begin(), rows.end(), 0);
+    Dev<int> d_rows(batch), d_lens(batch);
+    d_rows.up(rows);
+    d_lens.up(lens);
+    constexpr int kSplits = 2;
+    Dev<float> part_o(static_cast<std::size_t>(batch) * q_heads * kSplits * hd),
+        part_ml(static_cast<std::size_t>(batch) * q_heads * kSplits * 2);
+    Dev<std::uint16_t> out(static_cast<std::size_t>(batch) * q_heads * hd);
+    for (const bool with_logits : {false, true}) {
+      std::vector<float> times;
+      for (int it = 0; it < 22; ++it) {
+        CK(cudaEventRecord(e0));
+        for (int l = 0; l < layers; ++l) {
+          const cuda::DecodeAttentionParams ap{
+              .q = reinterpret_cast<const bf16*>(q.p),
+              .q_stride = q_heads * hd,
+              .q_row = d_rows.p,
+              .kv_pool = reinterpret_cast<const bf16*>(pool.p + pages * layout.page_elems() * l),
+              .page_elems = static_cast<long long>(layout.page_elems()),
+              .block_table = d_table.p,
+              .table_stride = per_seq,
+              .seq_len = d_lens.p,
+              .batch = batch,
+              .num_splits = kSplits,
+              .part_o = part_o.p,
+              .part_ml = part_ml.p,
+              .out = reinterpret_cast<bf16*>(out.p),
+              .out_stride = q_heads * hd,
+              .lse = lse.p,
+              .logits = with_logits ? logits.p + static_cast<std::size_t>(batch) * q_heads * C * l
+                                    : nullptr,
+              .logits_stride = C,
+              .heads = q_heads,
+              .kv_heads = kv_heads,
+              .head_dim = hd,
+              .scale = 1.0f / std::sqrt(128.0f)};
+          cuda::launch_decode_attention(ap, nullptr);
+        }
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (it >= 2) times.push_back(ms);
+      }
+      const double t = median(times);
+      const double kv_bytes = double(layers) * batch * C * kv_heads * hd * 2 * 2;
+      std::printf(
+          "[sparse] bench decode attention batch %d, 29 layers, C %d, 2 splits, %s logits: "
+          "%.3f ms per step (%.0f GB/s of K+V)\n",
+          batch, C, with_logits ? "with" : "without", t, kv_bytes / (t * 1e-3) / 1e9);
+      std::printf("FIGURE bench_sparse_decode_attn_%s_b%d_ms %.4f\n",
+                  with_logits ? "logits" : "nologits", batch, t);
+    }
+  }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
 }

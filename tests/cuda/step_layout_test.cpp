@@ -540,6 +540,50 @@ TEST_F(StepLayoutTest, OneTokenPrefillRowKind) {
   EXPECT_EQ(s.tiles, 1);
 }
 
+// What the run uploads is a function of the step's plan only: staged after a larger step, the
+// uploaded ranges of every section equal those of a fresh image (stale rows, tables and
+// prefill entries are overwritten or zeroed).
+TEST_F(StepLayoutTest, UploadedRangesDependOnThePlanOnly) {
+  Pages pg;
+  StepPlan big;
+  for (int i = 0; i < 4; ++i) big.seqs.push_back(prefill(pg, i, 0, 60, 60, true));
+  big.seqs.push_back(decode(pg, 4, 104));
+  StepPlan small;
+  small.seqs.push_back(decode(pg, 20, 9));
+  small.seqs.push_back(prefill(pg, 21, 0, 5, 5, true));
+  small.seqs.push_back(decode(pg, 22, 40));
+  for (const StepOptions opt : {StepOptions{}, StepOptions{.graphs = false}}) {
+    build(big, opt);
+    const StepLayout after = build(small, opt);
+    StepPlanner fresh_planner(test_limits());
+    std::vector<std::byte> fresh_mem(at_.bytes);
+    StepImage fresh(std::span<std::byte>(fresh_mem.data(), fresh_mem.size()), at_);
+    StepLayout f;
+    fresh_planner.build(small, opt, fresh, f);
+    auto same = [&](const std::int32_t* a, const std::int32_t* b, int n, const char* what) {
+      for (int i = 0; i < n; ++i) EXPECT_EQ(a[i], b[i]) << what << " " << i;
+    };
+    same(image_.tokens(), fresh.tokens(), after.run_rows, "tokens");
+    same(image_.pos(), fresh.pos(), after.run_rows, "pos");
+    same(image_.seq_of(), fresh.seq_of(), after.run_rows, "seq_of");
+    same(image_.q_row(), fresh.q_row(), after.run_decode_rows, "q_row");
+    same(image_.lm_rows(), fresh.lm_rows(), after.run_lm_rows, "lm_rows");
+    same(image_.row_start(), fresh.row_start(), after.num_seqs, "row_start");
+    same(image_.nq(), fresh.nq(), after.num_seqs, "nq");
+    same(image_.qpos0(), fresh.qpos0(), after.num_seqs, "qpos0");
+    same(image_.tile_seq(), fresh.tile_seq(), after.tiles, "tile_seq");
+    same(image_.tile_q0(), fresh.tile_q0(), after.tiles, "tile_q0");
+    same(image_.tables(), fresh.tables(), after.num_seqs * kLayers * after.table_pages, "tables");
+    for (int l = 0; l < kLayers; ++l) {
+      same(image_.seq_len() + l * 8, fresh.seq_len() + l * 8, after.run_decode_rows, "seq_len");
+      same(image_.slots() + l * 8, fresh.slots() + l * 8, after.run_decode_rows, "slots");
+      EXPECT_EQ(std::memcmp(image_.dec_seqs() + l * 8, fresh.dec_seqs() + l * 8,
+                            sizeof(sparse::DecodeSeq) * after.run_decode_rows),
+                0);
+    }
+  }
+}
+
 // The plan checks (runtime/step_plan_check.h, the validator both backends share):
 // InvalidRequest for what a request caused, InternalError for engine bugs.
 TEST_F(StepLayoutTest, ValidationErrors) {

@@ -1,4 +1,4 @@
-// The CUDA tensor-parallel pieces outside cuda_backend.cpp (docs/tensor-parallel.md):
+// The CUDA tensor-parallel pieces outside cuda/backend/ (docs/tensor-parallel.md):
 // sliced weight loading for a rank, the gather of vocabulary-split logits, and the
 // creation of one CudaBackend per GPU joined by NCCL. Compiled for sm_90; not yet run on a
 // GPU (the project had no multi-GPU time when this was written).

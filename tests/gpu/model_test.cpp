@@ -379,7 +379,7 @@ TEST(GpuModel, RejectsBadSparsePlansAndBadTokens) {
 TEST(GpuModel, MemoryPlanHonoursByteCap) {
   REQUIRE_GPU();
   CudaBackend be(make_config("random:tiny", 10ull << 20), 0);
-  // Accounting of cuda/cuda_backend.cpp plan_kv_pool: every page (handed out or prefill
+  // Accounting of cuda/backend/workspace.cpp plan_kv_pool: every page (handed out or prefill
   // scratch) carries its fp32 slot scores, and the scratch pages (one step's tokens laid out
   // as pages, + one per sequence) come out of the same byte cap.
   const std::uint64_t cap = 10ull << 20;

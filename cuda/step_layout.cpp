@@ -100,14 +100,19 @@ StepPlanner::StepPlanner(StepLimits limits)
                               .max_tokens = lim_.max_tokens,
                               .max_positions = lim_.max_table_pages * kBlockSize}) {}
 
+// The StepPlan contract is checked by the one validator of runtime/step_plan_check.h (with
+// this backend's workspace as its step limits and max_model_len as its positions); what is
+// checked on top is CUDA's own: the prefill scratch (stage_rows) and the decode kernels' reads
+// (stage_decode_row: sparse::check_decode_reads).
 void StepPlanner::build(const StepPlan& plan, const StepOptions& opt, const StepImage& image,
                         StepLayout& out) {
   const int S = static_cast<int>(plan.seqs.size());
   out = StepLayout{};
   out.num_seqs = S;
-  validate(plan, out);
+  checker_.check(plan);
   if (S == 0) return;
   order_rows(plan, out);
+  measure(plan, out);
   std::vector<std::vector<sparse::PrefillInput>> pre(static_cast<std::size_t>(lim_.num_layers));
   stage_rows(plan, image, out, pre);
   collect_lm_rows(plan, image, out);
@@ -128,16 +133,13 @@ void StepPlanner::order_rows(const StepPlan& plan, StepLayout& out) const {
       if ((out.decode_row[static_cast<std::size_t>(i)] != 0) == (pass == 0)) out.order.push_back(i);
 }
 
-// The StepPlan contract is checked by the one validator of runtime/step_plan_check.h (with
-// this backend's workspace as its step limits and max_model_len as its positions); what is
-// checked here on top is CUDA's own: the prefill scratch (stage_rows) and the decode kernels'
-// reads (sparse::check_decode_reads). Then the sizes of the step.
-void StepPlanner::validate(const StepPlan& plan, StepLayout& out) {
-  checker_.check(plan);
+// Sizes of the step and which eager sparse work it holds.
+void StepPlanner::measure(const StepPlan& plan, StepLayout& out) const {
   int T = 0, max_pages = 1;
-  for (const SeqStep& s : plan.seqs) {
+  for (int i = 0; i < out.num_seqs; ++i) {
+    const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
     const int n = static_cast<int>(s.tokens.size());
-    const bool dec = is_decode_row(s);
+    const bool dec = out.decode_row[static_cast<std::size_t>(i)] != 0;
     for (const LayerSlots& ls : s.layers) {
       if (ls.action == LayerAction::kShrink) out.shrink = true;
       if (!dec && ls.rule.sparse() &&

@@ -213,7 +213,7 @@ class StepPlanner {
 
  private:
   void order_rows(const StepPlan& plan, StepLayout& out) const;
-  void validate(const StepPlan& plan, StepLayout& out);
+  void measure(const StepPlan& plan, StepLayout& out) const;
   void stage_rows(const StepPlan& plan, const StepImage& image, StepLayout& out,
                   std::vector<std::vector<sparse::PrefillInput>>& pre) const;
   void stage_decode_row(const SeqStep& s, int k, int row, const StepImage& image,

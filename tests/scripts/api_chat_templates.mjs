@@ -1,7 +1,7 @@
 // Real checkpoints' chat templates through `strata serve`: for each of several checkpoint
 // folders (a tiny random Llama with the real Llama-3 tokenizer, and the chat template of
 // Llama 3.1, Llama 3.2, Qwen 2.5, Mistral v0.3, Gemma 3, each loaded a different way), every
-// conversation of tests/runtime/chat_templates/conversations.json is rendered by Python's
+// conversation of tests/runtime/text/chat_templates/conversations.json is rendered by Python's
 // jinja2 as transformers does (render_reference.py --render) and tokenized by @lenml/tokenizers;
 // the server's /tokenize ids for the same messages must equal those ids, and a chat completion
 // must report that many prompt tokens. Also: the request fields chat_template,
@@ -17,7 +17,7 @@ import { startServer, check } from "./api_server.mjs";
 
 const src = process.env.STRATA_SOURCE_DIR;
 const python = process.env.STRATA_PYTHON3 || "python3";
-const tdir = `${src}/tests/runtime/chat_templates`;
+const tdir = `${src}/tests/runtime/text/chat_templates`;
 const require = createRequire(`${src}/tools/npm/package.json`);
 const { TokenizerLoader } = require("@lenml/tokenizers");
 const [bin, model] = process.argv.slice(2);

@@ -10,7 +10,7 @@
 #include "cuda/backend/backend_impl.h"
 #include "cuda/tp/tp_backends.h"
 #include "runtime/error.h"
-#include "runtime/make_model.h"
+#include "runtime/model/make_model.h"
 
 namespace strata::cuda {
 

@@ -1,5 +1,5 @@
 // The CUDA backend (runtime/backend.h) for Llama models on one device: bf16 weights
-// (uploaded from a checkpoint via runtime/model_loader.h, or generated on the device for
+// (uploaded from a checkpoint via runtime/model/model_loader.h, or generated on the device for
 // `random:<preset>[,layers=N,hidden=N,heads=N,kv_heads=N,intermediate=N,head_dim=N,vocab=N]`
 // with the model seed, bit-identical to `strata make-model`), a paged bf16 KV pool sized at
 // start-up from the memory left after weights and workspace, cuBLAS GEMMs, the kernels of
@@ -33,7 +33,7 @@ class Collectives;
 }
 
 // This backend as one rank of a tensor-parallel group (docs/tensor-parallel.md): it holds
-// the rank's shard (runtime/tp_shard.h) and all-reduces/all-gathers through `comm`.
+// the rank's shard (runtime/tp/tp_shard.h) and all-reduces/all-gathers through `comm`.
 struct CudaTpRank {
   int rank = 0, size = 1;
   tp::Collectives* comm = nullptr;  // size > 1 (NCCL or host-staged); outlives the backend

@@ -70,7 +70,7 @@ struct SwigluParams {
 };
 void launch_swiglu(const SwigluParams& p, cudaStream_t s);
 
-// Device twin of strata::random_weight (runtime/make_model.h): element i of a tensor whose
+// Device twin of strata::random_weight (runtime/model/make_model.h): element i of a tensor whose
 // FNV-1a name hash is `name_hash` = offset + random_weight(seed, name, i, scale), bf16 (RNE),
 // so `random:<preset>` on the GPU equals `strata make-model` with the same seed.
 struct RandomFillParams {

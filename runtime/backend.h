@@ -10,7 +10,7 @@
 #include <string>
 
 #include "runtime/kv_layout.h"
-#include "runtime/model_config.h"
+#include "runtime/model/model_config.h"
 #include "runtime/step_plan.h"
 
 namespace strata {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
-#include "runtime/model_config.h"
+#include "runtime/model/model_config.h"
 #include "runtime/sparsity_profile.h"
 #include "runtime/step_plan.h"
 

@@ -24,7 +24,7 @@
 #include "cuda/sampling.h"
 #include "cuda/sparse/sparse_kernels.h"
 #include "cuda/step_layout.h"
-#include "runtime/tp_shard.h"
+#include "runtime/tp/tp_shard.h"
 
 namespace strata::cuda {
 

@@ -14,8 +14,8 @@
 #include "cuda/kernels.h"
 #include "cuda/tp/tp_backends.h"
 #include "runtime/error.h"
-#include "runtime/make_model.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/make_model.h"
+#include "runtime/model/model_loader.h"
 
 namespace strata::cuda {
 

@@ -9,7 +9,7 @@
 #include "cuda/attention.h"
 #include "cuda/backend/backend_impl.h"
 #include "runtime/error.h"
-#include "runtime/make_model.h"
+#include "runtime/model/make_model.h"
 
 namespace strata::cuda {
 

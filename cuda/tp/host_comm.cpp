@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
-#include "runtime/safetensors.h"
+#include "runtime/model/safetensors.h"
 
 namespace strata::cuda::tp {
 

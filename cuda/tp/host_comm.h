@@ -1,6 +1,6 @@
 // Host-staged collectives for several tensor-parallel ranks in one process, possibly on ONE
 // GPU (NCCL refuses two ranks on one device): every operation synchronizes the rank's
-// stream, copies to the host, meets the other ranks in runtime/cpu/tp_comm.h (rank-ordered
+// stream, copies to the host, meets the other ranks in runtime/tp/tp_comm.h (rank-ordered
 // fp32 sums, rounded to bf16 like a two-rank NCCL bf16 sum) and copies back. Not capturable:
 // a backend on these runs eager. Used by tests/gpu/tp_test.cpp to check the sharded CUDA path
 // (slices, local heads, vocabulary gather) on a single GPU.
@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "cuda/tp/collectives.h"
-#include "runtime/cpu/tp_comm.h"
+#include "runtime/tp/tp_comm.h"
 
 namespace strata::cuda::tp {
 

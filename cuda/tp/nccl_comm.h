@@ -9,7 +9,7 @@
 // reason, so a rank that died mid-step stops the server instead of hanging a collective.
 //
 // The unique id travels in-process (one thread per GPU) or over the TCP rendezvous of
-// runtime/tp_rendezvous.h (separate processes). Not yet run on a GPU.
+// runtime/tp/tp_rendezvous.h (separate processes). Not yet run on a GPU.
 //
 // `timeout` bounds the join and every wait(): wait() uses the smaller of its argument and it
 // (separate processes pass --tp-timeout). Another thread may ask for an abort
@@ -26,7 +26,7 @@
 #include <string>
 
 #include "cuda/tp/collectives.h"
-#include "runtime/tp_rendezvous.h"
+#include "runtime/tp/tp_rendezvous.h"
 
 namespace strata::cuda::tp {
 

@@ -9,7 +9,7 @@
 #include "cuda/device_buffer.h"
 #include "cuda/tp/nccl_comm.h"
 #include "runtime/error.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/model_loader.h"
 
 namespace strata::cuda::tp {
 namespace {

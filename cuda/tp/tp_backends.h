@@ -15,9 +15,9 @@
 
 #include "runtime/backend.h"
 #include "runtime/config.h"
-#include "runtime/model_config.h"
-#include "runtime/tp_rendezvous.h"
-#include "runtime/tp_shard.h"
+#include "runtime/model/model_config.h"
+#include "runtime/tp/tp_rendezvous.h"
+#include "runtime/tp/tp_shard.h"
 
 namespace strata {
 class ModelWeights;
@@ -43,7 +43,7 @@ struct SliceContext {
 };
 
 // Wraps the tp 1 loader: replicated tensors go to `whole`; split ones are read from the
-// checkpoint's byte ranges of the slice only (runtime/tp_shard.h read_slice), or generated
+// checkpoint's byte ranges of the slice only (runtime/tp/tp_shard.h read_slice), or generated
 // whole on the GPU (the same values as tp 1) and the slice copied out.
 WeightFn sliced_weight_loader(WeightFn whole, SliceContext ctx);
 

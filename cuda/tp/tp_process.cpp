@@ -8,7 +8,7 @@
 #include "cuda/tp/nccl_comm.h"
 #include "cuda/tp/tp_backends.h"
 #include "runtime/error.h"
-#include "runtime/tp_remote.h"
+#include "runtime/tp/tp_remote.h"
 
 namespace strata::cuda::tp {
 

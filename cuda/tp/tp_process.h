@@ -1,10 +1,10 @@
 // Tensor-parallel CUDA ranks in separate processes (docs/tensor-parallel.md "Separate
 // processes"): one process per GPU, joined by NCCL, driven by rank 0 through the same step
-// plans, rank links, proxies and follower loop as the CPU ranks (runtime/tp_remote.h) — only
+// plans, rank links, proxies and follower loop as the CPU ranks (runtime/tp/tp_remote.h) — only
 // the rank backend and its collectives differ (NCCL instead of the TCP data links).
 //
 // Rank 0 creates the NCCL unique id (make_unique_id) and hands it out through the rendezvous
-// (runtime/tp_rendezvous.h); every process then opens the rank links, joins its one-rank
+// (runtime/tp/tp_rendezvous.h); every process then opens the rank links, joins its one-rank
 // NcclComm (ncclCommInitRankConfig with the id, its rank and the group size, waiting at most
 // --tp-timeout) on its GPU and builds its CudaBackend on its shard. Compiled for sm_90; never
 // run (no two-GPU time yet).
@@ -16,8 +16,8 @@
 
 #include "runtime/backend.h"
 #include "runtime/config.h"
-#include "runtime/tp_link.h"
-#include "runtime/tp_rendezvous.h"
+#include "runtime/tp/tp_link.h"
+#include "runtime/tp/tp_rendezvous.h"
 
 namespace strata::cuda::tp {
 

@@ -13,11 +13,11 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kv_pool.h"
 #include "runtime/cpu/thread_pool.h"
-#include "runtime/cpu/tp_comm.h"
+#include "runtime/tp/tp_comm.h"
 #include "runtime/error.h"
 #include "runtime/sampler.h"
 #include "runtime/step_plan_check.h"
-#include "runtime/tp_shard.h"
+#include "runtime/tp/tp_shard.h"
 
 namespace strata {
 namespace {
@@ -273,7 +273,7 @@ StepResult CpuBackend::step(const StepPlan& plan) {
   if (comm_) {
     // Rank 0 gathers [rank][R][slice] and reorders it to [R][V]; the others are done. Only
     // rank 0 samples: ranks > 0 never read params/prompt/output (a follower process holds
-    // placeholders there, runtime/tp_wire.h).
+    // placeholders there, runtime/tp/tp_wire.h).
     std::vector<float> parts;
     comm_->gather(shard_.rank, logits.data(), logits.size(), shard_.rank == 0 ? &parts : nullptr);
     if (shard_.rank != 0) {

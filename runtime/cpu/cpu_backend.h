@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "runtime/backend.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/model_loader.h"
 
 namespace strata {
 
 namespace cpu {
-class Collectives;  // runtime/cpu/tp_comm.h
+class Collectives;  // runtime/tp/tp_comm.h
 }
 
 struct CpuBackendOptions {
@@ -30,8 +30,8 @@ std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> we
                                           const CpuBackendOptions& opts);
 
 // Tensor parallelism on the CPU (docs/tensor-parallel.md): `tp_size` rank backends over the
-// weights sharded as runtime/tp_shard.h says, sharing an in-process communicator
-// (runtime/cpu/tp_comm.h) that sums the partial O/down outputs and gathers the
+// weights sharded as runtime/tp/tp_shard.h says, sharing an in-process communicator
+// (runtime/tp/tp_comm.h) that sums the partial O/down outputs and gathers the
 // vocabulary-split logits to rank 0. The forward pass is the CPU backend's own, on the rank's
 // heads, intermediate rows and vocabulary slice.
 // Every rank's step() must run concurrently with the others' on the same plan (one thread
@@ -43,7 +43,7 @@ std::vector<std::unique_ptr<Backend>> make_cpu_tp_backends(
     std::shared_ptr<const ModelWeights> weights, const CpuBackendOptions& opts, int tp_size);
 
 // One rank of a tensor-parallel group whose ranks live in separate processes: the rank's
-// shard, meeting the other ranks through `comm` (runtime/cpu/tcp_comm.h). opts.kv_bytes is
+// shard, meeting the other ranks through `comm` (runtime/tp/tcp_comm.h). opts.kv_bytes is
 // the total over the ranks as above; opts.threads are this rank's own (not split).
 // Throws ConfigError("backend.tp_size") when the model cannot be split comm->size() ways.
 std::unique_ptr<Backend> make_cpu_tp_rank_backend(std::shared_ptr<const ModelWeights> weights,

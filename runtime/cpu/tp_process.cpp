@@ -1,9 +1,9 @@
 #include "runtime/cpu/tp_process.h"
 
-#include "runtime/cpu/tcp_comm.h"
+#include "runtime/tp/tcp_comm.h"
 #include "runtime/error.h"
-#include "runtime/model_loader.h"
-#include "runtime/tp_remote.h"
+#include "runtime/model/model_loader.h"
+#include "runtime/tp/tp_remote.h"
 
 namespace strata {
 

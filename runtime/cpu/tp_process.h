@@ -1,6 +1,6 @@
 // The CPU backend's ranks in separate processes (docs/tensor-parallel.md "Separate processes"):
-// rank backends over TCP collectives (runtime/cpu/tcp_comm.h) joined by the
-// backend-independent proxies and follower loop of runtime/tp_remote.h.
+// rank backends over TCP collectives (runtime/tp/tcp_comm.h) joined by the
+// backend-independent proxies and follower loop of runtime/tp/tp_remote.h.
 #pragma once
 
 #include <chrono>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_backend.h"
-#include "runtime/tp_link.h"
+#include "runtime/tp/tp_link.h"
 
 namespace strata {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/model_config.h"
+#include "runtime/model/model_config.h"
 
 namespace strata {
 

@@ -15,8 +15,8 @@
 
 #include "actors/engine.h"
 #include "runtime/cpu/cpu_backend.h"
-#include "runtime/make_model.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/make_model.h"
+#include "runtime/model/model_loader.h"
 
 namespace strata::test {
 

@@ -19,7 +19,7 @@
 #include "actors/engine.h"
 #include "api/server.h"
 #include "runtime/error.h"
-#include "runtime/make_model.h"
+#include "runtime/model/make_model.h"
 #include "runtime/text/tokenizer.h"
 
 // note: GCC 12 with -fsanitize=address warns that FakeEngine::produce's coroutine frame is

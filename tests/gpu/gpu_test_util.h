@@ -19,7 +19,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
-#include "runtime/safetensors.h"
+#include "runtime/model/safetensors.h"
 
 namespace strata::gputest {
 

@@ -7,8 +7,8 @@
 #include <numeric>
 
 #include "runtime/kv_layout.h"
-#include "runtime/make_model.h"
-#include "runtime/model_config.h"
+#include "runtime/model/make_model.h"
+#include "runtime/model/model_config.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace strata::gputest {

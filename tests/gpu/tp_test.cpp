@@ -25,10 +25,10 @@
 #include "cuda/tp/host_comm.h"
 #include "cuda/tp/nccl_comm.h"
 #include "cuda/tp/tp_process.h"
-#include "runtime/safetensors.h"
+#include "runtime/model/safetensors.h"
 #include "runtime/teacher_forcing.h"
-#include "runtime/tp_group.h"
-#include "runtime/tp_link.h"
+#include "runtime/tp/tp_group.h"
+#include "runtime/tp/tp_link.h"
 #include "tests/runtime/sparsity_test_util.h"
 
 namespace strata {

@@ -17,8 +17,8 @@
 
 #include "runtime/backend.h"
 #include "runtime/cpu/cpu_backend.h"
-#include "runtime/make_model.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/make_model.h"
+#include "runtime/model/model_loader.h"
 #include "runtime/sparsity_profile.h"
 
 namespace strata::test {

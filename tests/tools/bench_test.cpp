@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "runtime/make_model.h"
+#include "runtime/model/make_model.h"
 #include "tools/bench/bench_stats.h"
 #include "tools/bench/load_gen.h"
 #include "tools/bench/report.h"

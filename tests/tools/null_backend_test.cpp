@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/error.h"
-#include "runtime/make_model.h"
+#include "runtime/model/make_model.h"
 
 namespace strata::bench {
 namespace {

@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "runtime/backend.h"
-#include "runtime/model_config.h"
+#include "runtime/model/model_config.h"
 
 namespace strata::bench {
 

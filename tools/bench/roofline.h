@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/model_config.h"
+#include "runtime/model/model_config.h"
 #include "runtime/sparsity_profile.h"
 
 namespace strata::bench {

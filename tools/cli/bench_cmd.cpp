@@ -10,7 +10,7 @@
 #include "runtime/config.h"
 #include "runtime/error.h"
 #include "runtime/model/random_model.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/model_loader.h"
 #include "runtime/yaml_util.h"
 #include "tools/bench/load_gen.h"
 #include "tools/bench/report.h"

@@ -20,7 +20,7 @@
 #include "actors/engine.h"
 #include "runtime/config.h"
 #include "runtime/error.h"
-#include "runtime/make_model.h"
+#include "runtime/model/make_model.h"
 #include "tools/bench/null_backend.h"
 #include "tools/cli/command.h"
 

@@ -13,7 +13,7 @@
 #include "runtime/config.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/model_loader.h"
 #include "runtime/text/tokenizer.h"
 #include "tools/bench/quality.h"
 #include "tools/bench/report.h"

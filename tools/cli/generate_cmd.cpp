@@ -11,9 +11,9 @@
 #include "actors/engine.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/model_loader.h"
 #include "runtime/teacher_forcing.h"
-#include "runtime/tp_group.h"
+#include "runtime/tp/tp_group.h"
 #include "tools/cli/command.h"
 #include "tools/cli/tp_flags.h"
 

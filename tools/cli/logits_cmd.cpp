@@ -12,7 +12,7 @@
 
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/model_loader.h"
 #include "runtime/sparsity_profile.h"
 #include "runtime/teacher_forcing.h"
 #include "tools/cli/command.h"

@@ -2,8 +2,8 @@
 #include <cstdio>
 
 #include "runtime/error.h"
-#include "runtime/make_model.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/make_model.h"
+#include "runtime/model/model_loader.h"
 #include "tools/cli/command.h"
 
 namespace strata::cli {

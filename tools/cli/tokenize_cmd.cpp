@@ -9,7 +9,7 @@
 
 #include "runtime/text/detokenizer.h"
 #include "runtime/error.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/model_loader.h"
 #include "runtime/text/tokenizer.h"
 #include "runtime/text/unicode.h"
 #include "tools/cli/command.h"

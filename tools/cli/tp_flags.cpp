@@ -6,9 +6,9 @@
 
 #include "runtime/cpu/tp_process.h"
 #include "runtime/error.h"
-#include "runtime/model_loader.h"
-#include "runtime/tp_link.h"
-#include "runtime/tp_remote.h"
+#include "runtime/model/model_loader.h"
+#include "runtime/tp/tp_link.h"
+#include "runtime/tp/tp_remote.h"
 
 #if defined(STRATA_WITH_CUDA) && __has_include("cuda/tp/tp_process.h") && \
                                                __has_include(<cuda_runtime_api.h>)

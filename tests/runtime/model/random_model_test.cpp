@@ -7,7 +7,7 @@
 #include <string>
 
 #include "runtime/error.h"
-#include "runtime/make_model.h"
+#include "runtime/model/make_model.h"
 
 namespace strata {
 namespace {

@@ -9,8 +9,8 @@
 #include <fstream>
 
 #include "runtime/error.h"
-#include "runtime/make_model.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/make_model.h"
+#include "runtime/model/model_loader.h"
 #include "runtime/text/tokenizer.h"
 
 namespace strata {

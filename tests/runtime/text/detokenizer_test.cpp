@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <random>
 
-#include "runtime/make_model.h"
+#include "runtime/model/make_model.h"
 #include "runtime/text/unicode.h"
 
 namespace strata {

@@ -1,5 +1,5 @@
-// The TCP plumbing shared by the id rendezvous (runtime/tp_rendezvous.h) and the rank links
-// (runtime/tp_link.h): rank 0 listens and reads a fixed-size hello from every connection;
+// The TCP plumbing shared by the id rendezvous (runtime/tp/tp_rendezvous.h) and the rank links
+// (runtime/tp/tp_link.h): rank 0 listens and reads a fixed-size hello from every connection;
 // a joining rank connects, retrying until rank 0 listens, writes its hello and reads a
 // fixed-size answer. The protocols (what the hellos and answers mean) stay with their users.
 #pragma once
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/tp_rendezvous.h"
+#include "runtime/tp/tp_rendezvous.h"
 
 namespace strata::tpnet {
 

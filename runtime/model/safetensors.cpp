@@ -1,4 +1,4 @@
-#include "runtime/safetensors.h"
+#include "runtime/model/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

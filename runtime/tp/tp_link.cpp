@@ -1,4 +1,4 @@
-#include "runtime/tp_link.h"
+#include "runtime/tp/tp_link.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "runtime/error.h"
-#include "runtime/tp_socket.h"
+#include "runtime/tp/tp_socket.h"
 
 namespace strata {
 namespace {

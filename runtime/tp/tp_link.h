@@ -1,10 +1,10 @@
 // The TCP connections between the processes of a tensor-parallel group, set up right after
-// the id rendezvous (runtime/tp_rendezvous.h, docs/tensor-parallel.md "Separate processes").
+// the id rendezvous (runtime/tp/tp_rendezvous.h, docs/tensor-parallel.md "Separate processes").
 //
 // Rank 0 listens on the rendezvous port + 1; every rank r > 0 opens two connections to it:
-//   control: rank 0 sends step plans (runtime/tp_wire.h) and a final stop, the rank answers
+//   control: rank 0 sends step plans (runtime/tp/tp_wire.h) and a final stop, the rank answers
 //            each plan with a reply; read only by rank 0's proxy for that rank;
-//   data:    the CPU collectives (runtime/cpu/tcp_comm.h); read only by the rank's backend.
+//   data:    the CPU collectives (runtime/tp/tcp_comm.h); read only by the rank's backend.
 // Each connection starts with a hello: "STRATAPL" (8 bytes), u32 rank, u32 size, u32 channel
 // (0 control, 1 data). Every message after it is framed: u32 type (TpMsg), u64 length,
 // `length` bytes.
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/tp_rendezvous.h"
+#include "runtime/tp/tp_rendezvous.h"
 
 namespace strata {
 

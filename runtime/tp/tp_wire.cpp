@@ -1,4 +1,4 @@
-#include "runtime/tp_wire.h"
+#include "runtime/tp/tp_wire.h"
 
 #include <bit>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "runtime/tp_socket.h"
+#include "runtime/tp/tp_socket.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/cpu/tcp_comm.h"
+#include "runtime/tp/tcp_comm.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "runtime/tp_shard.h"
+#include "runtime/tp/tp_shard.h"
 
 #include <cstring>
 

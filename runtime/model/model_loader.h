@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 #include "runtime/text_file.h"  // read_text_file (callers of the loader use it too)
 
 namespace strata {

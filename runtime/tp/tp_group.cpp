@@ -1,4 +1,4 @@
-#include "runtime/tp_group.h"
+#include "runtime/tp/tp_group.h"
 
 #include <algorithm>
 #include <condition_variable>

@@ -1,11 +1,11 @@
-#include "runtime/tp_remote.h"
+#include "runtime/tp/tp_remote.h"
 
 #include <atomic>
 #include <cstdio>
 #include <thread>
 
 #include "runtime/error.h"
-#include "runtime/tp_wire.h"
+#include "runtime/tp/tp_wire.h"
 
 namespace strata {
 namespace {

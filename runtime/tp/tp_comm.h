@@ -20,7 +20,7 @@
 namespace strata::cpu {
 
 // What a CPU rank needs from its group, implemented in-process by TpComm (ranks on threads)
-// and over TCP by TcpComm (runtime/cpu/tcp_comm.h, ranks in separate processes). Both keep
+// and over TCP by TcpComm (runtime/tp/tcp_comm.h, ranks in separate processes). Both keep
 // the semantics above: rank-ordered sums (bit-identical on every rank), abort wakes every
 // waiting rank with the reason, a timeout on every collective.
 class Collectives {

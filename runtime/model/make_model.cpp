@@ -1,4 +1,4 @@
-#include "runtime/make_model.h"
+#include "runtime/model/make_model.h"
 
 #include <algorithm>
 #include <boost/json.hpp>
@@ -10,7 +10,7 @@
 
 #include "runtime/text/chat_template.h"
 #include "runtime/error.h"
-#include "runtime/model_loader.h"
+#include "runtime/model/model_loader.h"
 #include "runtime/progress.h"
 #include "runtime/sampling_params.h"
 

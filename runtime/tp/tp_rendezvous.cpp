@@ -1,4 +1,4 @@
-#include "runtime/tp_rendezvous.h"
+#include "runtime/tp/tp_rendezvous.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <set>
 
 #include "runtime/error.h"
-#include "runtime/tp_socket.h"
+#include "runtime/tp/tp_socket.h"
 
 namespace strata {
 namespace {

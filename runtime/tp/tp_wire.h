@@ -52,7 +52,7 @@ struct WireReply {
 std::vector<std::uint8_t> encode_reply(const WireReply& r);
 WireReply decode_reply(const std::uint8_t* data, std::size_t size);
 
-// Little-endian writer / bounds-checked reader shared by the messages of runtime/tp_link.h.
+// Little-endian writer / bounds-checked reader shared by the messages of runtime/tp/tp_link.h.
 class WireWriter {
  public:
   void u8(std::uint8_t v) { out_.push_back(v); }

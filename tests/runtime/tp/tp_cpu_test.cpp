@@ -1,5 +1,5 @@
-// Tensor parallelism on the CPU: sharding (runtime/tp_shard.h), the in-process communicator
-// (runtime/cpu/tp_comm.h) and the CPU TP backend — TP=2 and TP=4 logits equal TP=1 logits
+// Tensor parallelism on the CPU: sharding (runtime/tp/tp_shard.h), the in-process communicator
+// (runtime/tp/tp_comm.h) and the CPU TP backend — TP=2 and TP=4 logits equal TP=1 logits
 // on the same random weights, teacher-forced, sparsity off and on.
 #include <gtest/gtest.h>
 
@@ -8,11 +8,11 @@
 #include <future>
 #include <thread>
 
-#include "runtime/cpu/tp_comm.h"
+#include "runtime/tp/tp_comm.h"
 #include "runtime/error.h"
 #include "runtime/teacher_forcing.h"
-#include "runtime/tp_group.h"
-#include "runtime/tp_shard.h"
+#include "runtime/tp/tp_group.h"
+#include "runtime/tp/tp_shard.h"
 #include "tests/runtime/cpu_test_util.h"
 #include "tests/runtime/sparsity_test_util.h"
 

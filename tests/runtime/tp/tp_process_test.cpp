@@ -1,7 +1,7 @@
 // Tensor-parallel ranks in separate processes (docs/tensor-parallel.md "Separate processes"),
 // with threads standing in for the processes over real TCP connections on 127.0.0.1: the
-// StepPlan wire format (runtime/tp_wire.h), the TCP collectives (runtime/cpu/tcp_comm.h)
-// against the in-process TpComm, and rank 0 + a proxied follower (runtime/tp_remote.h)
+// StepPlan wire format (runtime/tp/tp_wire.h), the TCP collectives (runtime/tp/tcp_comm.h)
+// against the in-process TpComm, and rank 0 + a proxied follower (runtime/tp/tp_remote.h)
 // against the in-process TP=2 group.
 #include <gtest/gtest.h>
 
@@ -9,14 +9,14 @@
 #include <random>
 #include <thread>
 
-#include "runtime/cpu/tcp_comm.h"
+#include "runtime/tp/tcp_comm.h"
 #include "runtime/cpu/tp_process.h"
 #include "runtime/error.h"
 #include "runtime/teacher_forcing.h"
-#include "runtime/tp_group.h"
-#include "runtime/tp_link.h"
-#include "runtime/tp_remote.h"
-#include "runtime/tp_wire.h"
+#include "runtime/tp/tp_group.h"
+#include "runtime/tp/tp_link.h"
+#include "runtime/tp/tp_remote.h"
+#include "runtime/tp/tp_wire.h"
 #include "tests/runtime/cpu_test_util.h"
 #include "tests/runtime/sparsity_test_util.h"
 

@@ -5,7 +5,7 @@
 #include <boost/json.hpp>
 
 #include "runtime/error.h"
-#include "runtime/model_config.h"
+#include "runtime/model/model_config.h"
 
 namespace strata {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/cpu/tp_comm.h"
+#include "runtime/tp/tp_comm.h"
 
 #include <algorithm>
 

@@ -1,10 +1,10 @@
 // Tensor-parallel ranks in separate processes (docs/tensor-parallel.md "Separate processes").
 // Rank 0's process runs the engine with one local rank backend plus, per remote rank, a
-// proxy Backend that forwards each StepPlan over the rank's control link (runtime/tp_link.h,
-// runtime/tp_wire.h) and returns the seq ids once the rank replied — so the engine, its
+// proxy Backend that forwards each StepPlan over the rank's control link (runtime/tp/tp_link.h,
+// runtime/tp/tp_wire.h) and returns the seq ids once the rank replied — so the engine, its
 // RankExecutors and make_tp_group are unchanged. A rank r > 0 process runs the follower loop:
 // receive a plan, run it on its rank backend, reply; stop when rank 0 says so or goes away.
-// The collectives between the ranks are the backend's own (CPU: runtime/cpu/tcp_comm.h, with
+// The collectives between the ranks are the backend's own (CPU: runtime/tp/tcp_comm.h, with
 // the CPU ranks' glue in runtime/cpu/tp_process.h).
 #pragma once
 
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
-#include "runtime/tp_link.h"
+#include "runtime/tp/tp_link.h"
 
 namespace strata {
 

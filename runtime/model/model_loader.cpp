@@ -1,4 +1,4 @@
-#include "runtime/model_loader.h"
+#include "runtime/model/model_loader.h"
 
 #include <boost/json.hpp>
 #include <filesystem>

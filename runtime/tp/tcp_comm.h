@@ -1,6 +1,6 @@
 // The CPU collectives over TCP, for tensor-parallel ranks in separate processes
 // (docs/tensor-parallel.md "Separate processes"). A star through rank 0 over the data links
-// of runtime/tp_link.h, with the in-process TpComm's semantics:
+// of runtime/tp/tp_link.h, with the in-process TpComm's semantics:
 //   all_reduce_sum  every rank sends its buffer to rank 0, which adds them in rank order
 //                   (rank 0 + rank 1 + ...: the same float operations as TpComm, so the sums
 //                   are bit-identical to the in-process group's) and sends the sum back;
@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cpu/tp_comm.h"
-#include "runtime/tp_link.h"
+#include "runtime/tp/tp_comm.h"
+#include "runtime/tp/tp_link.h"
 
 namespace strata::cpu {
 

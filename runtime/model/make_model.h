@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 
 namespace strata {
 

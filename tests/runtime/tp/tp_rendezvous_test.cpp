@@ -1,5 +1,5 @@
-// The TCP rendezvous of the NCCL unique id (runtime/tp_rendezvous.h), ranks as threads.
-#include "runtime/tp_rendezvous.h"
+// The TCP rendezvous of the NCCL unique id (runtime/tp/tp_rendezvous.h), ranks as threads.
+#include "runtime/tp/tp_rendezvous.h"
 
 #include <gtest/gtest.h>
 

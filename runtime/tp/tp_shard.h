@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 
 namespace strata {
 

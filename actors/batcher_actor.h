@@ -26,13 +26,14 @@
 
 #include "actors/actor.h"
 #include "actors/cache_actor.h"
-#include "actors/engine.h"
+#include "actors/engine_stats.h"
 #include "actors/rank_executor.h"
+#include "actors/request.h"
 #include "actors/scheduler.h"
 #include "actors/stop_matcher.h"
 #include "actors/token_stream.h"
-#include "runtime/detokenizer.h"
-#include "runtime/tokenizer.h"
+#include "runtime/text/detokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 namespace strata::actors {
 

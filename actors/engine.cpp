@@ -15,11 +15,11 @@
 #include "actors/rank_executor.h"
 #include "actors/token_stream.h"
 #include "cache/kv_cache_manager.h"
-#include "runtime/chat_template.h"
-#include "runtime/cpu_backend.h"
+#include "runtime/text/chat_template.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
-#include "runtime/model_loader.h"
-#include "runtime/tokenizer.h"
+#include "runtime/model/model_loader.h"
+#include "runtime/text/tokenizer.h"
 
 namespace strata {
 
@@ -180,9 +180,8 @@ class EngineImpl final : public Engine {
   const Tokenizer& tokenizer() const override { return *tokenizer_; }
   const ModelConfig& model() const override { return model_; }
   const Config& config() const override { return config_; }
-  std::vector<std::int32_t> chat_prompt(const std::vector<ChatMessage>& messages,
-                                        const ChatOptions& options) const override {
-    return chat_prompt_ids(*chat_, *tokenizer_, messages, options);
+  std::vector<std::int32_t> prompt_ids(PromptInput in) const override {
+    return assemble_prompt(std::move(in), *tokenizer_, chat_.get());
   }
 
   void shutdown(std::chrono::milliseconds grace) override {
@@ -221,9 +220,8 @@ class EngineImpl final : public Engine {
 
 }  // namespace
 
-std::vector<std::int32_t> Engine::chat_prompt(const std::vector<ChatMessage>&,
-                                              const ChatOptions&) const {
-  throw InvalidRequest("messages", "this engine has no chat template");
+std::vector<std::int32_t> Engine::prompt_ids(PromptInput in) const {
+  return assemble_prompt(std::move(in), tokenizer(), nullptr);
 }
 
 std::unique_ptr<Engine> Engine::create(const Config& config, BackendFactory factory) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "actors/prompt.h"
 #include "runtime/error.h"
 #include "runtime/sampler.h"
 
@@ -11,25 +12,13 @@ namespace strata::actors {
 std::shared_ptr<PreparedRequest> IntakeActor::prepare(Request r) const {
   auto out = std::make_shared<PreparedRequest>();
   out->arrival = Clock::now();
-  const int forms = (r.prompt_text ? 1 : 0) + (r.prompt_ids ? 1 : 0) + (r.messages ? 1 : 0);
-  if (forms != 1) {
-    throw InvalidRequest("prompt",
-                         "exactly one of prompt text, prompt token ids or chat messages "
-                         "is required (got " +
-                             std::to_string(forms) + ")");
-  }
-  const Tokenizer& tok = *s_.tokenizer;
-  if (r.prompt_ids) {
-    out->prompt = std::move(*r.prompt_ids);
-  } else if (r.prompt_text) {
-    if (tok.adds_bos()) {
-      if (auto bos = tok.bos_id()) out->prompt.push_back(*bos);
-    }
-    const auto ids = tok.encode(*r.prompt_text);
-    out->prompt.insert(out->prompt.end(), ids.begin(), ids.end());
-  } else {
-    out->prompt = chat_prompt_ids(*s_.chat, tok, *r.messages, r.chat);
-  }
+  const bool chat = r.messages.has_value();
+  PromptInput in;
+  in.text = std::move(r.prompt_text);
+  in.ids = std::move(r.prompt_ids);
+  in.messages = std::move(r.messages);
+  in.chat = std::move(r.chat);
+  out->prompt = assemble_prompt(std::move(in), *s_.tokenizer, s_.chat.get());
   if (out->prompt.empty()) throw InvalidRequest("prompt", "the prompt is empty");
   if (r.truncate_prompt_tokens) {  // the last N tokens, as vLLM
     const auto keep = static_cast<std::size_t>(std::max(*r.truncate_prompt_tokens, 1));
@@ -63,9 +52,9 @@ std::shared_ptr<PreparedRequest> IntakeActor::prepare(Request r) const {
   const std::string limit =
       "This model's maximum context length is " + std::to_string(s_.max_model_len) + " tokens";
   if (prompt_len >= s_.max_model_len) {
-    const char* what = r.messages ? "messages" : "prompt";
+    const char* what = chat ? "messages" : "prompt";
     throw InvalidRequest(what, limit + ". However, the " + std::string(what) + " take" +
-                                   (r.messages ? "" : "s") + " " + std::to_string(prompt_len) +
+                                   (chat ? "" : "s") + " " + std::to_string(prompt_len) +
                                    " tokens, which leaves none for the completion. Please "
                                    "reduce the length of the " +
                                    what + ".");

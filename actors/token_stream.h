@@ -1,5 +1,5 @@
 // A request's token stream: the batcher produces StreamEvents into a channel, the client
-// consumes them through `TokenStream` (actors/engine.h). The channel is unbounded in
+// consumes them through `TokenStream` (actors/request.h). The channel is unbounded in
 // practice (a request produces at most n * (max_tokens + 1) events), so the batcher never
 // waits on a slow client. The stream ends after the finish event of each of its n choices
 // (the channel is never closed: asio 1.81's close() drops buffered messages); the engine
@@ -18,7 +18,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/engine.h"
+#include "actors/request.h"
 
 namespace strata::actors {
 

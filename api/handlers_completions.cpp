@@ -7,7 +7,7 @@
 
 #include "api/openai_response.h"
 #include "api/server_impl.h"
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 namespace strata::api {
 

@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/engine.h"
+#include "actors/engine_stats.h"
+#include "actors/request.h"
 
 namespace strata::api {
 

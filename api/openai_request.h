@@ -10,8 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/engine.h"
+#include "actors/request.h"
 #include "api/api_error.h"
+#include "runtime/config.h"
 
 namespace strata::api {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/engine.h"
+#include "actors/request.h"
 #include "api/api_error.h"
 #include "api/openai_request.h"
 

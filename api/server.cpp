@@ -10,9 +10,9 @@
 #include "api/secret.h"
 #include "api/server_impl.h"
 #include "api/version.h"
-#include "runtime/chat_template.h"
+#include "runtime/text/chat_template.h"
 #include "runtime/error.h"
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 namespace strata::api {
 
@@ -514,13 +514,15 @@ net::awaitable<bool> Conn::handle(Req& req) {
                          "the model '" + clip(t.model) + "' does not exist (served: '" +
                              srv.opt.model_name + "')",
                          "model", "model_not_found");
+        PromptInput in;  // assembled as a completion or chat request's prompt (actors/prompt.h)
         if (!t.messages.empty()) {
-          ids = engine->chat_prompt(t.messages, t.chat);  // as a chat request's prompt
+          in.messages = t.messages;
+          in.chat = t.chat;
         } else {
-          if (t.add_special_tokens && tok.adds_bos() && tok.bos_id()) ids.push_back(*tok.bos_id());
-          const auto enc = tok.encode(t.prompt, t.add_special_tokens);
-          ids.insert(ids.end(), enc.begin(), enc.end());
+          in.text = t.prompt;
         }
+        in.add_special_tokens = t.add_special_tokens;
+        ids = engine->prompt_ids(std::move(in));
       };
       co_await srv.offload(job);
       json::object o;

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/engine.h"
+#include "actors/backend_factory.h"
 #include "runtime/config.h"
-#include "runtime/cpu_backend.h"
-#include "runtime/tp_rendezvous.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/tp/tp_rendezvous.h"
 #include "tools/cli/command.h"
 
 namespace strata::cli {

@@ -1,0 +1,44 @@
+// The engine's statistics: the EngineStats snapshot the admin actor publishes after every
+// scheduling call (Engine::stats(), /metrics, the admin console) and the step loop's timings.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/sparsity_profile.h"
+
+namespace strata {
+
+// Where the step loop's wall time goes, cumulative since start (ms; rank 0's view). A step
+// runs schedule -> plan -> dispatch -> backend -> return -> finish; the host overhead is
+// everything but device_ms (docs/actors.md "Host overhead").
+struct StepTimings {
+  std::uint64_t steps = 0;       // steps counted below
+  double schedule_ms = 0.0;      // batcher -> cache actor -> batcher: commit, release, schedule
+  double schedule_job_ms = 0.0;  // of which the job on the cache strand (page tables included)
+  double plan_ms = 0.0;      // bookkeeping of the schedule, stats publication, StepPlan assembly
+  double dispatch_ms = 0.0;  // plan handed to the rank executors -> Backend::step starts
+  double backend_ms = 0.0;   // Backend::step wall time (device and the backend's host work)
+  double device_ms = 0.0;    // StepStats::device_ms
+  double return_ms = 0.0;    // Backend::step returned -> the batcher handles the completion
+  double finish_ms = 0.0;    // tokens appended, detokenized, stops checked, events streamed
+  double wall_ms = 0.0;      // schedule start -> completion handled
+};
+
+struct EngineStats {
+  int running = 0, waiting = 0, preempted = 0;
+  std::uint64_t steps = 0, preemptions = 0;
+  std::uint64_t prompt_tokens_total = 0, generation_tokens_total = 0;
+  std::uint64_t requests_finished = 0, requests_refused = 0, requests_aborted = 0;
+  int pages_total = 0, pages_used = 0;
+  std::vector<int> pages_per_layer;  // pages held per layer
+  double kv_usage = 0.0;             // pages_used / pages_total
+  double compression_ratio = 1.0;    // global: full-cache bytes / bytes held (running sequences)
+  double mean_batch = 0.0;           // mean sequences per step since start
+  double host_overhead = 0.0;        // share of step wall time not covered by backend work
+  std::uint64_t profile_version = 0;
+  SparsityProfile profile;
+  StepTimings timings;
+};
+
+}  // namespace strata

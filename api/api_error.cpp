@@ -2,7 +2,7 @@
 
 #include <boost/json.hpp>
 
-#include "actors/engine.h"
+#include "actors/request.h"
 #include "runtime/error.h"
 
 namespace strata::api {
@@ -12,6 +12,12 @@ namespace json = boost::json;
 ApiError bad_request(const std::string& param, const std::string& message,
                      const std::string& code) {
   return ApiError(400, "invalid_request_error", message, param, code);
+}
+
+ApiError model_not_found(const std::string& shown, const std::string& served) {
+  return ApiError(404, "not_found_error",
+                  "the model '" + shown + "' does not exist (served: '" + served + "')", "model",
+                  "model_not_found");
 }
 
 ApiError to_api_error(std::exception_ptr e) {

@@ -27,6 +27,10 @@ struct ApiError : std::runtime_error {
 ApiError bad_request(const std::string& param, const std::string& message,
                      const std::string& code = {});
 
+// 404 not_found_error model_not_found (param "model"): `shown` is the model asked for, as it
+// may be echoed (clipped by the caller), `served` the served name.
+ApiError model_not_found(const std::string& shown, const std::string& served);
+
 // Maps InvalidRequest (400), ConfigError (400), Overloaded (429), ApiError (as is), anything
 // else (500 internal_error) to an ApiError. Call from inside a catch block.
 ApiError to_api_error(std::exception_ptr e);

@@ -1,12 +1,13 @@
-// /admin (the console page) and /admin/api/* (JSON): profile GET/PUT, stats, live SSE
-// stream. Every route needs the admin token (Authorization: Bearer, or ?token= for the page
-// and EventSource, which cannot set headers).
+// /admin (the console page) and /admin/api/* (JSON): profile GET/PUT/POST, stats, config,
+// live SSE stream. Every route needs the admin token (Authorization: Bearer, or ?token= for
+// the page and EventSource, which cannot set headers): the route table (api/routes.cpp)
+// checks it, and the methods, before a handler here runs.
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/json.hpp>
 
 #include "api/admin_page.h"
 #include "api/openai_response.h"
-#include "api/server_impl.h"
+#include "api/routes.h"
 #include "runtime/error.h"
 
 namespace strata::api {
@@ -78,135 +79,118 @@ json::object profile_json(Server::Impl& srv, SparsityProfile p, std::uint64_t ve
 
 }  // namespace
 
-net::awaitable<bool> handle_admin(Conn& c, Req& req, std::string_view path,
-                                  std::string_view query) {
+net::awaitable<bool> handle_admin_page(Conn& c, Req& req, const RouteArgs&) {
+  Res res = c.srv.response(req, http::status::ok, kAdminPage, "text/html; charset=utf-8");
+  res.set(http::field::cache_control, "no-store");
+  co_return co_await c.write(std::move(res));
+}
+
+net::awaitable<bool> handle_admin_profile(Conn& c, Req& req, const RouteArgs&) {
   Server::Impl& srv = c.srv;
-  std::optional<ApiError> err;
-  try {
-    if (!srv.admin_ok(req, query)) {
-      throw ApiError(401, "authentication_error",
-                     "the admin console needs the admin token (Authorization: Bearer <token> or "
-                     "?token=<token>); `strata serve` prints it at start",
-                     "", "invalid_admin_token");
-    }
-    const auto method = req.method();
-    if (path == "/admin" || path == "/admin/") {
-      if (method != http::verb::get) throw ApiError(405, "invalid_request_error", "use GET");
-      Res res = srv.response(req, http::status::ok, kAdminPage, "text/html; charset=utf-8");
-      res.set(http::field::cache_control, "no-store");
-      co_return co_await c.write(std::move(res));
-    }
-    if (!srv.engine)
-      throw ApiError(503, "unavailable_error", "the model is loading", "", "not_ready");
-    if (path == "/admin/api/profile") {
-      if (method == http::verb::get) {
-        const auto s = srv.engine->stats();
-        co_return co_await c.write(
-            srv.response(req, http::status::ok,
-                         json::serialize(profile_json(srv, s.profile, s.profile_version))));
-      }
-      if (method != http::verb::put && method != http::verb::post)
-        throw ApiError(405, "invalid_request_error", "use GET, PUT or POST");
-      const json::value body = parse_json_body(req.body());
-      const auto current = srv.engine->stats().profile;
-      SparsityProfile p;
-      try {
-        p = parse_sparsity_json(body, current, "sparsity");
-        (void)p.resolve(srv.engine->model().num_hidden_layers);  // depth-dependent checks
-      } catch (const ConfigError& e) {
-        throw bad_request(e.key(), e.what());
-      }
-      // A PUT that changes nothing publishes nothing (no new version, no re-plan).
-      const auto running = srv.engine->stats();
-      auto same = p;
-      same.version = running.profile.version;
-      json::object out;
-      if (same == running.profile) {
-        out = profile_json(srv, running.profile, running.profile_version);
-        out["published"] = false;
-      } else {
-        const std::uint64_t v = srv.engine->update_sparsity(p);
-        std::fprintf(stderr, "strata serve: sparsity profile version %llu published: %s\n",
-                     static_cast<unsigned long long>(v), json::serialize(to_json(p)).c_str());
-        out = profile_json(srv, p, v);
-        out["published"] = true;
-      }
-      co_return co_await c.write(srv.response(req, http::status::ok, json::serialize(out)));
-    }
-    if (path == "/admin/api/stats") {
-      if (method != http::verb::get) throw ApiError(405, "invalid_request_error", "use GET");
-      co_return co_await c.write(srv.response(
-          req, http::status::ok, json::serialize(stats_json(srv, srv.engine->stats()))));
-    }
-    if (path == "/admin/api/config") {
-      if (method != http::verb::get) throw ApiError(405, "invalid_request_error", "use GET");
-      const auto& cfg = srv.engine->config();
-      json::object o;
-      o["model"] = srv.opt.model_name;
-      o["model_path"] = cfg.model.path;
-      o["backend"] = cfg.backend.kind;
-      o["tp_size"] = cfg.backend.tp_size;
-      o["max_num_seqs"] = cfg.scheduler.max_num_seqs;
-      o["max_num_batched_tokens"] = cfg.scheduler.max_num_batched_tokens;
-      o["max_waiting"] = cfg.scheduler.max_waiting;
-      o["shrink_running"] = cfg.cache.shrink_running;
-      co_return co_await c.write(srv.response(req, http::status::ok, json::serialize(o)));
-    }
-    if (path == "/admin/api/stream") {
-      if (method != http::verb::get) throw ApiError(405, "invalid_request_error", "use GET");
-      long interval_ms = 500;
-      if (const auto q = query_param(query, "interval_ms"); !q.empty()) {
-        try {
-          interval_ms = std::clamp(std::stol(q), 50L, 10000L);
-        } catch (const std::exception&) {
-          throw bad_request("interval_ms", "'interval_ms' must be an integer");
-        }
-      }
-      http::response<http::empty_body> head{http::status::ok, req.version()};
-      srv.decorate(req, head.base());
-      head.set(http::field::content_type, "text/event-stream");
-      head.set(http::field::cache_control, "no-cache");
-      head.keep_alive(false);
-      head.chunked(true);
-      srv.metrics.observe_http(200);
-      http::response_serializer<http::empty_body> sr{head};
-      auto [hec, hn] = co_await http::async_write_header(c.sock, sr, as_tuple(use_awaitable));
-      if (hec) co_return false;
-      std::string side;
-      bool gone = false;
-      auto pump = [&]() -> net::awaitable<void> {
-        net::steady_timer t(srv.io);
-        std::uint64_t last_gen = 0;
-        auto last_t = Clock::now();
-        bool first = true;
-        while (!srv.stopping && srv.engine) {
-          const auto s = srv.engine->stats();
-          auto o = stats_json(srv, s);
-          const auto now = Clock::now();
-          const double dt = std::chrono::duration<double>(now - last_t).count();
-          if (!first && dt > 0)
-            o["tokens_per_s"] = static_cast<double>(s.generation_tokens_total - last_gen) / dt;
-          first = false;
-          last_gen = s.generation_tokens_total;
-          last_t = now;
-          const std::string ev = sse_data(json::serialize(o));
-          c.set_deadline(to_duration(srv.opt.server.write_timeout_s));
-          auto [ec, n] = co_await net::async_write(c.sock, http::make_chunk(net::buffer(ev)),
-                                                   as_tuple(use_awaitable));
-          c.clear_deadline();
-          if (ec) co_return;
-          t.expires_after(std::chrono::milliseconds(interval_ms));
-          co_await t.async_wait(as_tuple(use_awaitable));
-        }
-      };
-      co_await (pump() || c.watch_close("", &side, &gone));
-      co_return false;  // the stream ends the connection
-    }
-    throw ApiError(404, "not_found_error", "no admin route " + std::string(path), "", "not_found");
-  } catch (...) {
-    err = to_api_error(std::current_exception());
+  if (req.method() == http::verb::get || req.method() == http::verb::head) {
+    const auto s = srv.engine->stats();
+    co_return co_await c.write(srv.response(
+        req, http::status::ok, json::serialize(profile_json(srv, s.profile, s.profile_version))));
   }
-  co_return co_await c.write(srv.error_response(req, *err));
+  const json::value body = parse_json_body(req.body());  // PUT or POST
+  const auto current = srv.engine->stats().profile;
+  SparsityProfile p;
+  try {
+    p = parse_sparsity_json(body, current, "sparsity");
+    (void)p.resolve(srv.engine->model().num_hidden_layers);  // depth-dependent checks
+  } catch (const ConfigError& e) {
+    throw bad_request(e.key(), e.what());
+  }
+  // A PUT that changes nothing publishes nothing (no new version, no re-plan).
+  const auto running = srv.engine->stats();
+  auto same = p;
+  same.version = running.profile.version;
+  json::object out;
+  if (same == running.profile) {
+    out = profile_json(srv, running.profile, running.profile_version);
+    out["published"] = false;
+  } else {
+    const std::uint64_t v = srv.engine->update_sparsity(p);
+    std::fprintf(stderr, "strata serve: sparsity profile version %llu published: %s\n",
+                 static_cast<unsigned long long>(v), json::serialize(to_json(p)).c_str());
+    out = profile_json(srv, p, v);
+    out["published"] = true;
+  }
+  co_return co_await c.write(srv.response(req, http::status::ok, json::serialize(out)));
+}
+
+net::awaitable<bool> handle_admin_stats(Conn& c, Req& req, const RouteArgs&) {
+  Server::Impl& srv = c.srv;
+  co_return co_await c.write(
+      srv.response(req, http::status::ok, json::serialize(stats_json(srv, srv.engine->stats()))));
+}
+
+net::awaitable<bool> handle_admin_config(Conn& c, Req& req, const RouteArgs&) {
+  Server::Impl& srv = c.srv;
+  const auto& cfg = srv.engine->config();
+  json::object o;
+  o["model"] = srv.opt.model_name;
+  o["model_path"] = cfg.model.path;
+  o["backend"] = cfg.backend.kind;
+  o["tp_size"] = cfg.backend.tp_size;
+  o["max_num_seqs"] = cfg.scheduler.max_num_seqs;
+  o["max_num_batched_tokens"] = cfg.scheduler.max_num_batched_tokens;
+  o["max_waiting"] = cfg.scheduler.max_waiting;
+  o["shrink_running"] = cfg.cache.shrink_running;
+  co_return co_await c.write(srv.response(req, http::status::ok, json::serialize(o)));
+}
+
+// The live statistics as SSE, every interval_ms (50 ... 10000, default 500), until the client
+// goes or the server stops; the stream ends the connection.
+net::awaitable<bool> handle_admin_stream(Conn& c, Req& req, const RouteArgs& a) {
+  Server::Impl& srv = c.srv;
+  long interval_ms = 500;
+  if (const auto q = query_param(a.query, "interval_ms"); !q.empty()) {
+    try {
+      interval_ms = std::clamp(std::stol(q), 50L, 10000L);
+    } catch (const std::exception&) {
+      throw bad_request("interval_ms", "'interval_ms' must be an integer");
+    }
+  }
+  http::response<http::empty_body> head{http::status::ok, req.version()};
+  srv.decorate(req, head.base());
+  head.set(http::field::content_type, "text/event-stream");
+  head.set(http::field::cache_control, "no-cache");
+  head.keep_alive(false);
+  head.chunked(true);
+  srv.metrics.observe_http(200);
+  http::response_serializer<http::empty_body> sr{head};
+  auto [hec, hn] = co_await http::async_write_header(c.sock, sr, as_tuple(use_awaitable));
+  if (hec) co_return false;
+  std::string side;
+  bool gone = false;
+  auto pump = [&]() -> net::awaitable<void> {
+    net::steady_timer t(srv.io);
+    std::uint64_t last_gen = 0;
+    auto last_t = Clock::now();
+    bool first = true;
+    while (!srv.stopping && srv.engine) {
+      const auto s = srv.engine->stats();
+      auto o = stats_json(srv, s);
+      const auto now = Clock::now();
+      const double dt = std::chrono::duration<double>(now - last_t).count();
+      if (!first && dt > 0)
+        o["tokens_per_s"] = static_cast<double>(s.generation_tokens_total - last_gen) / dt;
+      first = false;
+      last_gen = s.generation_tokens_total;
+      last_t = now;
+      const std::string ev = sse_data(json::serialize(o));
+      c.set_deadline(to_duration(srv.opt.server.write_timeout_s));
+      auto [ec, n] = co_await net::async_write(c.sock, http::make_chunk(net::buffer(ev)),
+                                               as_tuple(use_awaitable));
+      c.clear_deadline();
+      if (ec) co_return;
+      t.expires_after(std::chrono::milliseconds(interval_ms));
+      co_await t.async_wait(as_tuple(use_awaitable));
+    }
+  };
+  co_await (pump() || c.watch_close("", &side, &gone));
+  co_return false;  // the stream ends the connection
 }
 
 }  // namespace strata::api

@@ -6,7 +6,7 @@
 #include <ctime>
 
 #include "api/openai_response.h"
-#include "api/server_impl.h"
+#include "api/routes.h"
 #include "runtime/text/tokenizer.h"
 
 namespace strata::api {
@@ -157,6 +157,14 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
   clear_deadline();
   buf.commit(net::buffer_copy(buf.prepare(side.size()), net::buffer(side)));
   co_return !lec && head.keep_alive();
+}
+
+net::awaitable<bool> handle_completions(Conn& c, Req& req, const RouteArgs&) {
+  co_return co_await c.completions(req, Endpoint::kCompletions);
+}
+
+net::awaitable<bool> handle_chat_completions(Conn& c, Req& req, const RouteArgs&) {
+  co_return co_await c.completions(req, Endpoint::kChat);
 }
 
 }  // namespace strata::api

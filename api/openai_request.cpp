@@ -327,10 +327,7 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
       if (!known) {
         const std::string shown =
             out.model.size() <= 64 ? out.model : out.model.substr(0, 64) + "...";
-        throw ApiError(
-            404, "not_found_error",
-            "the model '" + shown + "' does not exist (served: '" + ctx.model_names.front() + "')",
-            "model", "model_not_found");
+        throw model_not_found(shown, ctx.model_names.front());
       }
     }
   } else if (!ctx.model_names.empty()) {

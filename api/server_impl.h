@@ -1,7 +1,7 @@
-// Internal to api/: the server's state and the pieces shared by server.cpp (HTTP core and
-// routing), accept.cpp (admission), completions.cpp (inference routes), websocket.cpp
-// (/v1/ws) and admin.cpp (/admin). Everything here runs on the server's single I/O thread
-// (but the jobs handed to offload()).
+// Internal to api/: the server's state and the pieces shared by server.cpp (state, responses,
+// caller checks, stop), accept.cpp (admission), connection.cpp (the HTTP transport), routes.cpp
+// (the route table), handlers_*.cpp (the routes), websocket.cpp (/v1/ws). Everything here runs
+// on the server's single I/O thread (but the jobs handed to offload()).
 #pragma once
 
 #include <boost/asio.hpp>
@@ -102,20 +102,20 @@ struct Conn : std::enable_shared_from_this<Conn> {
   void close();
   net::awaitable<void> watchdog();
   net::awaitable<void> run();
-  net::awaitable<bool> write(Res res);    // false: the client is gone
-  net::awaitable<bool> handle(Req& req);  // false: close the connection
+  net::awaitable<bool> write(Res res);  // false: the client is gone
+  // Caller checks and the CORS preflight, then the route table; false: close the connection.
+  net::awaitable<bool> handle(Req& req);
   // Inference with SSE or JSON; aborts the engine request if the client disconnects.
   net::awaitable<bool> completions(Req& req, Endpoint endpoint);
   net::awaitable<void> watch_close(const std::string& request_id, std::string* side, bool* gone);
 };
 
-// admin.cpp: /admin and /admin/api/*; returns false to close the connection.
-net::awaitable<bool> handle_admin(Conn& c, Req& req, std::string_view path, std::string_view query);
 // websocket.cpp: takes over the socket after the upgrade request.
 net::awaitable<void> run_websocket(Server::Impl& srv, tcp::socket sock, Req req);
 
 double seconds(double s);  // clamps config seconds to a sane positive duration
 Clock::duration to_duration(double seconds);
 std::string query_param(std::string_view query, std::string_view key);  // "" when absent
+std::string clip(std::string_view s);  // client input echoed in a message: 64 bytes at most
 
 }  // namespace strata::api

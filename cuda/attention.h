@@ -69,9 +69,13 @@ struct DecodeAttentionParams {
   float* part_ml;      // workspace [batch, heads, num_splits, 2] (max, sum)
   __nv_bfloat16* out;  // [rows, out_stride] at row q_row[b]
   int out_stride;
-  float* lse;         // [batch, heads] or nullptr
-  float* logits;      // [batch, heads, logits_stride] scaled logits, or nullptr
-  int logits_stride;  // >= max seq_len when logits != nullptr
+  float* lse;  // [batch, heads] or nullptr
+  // [batch, heads, logits_stride] scaled logits (scale * q.k, the values the softmax uses), or
+  // nullptr. Slots at or past logits_stride are not written: a row longer than the stride
+  // (e.g. a full-cache row in a step whose sparse rows want logits) gets only its first
+  // logits_stride columns.
+  float* logits;
+  int logits_stride;
   int heads;
   int kv_heads;
   int head_dim;

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Decode
       float sum = 0.0f;
       for (int j = lane; j < c1 - c0; j += 32) {
         const float s = sS[hh][j];
-        if (p.logits)
+        if (p.logits && c0 + j < p.logits_stride)  // rows longer than the stride: not needed
           p.logits[(static_cast<long long>(b) * p.heads + g * group + hh) * p.logits_stride + c0 +
                    j] = s;
         const float e = __expf(s - m_new);

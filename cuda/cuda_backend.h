@@ -1,6 +1,6 @@
 // The CUDA backend (runtime/backend.h) for Llama models on one device: bf16 weights
 // (uploaded from a checkpoint via runtime/model/model_loader.h, or generated on the device for
-// `random:<preset>[,layers=N,hidden=N,heads=N,kv_heads=N,intermediate=N,head_dim=N,vocab=N]`
+// `random:<preset>[,layers=N,...]` (runtime/model/random_model.h)
 // with the model seed, bit-identical to `strata make-model`), a paged bf16 KV pool sized at
 // start-up from the memory left after weights and workspace, cuBLAS GEMMs, the kernels of
 // cuda/kernels.h and cuda/attention.h, and CUDA graphs for decode-only steps per
@@ -58,8 +58,5 @@ class CudaBackend : public Backend {
 // builds one sharded backend per GPU joined by NCCL (cuda/tp/tp_backends.h; compiled, not
 // yet run on GPUs).
 std::vector<std::unique_ptr<Backend>> make_cuda_backends(const Config& config);
-
-// Parses "random:<preset>[,key=value...]" into a model shape (ConfigError on bad input).
-ModelConfig random_model_config(const std::string& spec);
 
 }  // namespace strata::cuda

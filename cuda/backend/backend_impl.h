@@ -28,6 +28,10 @@
 
 namespace strata::cuda {
 
+// Most slots a sparse decode row may attend for the score update to read the attention's logits
+// (CudaBackendImpl::dec_logits); larger capacities recompute q . k.
+inline constexpr int kMaxFusedScoreSlots = 2048;
+
 using bf16 = __nv_bfloat16;
 
 // Pinned host staging (metadata uploads and graph replays read from here).
@@ -128,6 +132,12 @@ struct CudaBackendImpl {
   DeviceArray<float> score_pool;  // [page][kv_head][16] fp32 per-slot scores
   DeviceArray<float> pre_lse;     // [max_tokens, heads] prefill LSE of sparse layers
   DeviceArray<float> dec_lse;     // [max_seqs, heads] decode LSE
+  // The decode attention's scaled logits for the score update of sparse layers (issue 18):
+  // [max_seqs, heads, dec_logits_cols]. Steps whose sparse rows attend more slots than the
+  // columns (capacities above kMaxFusedScoreSlots) recompute q . k instead.
+  DeviceArray<float> dec_logits;
+  int dec_logits_cols = 0;
+  bool score_from_logits = true;  // test/bench hook (CudaBackendProbe): false = always q . k
   // Per layer, per decode batch index (fixed addresses, read by the graphs): [L][max_seqs].
   DeviceArray<int> d_slots;
   DeviceArray<sparse::DecodeSeq> d_dec_seqs;
@@ -187,6 +197,11 @@ struct CudaBackendImpl {
   void forward(const ForwardArgs& a);
   void forward_layer(int l, const ForwardArgs& a);
   void decode_sparse_params(int l, int S_dec, int dec_max_slots, sparse::DecodeParams& dp) const;
+  // Whether the sparse layers' score update of a step whose sparse decode rows attend at most
+  // dec_max_slots slots reads the attention's logits (a function of host values a graph keys).
+  bool fused_score_update(int dec_max_slots) const {
+    return score_from_logits && dec_max_slots > 0 && dec_max_slots <= dec_logits_cols;
+  }
   void copy_layer_taps(int l, int T, int S_dec, bool sp_dec);
   // logits.cpp
   void lm_logits(int n);  // lm_head rows -> logits[n][V] (all-gathered when tp > 1)

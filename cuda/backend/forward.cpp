@@ -79,8 +79,16 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
   const std::size_t lrow = static_cast<std::size_t>(l) * max_seqs;
   sparse::DecodeParams dp;
   const bool sp_dec = a.sparse_decode && S_dec > 0;
+  // The score update reads the attention's own logits (no pass over the kept K) when the
+  // sparse rows fit the logits buffer; full-cache rows of the same layer write only its first
+  // dec_logits_cols columns, which nothing reads.
+  const bool fused = sp_dec && fused_score_update(a.dec_max_slots);
   if (sp_dec) {
     decode_sparse_params(l, S_dec, a.dec_max_slots, dp);
+    if (fused) {
+      dp.logits = dec_logits.get();
+      dp.logits_stride = dec_logits_cols;
+    }
     // `scored` with a full ring: the oldest ring token moves (or is dropped) BEFORE the new
     // token overwrites its slot. Reads only the pool, not this step's qkv.
     CUDA_CHECK(sparse::launch_scored_resolve(dp, stream));
@@ -122,8 +130,8 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                              .out = attn.get(),
                              .out_stride = q_dim,
                              .lse = sp_dec ? dec_lse.get() : nullptr,
-                             .logits = nullptr,
-                             .logits_stride = 0,
+                             .logits = fused ? dec_logits.get() : nullptr,
+                             .logits_stride = fused ? dec_logits_cols : 0,
                              .heads = mc.num_attention_heads,
                              .kv_heads = mc.num_key_value_heads,
                              .head_dim = mc.head_dim,

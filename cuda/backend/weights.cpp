@@ -16,6 +16,7 @@
 #include "runtime/error.h"
 #include "runtime/model/make_model.h"
 #include "runtime/model/model_loader.h"
+#include "runtime/model/random_model.h"
 
 namespace strata::cuda {
 
@@ -37,7 +38,7 @@ void CudaBackendImpl::random_tensor(bf16* dst, const std::string& name, std::siz
 }
 
 void CudaBackendImpl::build_weights() {
-  const bool random = cfg.model.path.rfind("random:", 0) == 0;
+  const bool random = is_random_model(cfg.model.path);
   std::unique_ptr<ModelWeights> mw;
   if (random) {
     mc = random_model_config(cfg.model.path);

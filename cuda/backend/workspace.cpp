@@ -117,6 +117,10 @@ void CudaBackendImpl::allocate_workspace() {
   d_dec_seqs = DeviceArray<sparse::DecodeSeq>(per_layer);
   pre_lse = DeviceArray<float>(T * mc.num_attention_heads);
   dec_lse = DeviceArray<float>(static_cast<std::size_t>(max_seqs) * mc.num_attention_heads);
+  // 256 sequences x 32 heads x 2048 columns: 64 MiB on the 8B shape.
+  dec_logits_cols = std::min(kMaxFusedScoreSlots, pmax * kBlockSize);
+  dec_logits = DeviceArray<float>(static_cast<std::size_t>(max_seqs) * mc.num_attention_heads *
+                                  static_cast<std::size_t>(dec_logits_cols));
   dev(d_lm_rows, T);
   dev(d_argmax, logit_rows);
   h_argmax = PinnedArray<int>(logit_rows);

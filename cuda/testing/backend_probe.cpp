@@ -37,6 +37,13 @@ void CudaBackendProbe::set_decode_splits(int n) {
                         std::to_string(kMaxDecodeSplits));
   b_.forced_splits = n;
 }
+void CudaBackendProbe::set_score_update_from_logits(bool on) {
+  if (b_.score_from_logits == on) return;
+  CUDA_CHECK(cudaSetDevice(b_.device));
+  for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
+  b_.graphs.clear();
+  b_.score_from_logits = on;
+}
 void CudaBackendProbe::set_layer_taps(bool on) {
   CudaBackendImpl& b = b_;
   CUDA_CHECK(cudaSetDevice(b.device));

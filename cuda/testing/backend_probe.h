@@ -24,6 +24,10 @@ class CudaBackendProbe {
   // Decode attention split count for every later step, eager and graph (0: the backend's
   // choice; 1..kMaxDecodeSplits).
   void set_decode_splits(int n);
+  // The sparse layers' score update from the decode attention's logits (default) or, off,
+  // recomputed from q and the kept K (the path before issue 18; for A/B benchmarks). Drops
+  // the captured graphs, which bake the choice in.
+  void set_score_update_from_logits(bool on);
   int graphs_captured() const;
   // Issue 9 diagnostics (tests only). While layer taps are on, every step (eager, and graph
   // replays: graphs are keyed by the flag) copies each layer's post-RoPE qkv rows, attention

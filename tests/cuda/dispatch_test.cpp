@@ -34,18 +34,5 @@ TEST(CudaDispatch, UnsupportedHeadDimNamesValueAndSupported) {
   EXPECT_THROW(check_elem_bytes(4, "test"), ConfigError);
 }
 
-TEST(CudaBackendSpec, RandomModelSpecs) {
-  const ModelConfig c = random_model_config("random:llama3-8b,layers=4");
-  EXPECT_EQ(c.num_hidden_layers, 4);
-  EXPECT_EQ(c.hidden_size, 4096);
-  EXPECT_EQ(c.vocab_size, 128256);
-  EXPECT_EQ(random_model_config("random:tiny,heads=8,kv_heads=2").gqa_ratio(), 4);
-  EXPECT_THROW(random_model_config("random:nope"), ConfigError);
-  EXPECT_THROW(random_model_config("random:tiny,layers"), ConfigError);
-  EXPECT_THROW(random_model_config("random:tiny,colour=3"), ConfigError);
-  EXPECT_THROW(random_model_config("random:tiny,layers=-1"), ConfigError);
-  EXPECT_THROW(random_model_config("random:tiny,heads=3"), ConfigError);
-}
-
 }  // namespace
 }  // namespace strata::cuda

@@ -9,7 +9,8 @@
 #      (default "model sparse": the decode step and prefill of the Llama-3-8B shape through
 #      CudaBackend::step, and the sparse vs full decode step), A then B;
 #   3. STRATA_AB_HOST_ROUNDS (default 5) rounds of `strata bench host --preset llama3-8b --batch
-#      64 --context 4096 --steps 600`, full cache and the default profile, A then B.
+#      64 --context 4096 --steps 600`, full cache and the default profile, A then B (it needs the
+#      Llama-3 tokenizer.json: STRATA_AB_TOKENIZER, default the bundle's parity/tokenizer.json).
 # Writes OUT_DIR/tests.log, bench-a.log, bench-b.log, host.log and ab.txt: every FIGURE of
 # gpu_bench and every us/step stage of bench host as the median over rounds for A and B, with
 # B / A. Exit status: 1 if a test binary failed, else 0.
@@ -46,17 +47,20 @@ sparse_cfg=
 for c in configs/bench/llama3-8b-sparse.yaml "$b/../configs/bench/llama3-8b-sparse.yaml"; do
   [ -f "$c" ] && sparse_cfg=$c && break
 done
+tok=${STRATA_AB_TOKENIZER:-$b/../parity/tokenizer.json}
+host_args=()
+[ -f "$tok" ] && host_args=(--tokenizer "$tok")
 for r in $(seq 1 "${STRATA_AB_HOST_ROUNDS:-5}"); do
   for side in a b; do
     dir=$a
     [ $side = b ] && dir=$b
     echo "=== round $r side $side full" >>"$out/host.log"
     "$dir/strata" bench host --preset llama3-8b --batch 64 --context 4096 --steps 600 \
-      >>"$out/host.log" 2>&1
+      "${host_args[@]}" >>"$out/host.log" 2>&1
     if [ -n "$sparse_cfg" ]; then
       echo "=== round $r side $side sparse" >>"$out/host.log"
       "$dir/strata" bench host --preset llama3-8b --batch 64 --context 4096 --steps 600 \
-        --config "$sparse_cfg" >>"$out/host.log" 2>&1
+        --config "$sparse_cfg" "${host_args[@]}" >>"$out/host.log" 2>&1
     fi
   done
 done

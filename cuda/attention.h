@@ -80,8 +80,16 @@ struct DecodeAttentionParams {
   int kv_heads;
   int head_dim;
   float scale;
-  int unroll = 0;  // keys in flight per thread: 0 (default, 4) or 8
+  int unroll = 0;  // two-pass kernel: keys in flight per thread: 0 (default, 4) or 8
+  // Which kernel (DecodeKernel); the default is kDefaultDecodeKernel.
+  int kernel = 0;
 };
+// kTwoPass: per 256-key chunk a K pass (logits to shared memory), a softmax pass and a V pass,
+// 4-8 loads in flight per thread. kPipelined: one pass, K and V tiles of 32 keys staged into
+// shared memory by a 3-stage cp.async pipeline, each group of head_dim/8 lanes keeps its own
+// online softmax over its keys, the groups merged in a fixed order at the end. Both write the
+// same partial results (the merge kernel is shared) and are deterministic.
+enum DecodeKernel : int { kDecodeDefault = 0, kDecodeTwoPass = 1, kDecodePipelined = 2 };
 inline constexpr int kMaxDecodeSplits = 64;
 void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s);
 

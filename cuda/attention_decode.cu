@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "cuda/attention.h"
+#include "cuda/cp_async.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/dispatch.h"
 
@@ -19,6 +20,8 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 128, kWarps = kThreads / 32, kChunk = 256,
               kMaxGroup = 8;  // kMaxGroup: GQA ratio limit
+// The kernel launch_decode_attention runs for DecodeAttentionParams::kernel == kDecodeDefault.
+constexpr int kDefaultDecodeKernel = kDecodePipelined;
 
 __device__ __forceinline__ void unpack8(const uint4& u, float* f) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
@@ -189,6 +192,193 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Decode
   }
 }
 
+// ---- the pipelined kernel (kDecodePipelined) ----------------------------------------------
+// Tiles of kPTile keys (two pages), K and V of a tile staged together into shared memory by
+// cp.async, kPStages stages (kPStages - 1 tiles in flight while one is computed). Thread
+// groups of HD/8 lanes (16 B of a key row per lane) each own keys i * kGroups + group of every
+// tile and keep an online softmax (m, l, acc) per query head of the GQA group over them; at the
+// end the groups are merged in index order (deterministic) into this split's partial result.
+constexpr int kPTile = 32, kPStages = 3;
+
+template <int HD, int MAXG>
+constexpr int pipelined_smem_bytes() {
+  constexpr int pipe = kPStages * 2 * kPTile * HD * 2;
+  constexpr int merge = (kThreads / (HD / 8)) * MAXG * (HD + 2) * 4;
+  return pipe > merge ? pipe : merge;
+}
+
+template <int HD, int MAXG>
+__global__ void __launch_bounds__(kThreads)
+    decode_attention_pipelined_kernel(const DecodeAttentionParams p) {
+  constexpr int kLpk = HD / 8;                     // lanes per key
+  constexpr int kGroups = kThreads / kLpk;         // key groups per block
+  constexpr int kKeysPerGroup = kPTile / kGroups;  // keys of a tile per group
+  constexpr int kChunks = kPTile * kLpk;           // 16-byte chunks of one K (or V) tile
+  constexpr int kLoads = 2 * kChunks / kThreads;   // cp.async per thread per tile
+  constexpr int kTileElems = kPTile * HD;          // bf16 of one K (or V) tile
+  static_assert(kPTile % kGroups == 0 && (2 * kChunks) % kThreads == 0);
+  extern __shared__ uint4 smem_raw[];
+  bf16* const sbase = reinterpret_cast<bf16*>(smem_raw);
+
+  const int b = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+  const int group = p.heads / p.kv_heads;
+  const int tid = threadIdx.x, kg = tid / kLpk, sub = tid % kLpk;
+  const int len = p.seq_len[b];
+  const int per = len > 0 ? ((len + p.num_splits - 1) / p.num_splits + 15) / 16 * 16 : 0;
+  const int k0 = min(split * per, max(len, 0)), k1 = min(k0 + per, max(len, 0));
+
+  float q[MAXG][8];
+  const bf16* qrow = p.q + static_cast<long long>(p.q_row[b]) * p.q_stride;
+#pragma unroll
+  for (int hh = 0; hh < MAXG; ++hh) {
+    if (hh < group) {
+      const uint4 u = *reinterpret_cast<const uint4*>(qrow + (g * group + hh) * HD + sub * 8);
+      unpack8(u, q[hh]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) q[hh][e] = 0.0f;
+    }
+  }
+  float m[MAXG], l[MAXG], acc[MAXG][8];
+#pragma unroll
+  for (int hh = 0; hh < MAXG; ++hh) {
+    m[hh] = -INFINITY, l[hh] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[hh][e] = 0.0f;
+  }
+
+  const int* table = p.block_table + static_cast<long long>(b) * p.table_stride;
+  const long long half = p.page_elems / 2;
+  const int ntiles = k1 > k0 ? (k1 - k0 + kPTile - 1) / kPTile : 0;
+  auto issue = [&](int t) {
+    bf16* const dst0 = sbase + (t % kPStages) * 2 * kTileElems;
+    const int base = k0 + t * kPTile;
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int c = tid + i * kThreads;
+      const int part = c / kChunks, cc = c % kChunks;
+      const int key = cc / kLpk, s8 = cc % kLpk;
+      const int j = base + key;
+      const bool ok = j < k1;
+      const bf16* src = ok ? p.kv_pool + static_cast<long long>(table[j >> 4]) * p.page_elems +
+                                 part * half + (static_cast<long long>(g) * 16 + (j & 15)) * HD +
+                                 s8 * 8
+                           : p.kv_pool;
+      async::cp_async16(dst0 + part * kTileElems + key * HD + s8 * 8, src, ok);
+    }
+  };
+#pragma unroll
+  for (int t = 0; t < kPStages - 1; ++t) {
+    if (t < ntiles) issue(t);
+    async::cp_async_commit();
+  }
+  for (int t = 0; t < ntiles; ++t) {
+    async::cp_async_wait<kPStages - 2>();
+    __syncthreads();  // tile t landed for every thread; tile t - 1's stage is free again
+    if (t + kPStages - 1 < ntiles) issue(t + kPStages - 1);
+    async::cp_async_commit();
+    const bf16* sk = sbase + (t % kPStages) * 2 * kTileElems;
+    const bf16* sv = sk + kTileElems;
+    const int base = k0 + t * kPTile;
+    // 1. The partial dot products of all this group's keys and heads first (independent
+    //    chains), then their reductions across the group's lanes interleaved.
+    float sc[kKeysPerGroup][MAXG];
+#pragma unroll
+    for (int i = 0; i < kKeysPerGroup; ++i) {
+      float kf[8];
+      unpack8(*reinterpret_cast<const uint4*>(sk + (i * kGroups + kg) * HD + sub * 8), kf);
+#pragma unroll
+      for (int hh = 0; hh < MAXG; ++hh) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d += q[hh][e] * kf[e];
+        sc[i][hh] = d;
+      }
+    }
+#pragma unroll
+    for (int o = kLpk / 2; o > 0; o >>= 1)
+#pragma unroll
+      for (int i = 0; i < kKeysPerGroup; ++i)
+#pragma unroll
+        for (int hh = 0; hh < MAXG; ++hh) sc[i][hh] += __shfl_xor_sync(0xffffffffu, sc[i][hh], o);
+          // 2. Scaled logits (keys past the split's end: -inf), one rescale per head and tile.
+#pragma unroll
+    for (int i = 0; i < kKeysPerGroup; ++i) {
+      const int j = base + i * kGroups + kg;
+#pragma unroll
+      for (int hh = 0; hh < MAXG; ++hh) {
+        sc[i][hh] = j < k1 ? sc[i][hh] * p.scale : -INFINITY;
+        if (p.logits && hh < group && sub == 0 && j < k1 && j < p.logits_stride)
+          p.logits[(static_cast<long long>(b) * p.heads + g * group + hh) * p.logits_stride + j] =
+              sc[i][hh];
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < MAXG; ++hh) {
+      float mt = sc[0][hh];
+#pragma unroll
+      for (int i = 1; i < kKeysPerGroup; ++i) mt = fmaxf(mt, sc[i][hh]);
+      if (mt > m[hh]) {                      // new running maximum (uniform in the group)
+        const float c = __expf(m[hh] - mt);  // m = -inf -> 0
+        l[hh] *= c;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[hh][e] *= c;
+        m[hh] = mt;
+      }
+    }
+    // 3. p = exp(logit - m) and the V accumulation.
+#pragma unroll
+    for (int i = 0; i < kKeysPerGroup; ++i) {
+      const bool valid = base + i * kGroups + kg < k1;
+      float vf[8];
+      unpack8(*reinterpret_cast<const uint4*>(sv + (i * kGroups + kg) * HD + sub * 8), vf);
+#pragma unroll
+      for (int hh = 0; hh < MAXG; ++hh) {
+        const float pj = valid ? __expf(sc[i][hh] - m[hh]) : 0.0f;
+        l[hh] += pj;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[hh][e] += pj * vf[e];
+      }
+    }
+  }
+  async::cp_async_wait<0>();
+  __syncthreads();  // the stages are reused below
+
+  // Merge the groups in index order.
+  float* const sM = reinterpret_cast<float*>(smem_raw);  // [kGroups][MAXG]
+  float* const sL = sM + kGroups * MAXG;                 // [kGroups][MAXG]
+  float* const sO = sL + kGroups * MAXG;                 // [kGroups][MAXG][HD]
+#pragma unroll
+  for (int hh = 0; hh < MAXG; ++hh) {
+    if (hh >= group) continue;
+    if (sub == 0) sM[kg * MAXG + hh] = m[hh], sL[kg * MAXG + hh] = l[hh];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sO[(kg * MAXG + hh) * HD + sub * 8 + e] = acc[hh][e];
+  }
+  __syncthreads();
+  for (int i = tid; i < group * HD; i += kThreads) {
+    const int hh = i / HD, d = i % HD;
+    float mx = -INFINITY;
+    for (int k = 0; k < kGroups; ++k) mx = fmaxf(mx, sM[k * MAXG + hh]);
+    float o = 0.0f, lsum = 0.0f;
+    if (mx != -INFINITY)
+      for (int k = 0; k < kGroups; ++k) {
+        const float mk = sM[k * MAXG + hh];
+        if (mk == -INFINITY) continue;
+        const float w = __expf(mk - mx);
+        o += sO[(k * MAXG + hh) * HD + d] * w;
+        lsum += sL[k * MAXG + hh] * w;
+      }
+    const long long idx =
+        (static_cast<long long>(b) * p.heads + g * group + hh) * p.num_splits + split;
+    p.part_o[idx * HD + d] = o;
+    if (d == 0) {
+      p.part_ml[idx * 2] = mx;
+      p.part_ml[idx * 2 + 1] = lsum;
+    }
+  }
+}
+
 template <int HD>
 __global__ void decode_merge_kernel(const DecodeAttentionParams p) {
   const int b = blockIdx.x, h = blockIdx.y;
@@ -229,8 +419,24 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s) {
   if (p.num_splits < 1 || p.num_splits > kMaxDecodeSplits)
     throw InternalError("decode attention: num_splits " + std::to_string(p.num_splits) +
                         " outside 1.." + std::to_string(kMaxDecodeSplits));
+  const int kernel = p.kernel == kDecodeDefault ? kDefaultDecodeKernel : p.kernel;
+  if (kernel != kDecodeTwoPass && kernel != kDecodePipelined)
+    throw InternalError("decode attention: kernel " + std::to_string(p.kernel) +
+                        " (supported: 0 default, 1 two-pass, 2 pipelined)");
   STRATA_DISPATCH_HEAD_DIM(p.head_dim, "decode attention", HD, {
     const dim3 grid(p.batch, p.kv_heads, p.num_splits);
+    if (kernel == kDecodePipelined) {
+      if (p.heads / p.kv_heads <= 4)
+        decode_attention_pipelined_kernel<HD, 4>
+            <<<grid, kThreads, pipelined_smem_bytes<HD, 4>(), s>>>(p);
+      else
+        decode_attention_pipelined_kernel<HD, 8>
+            <<<grid, kThreads, pipelined_smem_bytes<HD, 8>(), s>>>(p);
+      CUDA_CHECK_LAUNCH();
+      decode_merge_kernel<HD><<<dim3(p.batch, p.heads), 128, 0, s>>>(p);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
     // unroll: keys in flight per thread (memory-level parallelism); 0 = default 4.
     const bool u8 = p.unroll == 8;
     if (p.heads / p.kv_heads <= 4) {

@@ -19,6 +19,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/attention_prefill_impl.h"
+#include "cuda/cp_async.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/dispatch.h"
 #include "cuda/prefill_frag.h"
@@ -33,24 +34,10 @@ constexpr int kBM = 64;  // query positions per tile (the interface's tile)
 constexpr int kBN = 64;  // keys per K/V tile
 constexpr int kThreads = 128;
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte cp.async; valid == false writes 16 zero bytes and reads nothing.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(n)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+using async::cp_async16;
+using async::cp_async_commit;
+using async::cp_async_wait;
+using async::smem_addr;
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const bf16* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

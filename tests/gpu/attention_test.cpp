@@ -181,7 +181,7 @@ TEST(GpuAttention, PrefillLong4096) {
 
 void run_decode_case(int heads, int kv_heads, int hd, const std::vector<int>& lens, int splits,
                      bool with_logits, std::mt19937_64& rng, const std::string& tag, int unroll = 0,
-                     int repeats = 0) {
+                     int repeats = 0, int kernel = kDecodeDefault) {
   const int B = static_cast<int>(lens.size());
   PagedKv kv = make_kv(lens, kv_heads, hd, rng);
   const int q_stride = (heads + 2 * kv_heads) * hd;
@@ -202,28 +202,29 @@ void run_decode_case(int heads, int kv_heads, int hd, const std::vector<int>& le
   poison(lse);
   if (with_logits) poison(logits);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const DecodeAttentionParams params{d_q.get(),
-                                     q_stride,
-                                     d_row.get(),
-                                     kv.pool.get(),
-                                     static_cast<long long>(kv.layout.page_elems()),
-                                     kv.d_table.get(),
-                                     kv.table_stride,
-                                     d_len.get(),
-                                     B,
-                                     splits,
-                                     part_o.get(),
-                                     part_ml.get(),
-                                     out.get(),
-                                     heads * hd,
-                                     lse.get(),
-                                     with_logits ? logits.get() : nullptr,
-                                     maxlen,
-                                     heads,
-                                     kv_heads,
-                                     hd,
-                                     static_cast<float>(scale),
-                                     unroll};
+  DecodeAttentionParams params{d_q.get(),
+                               q_stride,
+                               d_row.get(),
+                               kv.pool.get(),
+                               static_cast<long long>(kv.layout.page_elems()),
+                               kv.d_table.get(),
+                               kv.table_stride,
+                               d_len.get(),
+                               B,
+                               splits,
+                               part_o.get(),
+                               part_ml.get(),
+                               out.get(),
+                               heads * hd,
+                               lse.get(),
+                               with_logits ? logits.get() : nullptr,
+                               maxlen,
+                               heads,
+                               kv_heads,
+                               hd,
+                               static_cast<float>(scale),
+                               unroll};
+  params.kernel = kernel;
   launch_decode_attention(params, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   // Determinism (issue 9): the same launch on the same inputs must give the same bits every
@@ -288,16 +289,22 @@ void run_decode_case(int heads, int kv_heads, int hd, const std::vector<int>& le
   figure("decode_lse_abs_" + tag, el.max_abs);
 }
 
+// Every decode test runs both kernels (cuda/attention.h DecodeKernel).
+const std::pair<int, const char*> kDecodeKernels[] = {{kDecodeTwoPass, ""},
+                                                      {kDecodePipelined, "_pipe"}};
+
 TEST(GpuAttention, DecodeSweep) {
   REQUIRE_GPU();
   std::mt19937_64 rng(23);
   for (int hd : {64, 128}) {
     for (auto [h, kvh] : {std::pair{4, 4}, std::pair{8, 4}, std::pair{32, 8}, std::pair{64, 8}}) {
-      for (int splits : {1, 4, 17}) {
-        const std::string tag = "hd" + std::to_string(hd) + "_g" + std::to_string(h / kvh) + "_s" +
-                                std::to_string(splits);
-        run_decode_case(h, kvh, hd, {1, 17, 300, 33, 16, 511, 2}, splits, splits == 4, rng, tag);
-      }
+      for (int splits : {1, 4, 17})
+        for (const auto& [kernel, suffix] : kDecodeKernels) {
+          const std::string tag = "hd" + std::to_string(hd) + "_g" + std::to_string(h / kvh) +
+                                  "_s" + std::to_string(splits) + suffix;
+          run_decode_case(h, kvh, hd, {1, 17, 300, 33, 16, 511, 2}, splits, splits == 4, rng, tag,
+                          0, 0, kernel);
+        }
     }
   }
 }
@@ -315,6 +322,15 @@ TEST(GpuAttention, DecodeLong4096Batch) {
   run_decode_case(64, 8, 128, {4096, 1, 17, 300}, 3, true, rng, "hd128_g8_len4096_u8", 8);
   run_decode_case(8, 4, 64, {4096, 1, 17, 300}, 5, false, rng, "hd64_g2_len4096_u8", 8);
   run_decode_case(8, 1, 64, {4096, 1, 17, 300}, 1, false, rng, "hd64_g8_len4096_u8", 8);
+  // The pipelined kernel on the same shapes.
+  run_decode_case(32, 8, 128, lens, 8, true, rng, "hd128_g4_b16_len4096_pipe", 0, 0,
+                  kDecodePipelined);
+  run_decode_case(64, 8, 128, {4096, 1, 17, 300}, 3, true, rng, "hd128_g8_len4096_pipe", 0, 0,
+                  kDecodePipelined);
+  run_decode_case(8, 1, 64, {4096, 1, 17}, 33, false, rng, "hd64_g8_len4096_pipe", 0, 0,
+                  kDecodePipelined);
+  run_decode_case(8, 4, 64, {4096, 1, 17, 300}, 1, true, rng, "hd64_g2_len4096_pipe", 0, 0,
+                  kDecodePipelined);
 }
 
 // Issue 9: decode attention is bitwise repeatable (every block reduces its key slots'
@@ -326,11 +342,13 @@ TEST(GpuAttention, DecodeBitwiseRepeatable) {
   std::mt19937_64 rng(25);
   for (int hd : {64, 128})
     for (auto [h, kvh] : {std::pair{4, 2}, std::pair{32, 8}, std::pair{64, 8}})
-      for (int splits : {1, 3, 8}) {
-        const std::string tag = "hd" + std::to_string(hd) + "_g" + std::to_string(h / kvh) + "_s" +
-                                std::to_string(splits);
-        run_decode_case(h, kvh, hd, {48, 49, 80, 300, 1, 17, 511}, splits, false, rng, tag, 0, 20);
-      }
+      for (int splits : {1, 3, 8})
+        for (const auto& [kernel, suffix] : kDecodeKernels) {
+          const std::string tag = "hd" + std::to_string(hd) + "_g" + std::to_string(h / kvh) +
+                                  "_s" + std::to_string(splits) + suffix;
+          run_decode_case(h, kvh, hd, {48, 49, 80, 300, 1, 17, 511}, splits, false, rng, tag, 0, 20,
+                          kernel);
+        }
 }
 
 }  // namespace

@@ -14,7 +14,8 @@ using namespace yaml;
 namespace {
 
 void apply_model(const YAML::Node& n, ModelSection& m) {
-  check_keys(n, "model", {"path", "tokenizer", "chat_template", "max_model_len", "seed"});
+  check_keys(n, "model",
+             {"path", "tokenizer", "chat_template", "max_model_len", "seed", "quantization"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "model." + k;
@@ -28,6 +29,9 @@ void apply_model(const YAML::Node& n, ModelSection& m) {
       m.max_model_len = read_int(kv.second, key, 0, 1 << 24);
     else if (k == "seed")
       m.seed = static_cast<std::uint64_t>(read_int(kv.second, key, 0, INT64_MAX));
+    else if (k == "quantization")
+      m.quantization = read_enum(kv.second, key, {"none", "fp8"}) == "fp8" ? Quantization::kFp8
+                                                                           : Quantization::kNone;
   }
 }
 

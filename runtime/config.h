@@ -11,6 +11,11 @@
 
 namespace strata {
 
+// model.quantization: how the backend holds the linear layers (q/k/v/o/gate/up/down).
+// kFp8: e4m3 weights with per-output-channel scales and per-token e4m3 activations (W8A8,
+// docs/cpu-backend.md "FP8"); embeddings, norms and lm_head stay as they are.
+enum class Quantization : std::uint8_t { kNone, kFp8 };
+
 struct ModelSection {
   std::string path;  // HF model directory, or "random:<preset>" (CUDA)
   // Tokenizer for "random:" models (weights built on the device): a tokenizer.json, or a
@@ -18,8 +23,9 @@ struct ModelSection {
   std::string tokenizer;
   // auto | llama3 | chatml | none | a Jinja template file (runtime/text/chat_template.h)
   std::string chat_template = "auto";
-  std::int64_t max_model_len = 0;      // 0: the model's max_position_embeddings
-  std::uint64_t seed = 0;              // random:<preset> weights
+  std::int64_t max_model_len = 0;                   // 0: the model's max_position_embeddings
+  std::uint64_t seed = 0;                           // random:<preset> weights
+  Quantization quantization = Quantization::kNone;  // none | fp8
 };
 
 struct BackendSection {

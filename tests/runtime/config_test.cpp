@@ -57,6 +57,24 @@ TEST(Config, SparseGraphsDefaultOffAndParsed) {
             std::string::npos);
 }
 
+TEST(Config, QuantizationDefaultsToNoneParsesFp8AndRejectsTheRest) {
+  EXPECT_EQ(parse_config_yaml("model: {path: x}", "t").model.quantization, Quantization::kNone);
+  EXPECT_EQ(parse_config_yaml("model: {quantization: none}", "t").model.quantization,
+            Quantization::kNone);
+  EXPECT_EQ(parse_config_yaml("model: {quantization: fp8}", "t").model.quantization,
+            Quantization::kFp8);
+  EXPECT_NE(error_of("model: {quantization: int4}")
+                .find("model.quantization: got 'int4' (allowed: none, fp8)"),
+            std::string::npos);
+  Config c;
+  c.set("model.quantization", "fp8");
+  EXPECT_EQ(c.model.quantization, Quantization::kFp8);
+  EXPECT_THROW(c.set("model.quantization", "fp4"), ConfigError);
+  EXPECT_EQ(c.model.quantization, Quantization::kFp8);
+  c.set("model.quantization", "none");
+  EXPECT_EQ(c.model.quantization, Quantization::kNone);
+}
+
 TEST(Config, RejectsUnknownKeysNamingThemAndTheAllowedOnes) {
   EXPECT_NE(error_of("modle: {path: x}").find("modle: unknown key (allowed: model, backend"),
             std::string::npos);

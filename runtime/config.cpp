@@ -104,7 +104,7 @@ void apply_server(const YAML::Node& n, ServerSection& s) {
   check_keys(n, "server",
              {"host", "port", "served_model_name", "api_keys", "admin_token", "cors_origins",
               "allowed_hosts", "max_body_bytes", "max_connections", "header_timeout_s",
-              "idle_timeout_s", "write_timeout_s", "shutdown_grace_s"});
+              "idle_timeout_s", "write_timeout_s", "shutdown_grace_s", "status_log_interval_s"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "server." + k;
@@ -134,6 +134,8 @@ void apply_server(const YAML::Node& n, ServerSection& s) {
       s.write_timeout_s = read_double(kv.second, key, 0.1, 86400);
     else if (k == "shutdown_grace_s")
       s.shutdown_grace_s = read_double(kv.second, key, 0, 3600);
+    else if (k == "status_log_interval_s")
+      s.status_log_interval_s = read_double(kv.second, key, 0, 86400);
   }
 }
 

@@ -71,6 +71,7 @@ struct ServerSection {
   double idle_timeout_s = 120;
   double write_timeout_s = 30;  // a write blocked that long (peer not reading) ends the connection
   double shutdown_grace_s = 10;
+  double status_log_interval_s = 10;  // the one-line engine status on stderr; 0: off
 };
 
 // sparsity.request_override: what a request's `kv_sparsity` may change. kWithinLimits: only

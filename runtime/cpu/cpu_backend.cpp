@@ -10,13 +10,14 @@
 #include <vector>
 
 #include "runtime/cpu/attention.h"
+#include "runtime/cpu/fp8_matmul.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kv_pool.h"
 #include "runtime/cpu/thread_pool.h"
-#include "runtime/tp/tp_comm.h"
 #include "runtime/error.h"
 #include "runtime/sampler.h"
 #include "runtime/step_plan_check.h"
+#include "runtime/tp/tp_comm.h"
 #include "runtime/tp/tp_shard.h"
 
 namespace strata {
@@ -53,7 +54,17 @@ struct LayerF32 {
   std::vector<float> post_norm;   // [hidden]
   std::vector<float> gate_up;     // [2 intermediate][hidden]: gate rows, then up rows
   std::vector<float> down;        // [hidden][intermediate]
+  // quantization fp8: the four matrices above in e4m3 (those fp32 vectors are then empty).
+  cpu::Fp8Rows qkv8, o8, gate_up8, down8;
 };
+
+// Moves an fp32 [out][in] matrix into per-output-channel e4m3.
+cpu::Fp8Rows to_e4m3(std::vector<float>& w, int in) {
+  const int out = static_cast<int>(w.size() / static_cast<std::size_t>(in));
+  auto q = cpu::quantize_rows_e4m3(w.data(), out, in);
+  std::vector<float>().swap(w);
+  return q;
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -77,6 +88,12 @@ class CpuBackend final : public Backend {
       d.post_norm = to_f32(*s.post_norm);
       d.gate_up = to_f32.stack({s.gate, s.up});
       d.down = to_f32(*s.down);
+      if (opts.quantization == Quantization::kFp8) {
+        d.qkv8 = to_e4m3(d.qkv, c.hidden_size);
+        d.o8 = to_e4m3(d.o, shard_.q_heads * c.head_dim);
+        d.gate_up8 = to_e4m3(d.gate_up, c.hidden_size);
+        d.down8 = to_e4m3(d.down, shard_.inter);
+      }
     }
     inv_freq_ = c.rope_inv_freq();
     KvLayout layout{shard_.kv_heads, c.head_dim, 4};
@@ -95,14 +112,19 @@ class CpuBackend final : public Backend {
     pool_ = std::make_unique<cpu::ThreadPool>(opts.threads);
 
     std::size_t wbytes = embed_.size() + lm_head_.size() + final_norm_.size();
-    for (const auto& d : layers_)
+    std::size_t fp8_bytes = 0;  // e4m3 codes (1 byte) and fp32 scales
+    for (const auto& d : layers_) {
       wbytes += d.input_norm.size() + d.qkv.size() + d.o.size() + d.post_norm.size() +
                 d.gate_up.size() + d.down.size();
+      for (const auto* q : {&d.qkv8, &d.o8, &d.gate_up8, &d.down8})
+        fp8_bytes += q->codes.size() + q->scale.size() * sizeof(float);
+    }
     info_.name = shard_.size == 1 ? "cpu" : "cpu-tp" + std::to_string(shard_.size);
+    if (opts.quantization == Quantization::kFp8) info_.name += "-fp8";
     info_.layout = layout;
     info_.num_pages = static_cast<int>(pages);
     info_.tp_size = shard_.size;
-    info_.weight_bytes = wbytes * sizeof(float);
+    info_.weight_bytes = wbytes * sizeof(float) + fp8_bytes;
   }
 
   const BackendInfo& info() const override { return info_; }
@@ -111,6 +133,17 @@ class CpuBackend final : public Backend {
 
  private:
   void forward(const StepPlan& plan, std::vector<float>& x);
+  // y[rows][out] = x[rows][in] · wᵀ: fp32 (`w`) or, with quantization fp8, e4m3 W8A8 (`w8`,
+  // x quantized per row here).
+  void linear(const std::vector<float>& x, int rows, const std::vector<float>& w,
+              const cpu::Fp8Rows& w8, int in, int out, std::vector<float>& y) {
+    if (opts_.quantization == Quantization::kFp8) {
+      const auto xq = cpu::quantize_rows_e4m3(x.data(), rows, in, pool_.get());
+      cpu::matmul_e4m3(*pool_, xq, w8, y.data());
+    } else {
+      cpu::matmul(*pool_, x.data(), rows, w.data(), in, out, y.data());
+    }
+  }
   // Sums the ranks' partial outputs (no-op at tp_size 1).
   void all_reduce(std::vector<float>& v) {
     if (comm_) comm_->all_reduce_sum(shard_.rank, v.data(), v.size());
@@ -164,7 +197,7 @@ void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
       for (auto t = b; t < e; ++t)
         cpu::rms_norm(&x[t * H], w.input_norm.data(), H, c.rms_norm_eps, &xn[t * H]);
     });
-    cpu::matmul(*pool_, xn.data(), T, w.qkv.data(), H, qkvd, qkv.data());
+    linear(xn, T, w.qkv, w.qkv8, H, qkvd, qkv);
     pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
       for (auto t = b; t < e; ++t) {
         float* row = &qkv[t * qkvd];
@@ -204,19 +237,19 @@ void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
         cpu::attend(*kv_, g, a);
       }
     });
-    cpu::matmul(*pool_, attn.data(), T, w.o.data(), qd, H, tmp.data());
+    linear(attn, T, w.o, w.o8, qd, H, tmp);
     all_reduce(tmp);
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += tmp[j];
     pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
       for (auto t = b; t < e; ++t)
         cpu::rms_norm(&x[t * H], w.post_norm.data(), H, c.rms_norm_eps, &xn[t * H]);
     });
-    cpu::matmul(*pool_, xn.data(), T, w.gate_up.data(), H, 2 * I, gu.data());
+    linear(xn, T, w.gate_up, w.gate_up8, H, 2 * I, gu);
     pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
       for (auto t = b; t < e; ++t)
         cpu::silu_mul(&gu[t * 2 * I], &gu[t * 2 * I + I], I, &act[t * I]);
     });
-    cpu::matmul(*pool_, act.data(), T, w.down.data(), I, H, tmp.data());
+    linear(act, T, w.down, w.down8, I, H, tmp);
     all_reduce(tmp);
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += tmp[j];
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/config.h"
 #include "runtime/model/model_loader.h"
 
 namespace strata {
@@ -21,6 +22,10 @@ struct CpuBackendOptions {
   int threads = 0;                        // total compute threads; 0 = hardware concurrency
   std::uint64_t kv_bytes = 512ull << 20;  // page pool size: num_pages = kv_bytes / page_bytes
   bool fp64_scores = true;                // SnapKV selection scores in fp64 (else fp32)
+  // kFp8: the linear layers in e4m3, W8A8 (runtime/cpu/fp8_matmul.h, docs/cpu-backend.md
+  // "FP8"); at tp_size > 1 each rank quantizes its own slices. Callers copy it from
+  // Config::model.quantization.
+  Quantization quantization = Quantization::kNone;
 };
 
 // Converts the weights to fp32 once (the ModelWeights may be dropped afterwards by the

@@ -24,6 +24,11 @@ constexpr int kGraphBucketsDefault[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
 CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
     : cfg(c), device(dev), tp(tp_rank) {
+  // Never run bf16 silently when FP8 was asked for (issue 20: the CPU backend has the oracle).
+  if (c.model.quantization != Quantization::kNone)
+    throw ConfigError("model.quantization",
+                      "fp8 is not implemented on the CUDA backend yet (issue 20); use "
+                      "model.quantization: none, or the CPU backend");
   int n = 0;
   CUDA_CHECK(cudaGetDeviceCount(&n));
   if (dev < 0 || dev >= n)

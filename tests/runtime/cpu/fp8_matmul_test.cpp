@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 
 #include "runtime/fp8.h"
@@ -162,6 +164,7 @@ TEST(Fp8CpuBackend, TinyModelFp8AgreesWithUnquantized) {
   EXPECT_LT(fp8->info().weight_bytes, ref->info().weight_bytes);
   const int V = w->config().vocab_size;
   double agree = 0, rows = 0, num = 0, den = 0, free_agree = 0, free_n = 0;
+  std::vector<float> margins;  // the reference's top-1 − top-2 per row
   for (std::uint64_t seed : {1, 2, 3, 4}) {
     const auto prompt = test::tokens(40, V, seed);
     const auto gen_ref = greedy(*ref, prompt, 32);
@@ -175,6 +178,10 @@ TEST(Fp8CpuBackend, TinyModelFp8AgreesWithUnquantized) {
     ASSERT_EQ(lr.size(), lq.size());
     for (std::size_t r = 0; r < lr.size() / V; ++r, ++rows) {
       agree += test::argmax(&lr[r * V], V) == test::argmax(&lq[r * V], V);
+      std::vector<float> row(lr.begin() + static_cast<std::ptrdiff_t>(r * V),
+                             lr.begin() + static_cast<std::ptrdiff_t>((r + 1) * V));
+      std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<>());
+      margins.push_back(row[0] - row[1]);
       for (int j = 0; j < V; ++j) {
         const double d = static_cast<double>(lq[r * V + j]) - lr[r * V + j];
         num += d * d;
@@ -183,6 +190,11 @@ TEST(Fp8CpuBackend, TinyModelFp8AgreesWithUnquantized) {
     }
   }
   const double rel_l2 = std::sqrt(num / den), top1 = agree / rows;
+  std::nth_element(margins.begin(), margins.begin() + margins.size() / 2, margins.end());
+  std::printf(
+      "tiny fp8 vs unquantized: median top-1 margin %.4g, rms logit %.4g, rms logit "
+      "difference %.4g\n",
+      margins[margins.size() / 2], std::sqrt(den / (rows * V)), std::sqrt(num / (rows * V)));
   std::printf(
       "tiny fp8 vs unquantized: teacher-forced greedy agreement %.4f (%g rows), logits "
       "relative L2 %.4g, free-running matching prefix %g of %g tokens\n",

@@ -172,8 +172,11 @@ void BatcherActor::emit_final(Seq& s, const SeqUsage* usage) {
     double itl_sum = 0;
     int itl_n = 0;
     double comp = 0;
+    std::optional<Clock::time_point> last_token;
     for (const auto& q : r.seqs) {
       u.completion_tokens += static_cast<int>(q->output.size());
+      if (!q->output.empty() && (!last_token || q->last_token > *last_token))
+        last_token = q->last_token;
       if (q->output.size() > 1) {
         itl_sum += ms_between(q->first_token, q->last_token);
         itl_n += static_cast<int>(q->output.size()) - 1;
@@ -184,6 +187,12 @@ void BatcherActor::emit_final(Seq& s, const SeqUsage* usage) {
     u.ttft_ms = r.first_token ? ms_between(r.in->arrival, *r.first_token) : 0.0;
     u.e2e_ms = ms_between(r.in->arrival, now);
     u.mean_itl_ms = itl_n > 0 ? itl_sum / itl_n : 0.0;
+    if (r.first_scheduled && r.first_token)
+      u.prefill_ms = ms_between(*r.first_scheduled, *r.first_token);
+    if (r.first_token && last_token) u.decode_ms = ms_between(*r.first_token, *last_token);
+    if (r.first_scheduled && last_token)
+      u.inference_ms = ms_between(*r.first_scheduled, *last_token);
+    u.max_tokens = r.in->params.max_tokens;
     u.compression_ratio = comp / static_cast<double>(r.seqs.size());
     ev.usage = u;
     send(r.in->sink, std::move(ev));
@@ -252,7 +261,10 @@ void BatcherActor::on_step_done(RankCompletion c) {
     Req& r = *s.req;
     s.output.push_back(res.token);
     ++stats_.generation_tokens_total;
-    if (s.output.size() == 1) s.first_token = now;
+    if (s.output.size() == 1)
+      s.first_token = now;
+    else
+      stats_.inter_token_latency_s.observe(ms_between(s.last_token, now) / 1000.0);
     s.last_token = now;
     if (!r.first_token) r.first_token = now;
 

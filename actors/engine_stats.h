@@ -2,12 +2,45 @@
 // scheduling call (Engine::stats(), /metrics, the admin console) and the step loop's timings.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "runtime/sparsity_profile.h"
 
 namespace strata {
+
+// A Prometheus-style histogram: per-bucket counts (not cumulative), sum and count.
+class Histogram {
+ public:
+  Histogram() = default;
+  explicit Histogram(std::vector<double> upper_bounds)
+      : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+  void observe(double v) {
+    if (std::isnan(v)) return;
+    std::size_t i = 0;
+    while (i < bounds_.size() && v > bounds_[i]) ++i;
+    ++counts_[i];
+    sum_ += v;
+    ++count_;
+  }
+  const std::vector<double>& bounds() const { return bounds_; }
+  const std::vector<std::uint64_t>& counts() const { return counts_; }  // last: +Inf
+  double sum() const { return sum_; }
+  std::uint64_t count() const { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<std::uint64_t> counts_;  // bounds_.size() + 1
+  double sum_ = 0;
+  std::uint64_t count_ = 0;
+};
+
+// Bounds (s) of the inter-token latency histogram (vLLM's vllm:inter_token_latency_seconds).
+inline std::vector<double> inter_token_latency_buckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+}
 
 // Where the step loop's wall time goes, cumulative since start (ms; rank 0's view). A step
 // runs schedule -> plan -> dispatch -> backend -> return -> finish; the host overhead is
@@ -39,6 +72,9 @@ struct EngineStats {
   std::uint64_t profile_version = 0;
   SparsityProfile profile;
   StepTimings timings;
+  // Every interval between two consecutive tokens of one sequence (s), observed by the batcher
+  // as the step that sampled the later token completes (preemption gaps included).
+  Histogram inter_token_latency_s{inter_token_latency_buckets()};
 };
 
 }  // namespace strata

@@ -70,6 +70,10 @@ struct Usage {
   int completion_tokens = 0;
   double queue_ms = 0, ttft_ms = 0, e2e_ms = 0, mean_itl_ms = 0;
   double compression_ratio = 1.0;  // full-cache KV bytes / bytes held at the end, this request
+  // vLLM's request phases: prefill = first scheduled -> first token, decode = first -> last
+  // token (over the choices), inference = first scheduled -> last token (0 when none).
+  double prefill_ms = 0, decode_ms = 0, inference_ms = 0;
+  int max_tokens = 0;  // the request's max_tokens (after intake's default)
 };
 
 // One event of a request's stream. Text deltas are UTF-8 safe and never contain a stop

@@ -75,33 +75,31 @@ std::vector<double> token_buckets() {
 
 }  // namespace
 
-Histogram::Histogram(std::vector<double> upper_bounds)
-    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
-
-void Histogram::observe(double v) {
-  if (std::isnan(v)) return;
-  std::size_t i = 0;
-  while (i < bounds_.size() && v > bounds_[i]) ++i;
-  ++counts_[i];
-  sum_ += v;
-  ++count_;
-}
-
 ApiMetrics::ApiMetrics()
     : ttft_s(latency_buckets()),
       tpot_s(latency_buckets()),
       e2e_s(latency_buckets()),
       queue_s(latency_buckets()),
+      prefill_s(latency_buckets()),
+      decode_s(latency_buckets()),
+      inference_s(latency_buckets()),
       prompt_tokens(token_buckets()),
-      generation_tokens(token_buckets()) {}
+      generation_tokens(token_buckets()),
+      max_tokens(token_buckets()),
+      compression({1, 1.25, 1.5, 2, 3, 4, 6, 8, 12, 16, 32}) {}
 
 void ApiMetrics::observe_request(const Usage& u, FinishReason reason) {
   ttft_s.observe(u.ttft_ms / 1000.0);
   if (u.completion_tokens > 1) tpot_s.observe(u.mean_itl_ms / 1000.0);
   e2e_s.observe(u.e2e_ms / 1000.0);
   queue_s.observe(u.queue_ms / 1000.0);
+  prefill_s.observe(u.prefill_ms / 1000.0);
+  decode_s.observe(u.decode_ms / 1000.0);
+  inference_s.observe(u.inference_ms / 1000.0);
   prompt_tokens.observe(u.prompt_tokens);
   generation_tokens.observe(u.completion_tokens);
+  if (u.max_tokens > 0) max_tokens.observe(u.max_tokens);
+  compression.observe(u.compression_ratio);
   const char* r = to_string(reason);
   ++finished[r ? r : "unknown"];
   recent_ttft_ms.push_back(u.ttft_ms);
@@ -141,6 +139,9 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
     w.gauge("strata_num_requests_preempted", "Number of preempted requests waiting to resume.",
             s.preempted);
     w.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage);
+    w.gauge("vllm:gpu_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage. DEPRECATED: vllm:kv_cache_usage_perc.",
+            s.kv_usage);
     w.counter("vllm:num_preemptions_total", "Cumulative number of preemptions.",
               static_cast<double>(s.preemptions));
     w.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
@@ -172,6 +173,22 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
       for (const auto& [g, n] : pages_by_group(s.pages_per_layer, *in.rules))
         w.sample("strata_kv_group_pages", static_cast<double>(n), "group=\"" + g + "\"");
     }
+    w.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                s.inter_token_latency_s);
+    w.histogram("vllm:time_per_output_token_seconds",
+                "Histogram of time per output token in seconds. DEPRECATED: "
+                "vllm:inter_token_latency_seconds.",
+                s.inter_token_latency_s);
+    if (in.rules) {
+      w.head("strata_kv_layer_capacity_slots", "gauge",
+             "Capacity C_l in token slots per sequence of each layer under the published "
+             "profile (0: a full layer, unbounded).");
+      for (std::size_t l = 0; l < in.rules->size(); ++l) {
+        const LayerRule& r = (*in.rules)[l];
+        w.sample("strata_kv_layer_capacity_slots", r.sparse() ? r.capacity : 0,
+                 "layer=\"" + std::to_string(l) + "\",policy=\"" + to_string(r.policy) + "\"");
+      }
+    }
     w.head("strata_kv_layer_pages", "gauge", "KV pages held per layer.");
     for (std::size_t l = 0; l < s.pages_per_layer.size(); ++l) {
       const bool sparse = in.rules && l < in.rules->size() && (*in.rules)[l].sparse();
@@ -182,15 +199,26 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
   }
   w.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
               m.ttft_s);
-  w.histogram("vllm:time_per_output_token_seconds",
-              "Histogram of time per output token in seconds.", m.tpot_s);
+  w.histogram("vllm:request_time_per_output_token_seconds",
+              "Histogram of time_per_output_token_seconds per request.", m.tpot_s);
   w.histogram("vllm:e2e_request_latency_seconds",
               "Histogram of end to end request latency in seconds.", m.e2e_s);
   w.histogram("vllm:request_queue_time_seconds",
-              "Histogram of time spent in the waiting queue in seconds.", m.queue_s);
+              "Histogram of time spent in WAITING phase for request.", m.queue_s);
+  w.histogram("vllm:request_prefill_time_seconds",
+              "Histogram of time spent in PREFILL phase for request.", m.prefill_s);
+  w.histogram("vllm:request_decode_time_seconds",
+              "Histogram of time spent in DECODE phase for request.", m.decode_s);
+  w.histogram("vllm:request_inference_time_seconds",
+              "Histogram of time spent in RUNNING phase for request.", m.inference_s);
   w.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", m.prompt_tokens);
   w.histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
               m.generation_tokens);
+  w.histogram("vllm:request_max_num_generation_tokens",
+              "Histogram of maximum number of requested generation tokens.", m.max_tokens);
+  w.histogram("strata_request_kv_compression_ratio",
+              "Full-cache KV bytes over bytes held at the end, per finished request.",
+              m.compression);
   w.head("vllm:request_success_total", "counter", "Count of successfully processed requests.");
   for (const char* r : {"stop", "length", "abort"}) {
     auto it = m.finished.find(r);

@@ -15,23 +15,7 @@
 
 namespace strata::api {
 
-class Histogram {
- public:
-  explicit Histogram(std::vector<double> upper_bounds);
-  void observe(double v);
-  const std::vector<double>& bounds() const { return bounds_; }
-  const std::vector<std::uint64_t>& counts() const {
-    return counts_;
-  }  // per bucket, not cumulative
-  double sum() const { return sum_; }
-  std::uint64_t count() const { return count_; }
-
- private:
-  std::vector<double> bounds_;
-  std::vector<std::uint64_t> counts_;  // bounds_.size() + 1 (last: +Inf)
-  double sum_ = 0;
-  std::uint64_t count_ = 0;
-};
+using strata::Histogram;  // actors/engine_stats.h
 
 struct ApiMetrics {
   ApiMetrics();
@@ -39,7 +23,12 @@ struct ApiMetrics {
   void observe_request(const Usage& u, FinishReason reason);
   void observe_http(int status);
 
-  Histogram ttft_s, tpot_s, e2e_s, queue_s, prompt_tokens, generation_tokens;
+  // Per finished request, vLLM's meanings: tpot_s is vllm:request_time_per_output_token_seconds
+  // (decode time / (tokens - 1)); the per-token vllm:inter_token_latency_seconds (and its
+  // deprecated name vllm:time_per_output_token_seconds) is the engine's (EngineStats).
+  Histogram ttft_s, tpot_s, e2e_s, queue_s, prefill_s, decode_s, inference_s;
+  Histogram prompt_tokens, generation_tokens, max_tokens;
+  Histogram compression;                          // the request's KV compression ratio
   std::map<std::string, std::uint64_t> finished;  // by finish reason
   std::map<int, std::uint64_t> http_responses;    // by status
   std::deque<double> recent_ttft_ms;              // last 32, for the admin charts

@@ -73,5 +73,51 @@ TEST(Metrics, EngineGaugesAndLayerGroups) {
   EXPECT_EQ(g.at("sparse"), 4);
 }
 
+// vLLM's request phases and max_tokens from the usage, the per-token inter-token latency from
+// the engine (both names), the deprecated KV gauge beside the current one, per-layer capacity.
+TEST(Metrics, VllmPhasesInterTokenLatencyAndLayerCapacity) {
+  ApiMetrics m;
+  Usage u;
+  u.prompt_tokens = 10;
+  u.completion_tokens = 5;
+  u.prefill_ms = 30;  // le=0.04
+  u.decode_ms = 400;  // le=0.5
+  u.inference_ms = 430;
+  u.max_tokens = 16;  // le=20
+  u.mean_itl_ms = 100;
+  u.compression_ratio = 2.5;  // le=3
+  m.observe_request(u, FinishReason::kLength);
+  EngineStats s;
+  s.kv_usage = 0.5;
+  for (double v : {0.02, 0.02, 0.3}) s.inter_token_latency_s.observe(v);
+  std::vector<LayerRule> rules(3);
+  rules[2].policy = Policy::kScored;
+  rules[2].capacity = 128;
+  MetricsInput in;
+  in.model_name = "t";
+  in.stats = &s;
+  in.rules = &rules;
+  const std::string t = render_metrics(m, in);
+  for (const char* line : {
+           "vllm:request_prefill_time_seconds_bucket{model_name=\"t\",le=\"0.04\"} 1\n",
+           "vllm:request_prefill_time_seconds_bucket{model_name=\"t\",le=\"0.02\"} 0\n",
+           "vllm:request_decode_time_seconds_bucket{model_name=\"t\",le=\"0.5\"} 1\n",
+           "vllm:request_decode_time_seconds_bucket{model_name=\"t\",le=\"0.25\"} 0\n",
+           "vllm:request_inference_time_seconds_sum{model_name=\"t\"} 0.43\n",
+           "vllm:request_max_num_generation_tokens_bucket{model_name=\"t\",le=\"10\"} 0\n",
+           "vllm:request_max_num_generation_tokens_bucket{model_name=\"t\",le=\"20\"} 1\n",
+           "vllm:request_time_per_output_token_seconds_sum{model_name=\"t\"} 0.1\n",
+           "vllm:inter_token_latency_seconds_bucket{model_name=\"t\",le=\"0.025\"} 2\n",
+           "vllm:inter_token_latency_seconds_count{model_name=\"t\"} 3\n",
+           "vllm:time_per_output_token_seconds_count{model_name=\"t\"} 3\n",
+           "vllm:gpu_cache_usage_perc{model_name=\"t\"} 0.5\n",
+           "vllm:kv_cache_usage_perc{model_name=\"t\"} 0.5\n",
+           "strata_request_kv_compression_ratio_bucket{model_name=\"t\",le=\"3\"} 1\n",
+           "strata_kv_layer_capacity_slots{model_name=\"t\",layer=\"0\",policy=\"full\"} 0\n",
+           "strata_kv_layer_capacity_slots{model_name=\"t\",layer=\"2\",policy=\"scored\"} 128\n",
+       })
+    EXPECT_NE(t.find(line), std::string::npos) << line << t;
+}
+
 }  // namespace
 }  // namespace strata::api

@@ -77,6 +77,36 @@ json::object profile_json(Server::Impl& srv, SparsityProfile p, std::uint64_t ve
   return o;
 }
 
+// Who asked, for the log: the admin (one token) at its peer address, with its User-Agent.
+std::string who(Conn& c, const Req& req) {
+  std::string w = "admin";
+  boost::system::error_code ec;
+  const auto ep = c.sock.remote_endpoint(ec);
+  if (!ec) w += " at " + ep.address().to_string() + ":" + std::to_string(ep.port());
+  if (const auto ua = req[http::field::user_agent]; !ua.empty()) {
+    std::string u(ua.substr(0, 80));
+    for (char& ch : u)
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+    w += " (" + u + ")";
+  }
+  return w;
+}
+
+// What changed: "capacity 512 -> 256, window 32 -> 16", field by field of the profile JSON.
+std::string changes(const SparsityProfile& from, const SparsityProfile& to) {
+  const json::object a = to_json(from).as_object();
+  const json::object b = to_json(to).as_object();
+  std::string out;
+  for (const auto& [k, v] : b) {
+    const auto* old = a.if_contains(k);
+    if (k == "version" || (old && *old == v)) continue;
+    if (!out.empty()) out += ", ";
+    out += std::string(k) + " " + (old ? json::serialize(*old) : std::string("(unset)")) + " -> " +
+           json::serialize(v);
+  }
+  return out.empty() ? "no field changed" : out;
+}
+
 }  // namespace
 
 net::awaitable<bool> handle_admin_page(Conn& c, Req& req, const RouteArgs&) {
@@ -99,6 +129,7 @@ net::awaitable<bool> handle_admin_profile(Conn& c, Req& req, const RouteArgs&) {
     p = parse_sparsity_json(body, current, "sparsity");
     (void)p.resolve(srv.engine->model().num_hidden_layers);  // depth-dependent checks
   } catch (const ConfigError& e) {
+    srv.log("strata serve: sparsity profile change by " + who(c, req) + " rejected: " + e.what());
     throw bad_request(e.key(), e.what());
   }
   // A PUT that changes nothing publishes nothing (no new version, no re-plan).
@@ -111,8 +142,9 @@ net::awaitable<bool> handle_admin_profile(Conn& c, Req& req, const RouteArgs&) {
     out["published"] = false;
   } else {
     const std::uint64_t v = srv.engine->update_sparsity(p);
-    std::fprintf(stderr, "strata serve: sparsity profile version %llu published: %s\n",
-                 static_cast<unsigned long long>(v), json::serialize(to_json(p)).c_str());
+    srv.log("strata serve: sparsity profile v" + std::to_string(running.profile_version) + " -> v" +
+            std::to_string(v) + " published by " + who(c, req) + ": " +
+            changes(running.profile, p));
     out = profile_json(srv, p, v);
     out["published"] = true;
   }

@@ -5,10 +5,12 @@
 #include "api/server.h"
 
 #include <csignal>
+#include <cstdio>
 
 #include "api/openai_response.h"
 #include "api/secret.h"
 #include "api/server_impl.h"
+#include "api/status_log.h"
 #include "runtime/error.h"
 #include "runtime/text/tokenizer.h"
 
@@ -170,10 +172,41 @@ bool Server::Impl::admin_ok(const Req& req, std::string_view query) const {
   return !t.empty() && secret_equal(t, admin_token);
 }
 
+void Server::Impl::log(const std::string& line) const {
+  if (opt.log)
+    opt.log(line);
+  else
+    std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+net::awaitable<void> Server::Impl::status_log_loop() {
+  const auto interval = to_duration(opt.server.status_log_interval_s);
+  status_timer.emplace(io);
+  std::optional<EngineStats> prev;
+  auto prev_at = Clock::now();
+  bool logged_idle = false;
+  while (!stopping) {
+    status_timer->expires_after(interval);
+    auto [ec] = co_await status_timer->async_wait(net::as_tuple(net::use_awaitable));
+    if (ec || stopping) break;
+    if (!engine) continue;
+    const auto now_at = Clock::now();
+    EngineStats now = engine->stats();
+    if (!prev) prev = EngineStats{};  // first interval: counted from the engine's start
+    const bool active = status_active(*prev, now);
+    if (active || !logged_idle)
+      log(status_line(*prev, now, std::chrono::duration<double>(now_at - prev_at).count()));
+    logged_idle = !active;
+    prev = std::move(now);
+    prev_at = now_at;
+  }
+}
+
 void Server::Impl::begin_stop() {
   if (stopping) return;
   stopping = true;
   boost::system::error_code ec;
+  if (status_timer) status_timer->cancel();
   acceptor.close(ec);
   signals.cancel(ec);
   if (engine)
@@ -251,6 +284,8 @@ void Server::run() {
     });
   }
   net::co_spawn(i.io, i.accept_loop(), net::detached);
+  if (i.opt.server.status_log_interval_s > 0)
+    net::co_spawn(i.io, i.status_log_loop(), net::detached);
   i.io.run();
 }
 

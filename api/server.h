@@ -29,6 +29,10 @@ struct ServerOptions {
   std::string model_name;      // served model name (/v1/models, `model` checks)
   bool handle_signals = true;  // SIGINT/SIGTERM start a graceful stop
   int max_n = 16;
+  // Where the server's operator log lines go (the engine status every
+  // server.status_log_interval_s, admin profile changes), one line per call without the
+  // newline, on the I/O thread; empty: stderr.
+  std::function<void(const std::string&)> log;
 };
 
 class Server {

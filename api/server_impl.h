@@ -63,6 +63,12 @@ struct Server::Impl {
   // resumed here. Declared after `io` so that it is joined before coroutine frames go.
   net::thread_pool blocking{2};
   Clock::time_point started = Clock::now();
+  std::optional<net::steady_timer> status_timer;  // cancelled by begin_stop
+
+  // One operator log line (opt.log, else stderr).
+  void log(const std::string& line) const;
+  // The engine status line every opt.server.status_log_interval_s (api/status_log.h).
+  net::awaitable<void> status_log_loop();
 
   // accept.cpp: accepts, applies the connection cap (evicting the connection that has waited
   // longest for its request head, else 503) and the per-socket options.

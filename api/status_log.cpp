@@ -1,0 +1,35 @@
+#include "api/status_log.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace strata::api {
+
+std::string status_line(const EngineStats& prev, const EngineStats& now, double seconds) {
+  const double dt = std::max(seconds, 1e-9);
+  const double prompt_tps =
+      static_cast<double>(now.prompt_tokens_total - prev.prompt_tokens_total) / dt;
+  const double gen_tps =
+      static_cast<double>(now.generation_tokens_total - prev.generation_tokens_total) / dt;
+  const double wall = now.timings.wall_ms - prev.timings.wall_ms;
+  const double device = now.timings.device_ms - prev.timings.device_ms;
+  const double overhead = wall > 0 ? std::max(0.0, 1.0 - device / wall) : now.host_overhead;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "strata: engine status: prompt %.1f tok/s, generation %.1f tok/s, running %d, "
+                "waiting %d, preempted %d, KV %.1f %% (%d/%d pages), compression %.2fx, host "
+                "overhead %.1f %%, steps %llu, profile v%llu",
+                prompt_tps, gen_tps, now.running, now.waiting, now.preempted, 100.0 * now.kv_usage,
+                now.pages_used, now.pages_total, now.compression_ratio, 100.0 * overhead,
+                static_cast<unsigned long long>(now.steps),
+                static_cast<unsigned long long>(now.profile_version));
+  return buf;
+}
+
+bool status_active(const EngineStats& prev, const EngineStats& now) {
+  return now.steps != prev.steps || now.prompt_tokens_total != prev.prompt_tokens_total ||
+         now.generation_tokens_total != prev.generation_tokens_total || now.running > 0 ||
+         now.waiting > 0 || now.preempted > 0;
+}
+
+}  // namespace strata::api

@@ -15,10 +15,10 @@
 #include "actors/rank_executor.h"
 #include "actors/token_stream.h"
 #include "cache/kv_cache_manager.h"
-#include "runtime/text/chat_template.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
 #include "runtime/model/model_loader.h"
+#include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
 
 namespace strata {
@@ -68,12 +68,7 @@ class EngineImpl final : public Engine {
                                                  " tokens, the model's vocabulary only " +
                                                  std::to_string(model_.vocab_size));
     } else {
-      CpuBackendOptions o;
-      o.threads = config_.backend.threads;
-      o.kv_bytes = config_.cache.cpu_kv_bytes;
-      if (config_.cache.kv_bytes > 0 && config_.cache.kv_bytes < o.kv_bytes) {
-        o.kv_bytes = config_.cache.kv_bytes;
-      }
+      const CpuBackendOptions o = cpu_backend_options(config_);
       // tp_size > 1: one rank backend per RankExecutor over an in-process communicator
       // (docs/tensor-parallel.md); ConfigError when the model cannot be split that way.
       backends = make_cpu_tp_backends(weights, o, config_.backend.tp_size);

@@ -4,6 +4,13 @@
 // prompted with.
 #pragma once
 
+// GCC 12 with -fsanitize=address at -O2 reports a moved std::optional<std::vector<...>> of
+// PromptInput as maybe uninitialized wherever one is built (a false positive); every file that
+// builds a PromptInput includes this header.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include <cstdint>
 #include <optional>
 #include <string>

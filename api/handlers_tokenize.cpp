@@ -12,12 +12,6 @@ namespace strata::api {
 
 namespace json = boost::json;
 
-// GCC 12 with -fsanitize=address at -O2 reports the moved-into std::optional<std::vector<...>>
-// of PromptInput as maybe uninitialized (a false positive: `in` is value-initialized).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 net::awaitable<bool> handle_tokenize(Conn& c, Req& req, const RouteArgs&) {
   Server::Impl& srv = c.srv;
   std::vector<std::int32_t> ids;

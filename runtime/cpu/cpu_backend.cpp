@@ -374,6 +374,16 @@ std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> we
   return std::make_unique<CpuBackend>(std::move(weights), opts, shard, nullptr);
 }
 
+CpuBackendOptions cpu_backend_options(const Config& config) {
+  CpuBackendOptions o;
+  o.threads = config.backend.threads;
+  o.kv_bytes = config.cache.cpu_kv_bytes;
+  if (config.cache.kv_bytes > 0 && config.cache.kv_bytes < o.kv_bytes)
+    o.kv_bytes = config.cache.kv_bytes;
+  o.quantization = config.model.quantization;
+  return o;
+}
+
 std::vector<std::unique_ptr<Backend>> make_cpu_tp_backends(
     std::shared_ptr<const ModelWeights> weights, const CpuBackendOptions& opts, int tp_size) {
   if (!weights) throw InternalError("make_cpu_tp_backends: no weights");

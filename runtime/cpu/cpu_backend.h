@@ -28,6 +28,11 @@ struct CpuBackendOptions {
   Quantization quantization = Quantization::kNone;
 };
 
+// The options a configuration gives: backend.threads, the KV pool (cache.cpu_kv_bytes, or
+// cache.kv_bytes when smaller) and model.quantization. The one place the engine and the CLI
+// derive them.
+CpuBackendOptions cpu_backend_options(const Config& config);
+
 // Converts the weights to fp32 once (the ModelWeights may be dropped afterwards by the
 // caller; the backend keeps its own reference). Throws ConfigError when kv_bytes holds
 // no page.

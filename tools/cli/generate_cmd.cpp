@@ -81,9 +81,7 @@ int teacher_force(const Config& cfg, const std::string& ids_text, const std::str
   if (tp_ranks) {
     backend = make_tp_group(tp_ranks(cfg));
   } else {
-    CpuBackendOptions o;
-    o.threads = cfg.backend.threads;
-    o.kv_bytes = cfg.cache.cpu_kv_bytes;
+    const CpuBackendOptions o = cpu_backend_options(cfg);
     backend = make_tp_group(
         make_cpu_tp_backends(ModelWeights::load(cfg.model.path), o, cfg.backend.tp_size));
   }

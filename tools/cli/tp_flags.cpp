@@ -97,15 +97,6 @@ TpUniqueId tp_rendezvous_from_flags(const TpFlags& f, bool cuda) {
   return id;
 }
 
-CpuBackendOptions cpu_backend_options(const Config& config) {
-  CpuBackendOptions o;
-  o.threads = config.backend.threads;
-  o.kv_bytes = config.cache.cpu_kv_bytes;
-  if (config.cache.kv_bytes > 0 && config.cache.kv_bytes < o.kv_bytes)
-    o.kv_bytes = config.cache.kv_bytes;
-  return o;
-}
-
 BackendFactory tp_rank0_factory(const TpFlags& f, bool cuda) {
   if (!f.rank || *f.rank != 0 || !f.master) throw InternalError("tp_rank0_factory: not rank 0");
   return [f, cuda](const Config& config) {

@@ -55,7 +55,6 @@ int tp_follower_main(const TpFlags& f, const Config& config, bool cuda);
 // GPU when `auto_gpu` (serve; generate runs CUDA only when asked). ConfigError when CUDA is
 // asked for but the binary has none or no device is visible.
 bool tp_use_cuda(const Config& config, bool auto_gpu);
-// The CPU backend options the engine derives from a config (threads, KV pool bytes).
-CpuBackendOptions cpu_backend_options(const Config& config);
+// (The CPU backend options of a config: cpu_backend_options, runtime/cpu/cpu_backend.h.)
 
 }  // namespace strata::cli

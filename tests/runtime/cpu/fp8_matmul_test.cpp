@@ -204,6 +204,22 @@ TEST(Fp8CpuBackend, TinyModelFp8AgreesWithUnquantized) {
   EXPECT_LE(rel_l2, 0.12);
 }
 
+// The engine and the CLI build CPU backends through cpu_backend_options: model.quantization (from
+// YAML or --set) reaches the backend, and a backend built from it is the FP8 one.
+TEST(Fp8CpuBackend, ConfigQuantizationReachesTheBackend) {
+  Config c;
+  c.backend.threads = 2;
+  c.cache.cpu_kv_bytes = 64ull << 20;
+  c.cache.kv_bytes = 32ull << 20;
+  EXPECT_EQ(cpu_backend_options(c).quantization, Quantization::kNone);
+  c.set("model.quantization", "fp8");
+  const CpuBackendOptions o = cpu_backend_options(c);
+  EXPECT_EQ(o.quantization, Quantization::kFp8);
+  EXPECT_EQ(o.threads, 2);
+  EXPECT_EQ(o.kv_bytes, 32ull << 20);  // the smaller of the two pool bounds
+  EXPECT_EQ(make_cpu_backend(test::tiny(), o)->info().name, "cpu-fp8");
+}
+
 TEST(Fp8CpuBackend, Fp8IsIndependentOfThreadsAndChunking) {
   auto w = test::tiny();
   auto a = make_cpu_backend(w, opts(Quantization::kFp8, 1));

@@ -412,7 +412,7 @@ TEST_F(DashboardsTest, StatusLineEveryIntervalWithItsFields) {
     if (i > 0) {
       const double gap = std::chrono::duration<double>(lines[i].first - lines[i - 1].first).count();
       EXPECT_GT(gap, interval * 0.7) << i;
-      EXPECT_LT(gap, interval * 2.5) << i;
+      EXPECT_LT(gap, interval + 1.0) << i;  // the timer restarts after each line: no drift bound
     }
   }
   EXPECT_TRUE(saw_generation);

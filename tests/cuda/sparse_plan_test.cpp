@@ -10,19 +10,12 @@
 
 #include "runtime/error.h"
 #include "runtime/kv_layout.h"
+#include "tests/cuda/layer_rules.h"
 
 namespace strata::cuda::sparse {
 namespace {
 
-LayerRule scored(int capacity) {
-  LayerRule r;
-  r.policy = Policy::kScored;
-  r.capacity = capacity;
-  r.sinks = 4;
-  r.window = 32;
-  r.ring = 32;
-  return r;
-}
+using testutil::scored;
 
 TEST(SparsePlan, SelectOffsetsScratchAndTables) {
   PrefillInput a;  // from scratch

@@ -15,6 +15,7 @@
 #include "cuda/sparse/sparse_plan.h"
 #include "runtime/error.h"
 #include "runtime/kv_layout.h"
+#include "tests/cuda/layer_rules.h"
 
 namespace strata::cuda {
 namespace {
@@ -41,15 +42,7 @@ StepLimits test_limits() {
   return lim;
 }
 
-LayerRule scored(int capacity) {
-  LayerRule r;
-  r.policy = Policy::kScored;
-  r.capacity = capacity;
-  r.sinks = 4;
-  r.window = 32;
-  r.ring = 32;
-  return r;
-}
+using testutil::scored;
 LayerRule window_rule(int capacity) {
   LayerRule r = scored(capacity);
   r.policy = Policy::kWindow;

@@ -23,8 +23,12 @@ void validate_spec(const SeqSpec& spec) {
 }  // namespace
 
 KvCacheManager::KvCacheManager(int num_layers, KvLayout layout, int num_pages,
-                               const SparsityProfile& profile)
-    : num_layers_(num_layers), pool_(num_pages, layout), profile_(profile) {
+                               const SparsityProfile& profile, PrefixCacheOptions prefix_cache)
+    : num_layers_(num_layers),
+      pool_(num_pages, layout),
+      profile_(profile),
+      prefix_opts_(prefix_cache),
+      prefix_(num_layers) {
   if (num_layers < 1)
     throw ConfigError("model.num_hidden_layers", "must be >= 1, got " + std::to_string(num_layers));
   rules_ = profile_.resolve(num_layers_);
@@ -69,11 +73,22 @@ std::vector<LayerRule> KvCacheManager::rules_for(
 
 AdmitResult KvCacheManager::can_admit(const SeqSpec& spec) const {
   validate_spec(spec);
-  const auto plan =
-      pages_needed(spec.prompt_len, spec.max_tokens, rules_for(spec.sparsity), spec.chunked);
+  const auto rules = rules_for(spec.sparsity);
+  const bool cache = cacheable(spec, rules);
+  const auto plan = pages_needed(spec.prompt_len, spec.max_tokens, rules, spec.chunked || cache);
   AdmitResult r;
   r.need_pages = plan.admission;
   r.available_pages = pages_available();
+  if (cache) {
+    // A hit brings its pages (one per layer per block): they are not reserved, but unused
+    // cached blocks stop being evictable once this sequence uses them.
+    std::vector<int> ids;
+    const int hit = hit_blocks(spec, rules, &ids);
+    int unused = 0;
+    for (int id : ids) unused += prefix_.users(id) == 0;
+    r.need_pages += (unused - hit) * num_layers_;
+    r.cached_tokens = hit * kBlockSize;
+  }
   r.ok = r.need_pages <= r.available_pages;
   r.never_fits = std::max(plan.admission, plan.peak) > pool_.total();
   return r;
@@ -88,18 +103,48 @@ bool KvCacheManager::admit(std::uint64_t seq_id, const SeqSpec& spec) {
   s.spec = spec;
   s.spec.sparsity.reset();
   s.version = spec.sparsity ? 0 : profile_.version;
+  s.cacheable = cacheable(spec, rules);
   s.layers.resize(rules.size());
   int need = 0;
   for (std::size_t l = 0; l < rules.size(); ++l) {
-    const auto lp = plan_layer(rules[l], spec.prompt_len, spec.max_tokens, spec.chunked);
+    const auto lp =
+        plan_layer(rules[l], spec.prompt_len, spec.max_tokens, spec.chunked || s.cacheable);
     auto& layer = s.layers[l];
     layer.slots.rule = rules[l];
     layer.ceiling = lp.reserve - lp.temp;
     layer.temp_ceiling = lp.temp;
     need += lp.reserve;
   }
-  if (need > pages_available()) return false;
-  reserved_total_ += need;
+  int hit = 0, unused = 0;
+  if (s.cacheable) {
+    hit = hit_blocks(spec, rules, &hit_ids_);
+    for (int id : hit_ids_) unused += prefix_.users(id) == 0;
+  }
+  if (need + (unused - hit) * num_layers_ > pages_available()) return false;
+  if (s.cacheable) {
+    prefix_queries_ += static_cast<std::uint64_t>(spec.prompt_len);
+    prefix_hits_ += static_cast<std::uint64_t>(hit) * kBlockSize;
+  }
+  // The hit's pages head the tables: positions [0, hit * 16) of every layer are computed.
+  for (int i = 0; i < hit; ++i) {
+    const int id = hit_ids_[static_cast<std::size_t>(i)];
+    prefix_.acquire(id);
+    s.blocks.push_back(id);
+    const auto& pages = prefix_.pages(id);
+    for (std::size_t l = 0; l < s.layers.size(); ++l) {
+      auto& slots = s.layers[l].slots;
+      pool_.retain(pages[l]);
+      ++layer_pages_[l];
+      (slots.direct_prefill(spec.prompt_len) ? slots.pages : slots.temp_pages).push_back(pages[l]);
+    }
+  }
+  s.first = s.tokens = hit * kBlockSize;
+  s.cached_blocks = hit;
+  for (auto& layer : s.layers)
+    if (layer.slots.direct_prefill(spec.prompt_len)) layer.slots.valid = s.first;
+  reserved_total_ += outstanding(s);
+  STRATA_CHECK(pool_.free() + prefix_.pages_evictable() >= reserved_total_,
+               "reservations exceed available pages after admission");
   seqs_.emplace(seq_id, std::move(s));
   return true;
 }
@@ -114,6 +159,8 @@ bool KvCacheManager::free(std::uint64_t seq_id) {
     for (auto id : slots.pages) release_page(static_cast<int>(l), id);
     for (auto id : slots.temp_pages) release_page(static_cast<int>(l), id);
   }
+  // Tail blocks first: they join the LRU ahead of the head, so they are evicted first.
+  for (auto b = s.blocks.rbegin(); b != s.blocks.rend(); ++b) prefix_.release(*b);
   seqs_.erase(it);
   return true;
 }
@@ -187,17 +234,92 @@ bool KvCacheManager::grow(Seq& s, const std::vector<int>& want_pages,
   for (std::size_t l = 0; l < s.layers.size(); ++l) {
     auto& slots = s.layers[l].slots;
     while (static_cast<int>(slots.pages.size()) < want_pages[l]) {
-      slots.pages.push_back(pool_.alloc());
+      slots.pages.push_back(alloc_page());
       ++layer_pages_[l];
     }
     while (static_cast<int>(slots.temp_pages.size()) < want_temp[l]) {
-      slots.temp_pages.push_back(pool_.alloc());
+      slots.temp_pages.push_back(alloc_page());
       ++layer_pages_[l];
     }
   }
   reserved_total_ += outstanding(s) - before;
-  STRATA_CHECK(pool_.free() >= reserved_total_, "reservations exceed free pages after growth");
+  STRATA_CHECK(pool_.free() + prefix_.pages_evictable() >= reserved_total_,
+               "reservations exceed available pages after growth");
   return true;
+}
+
+// ---- prefix cache -----------------------------------------------------------------------
+
+bool KvCacheManager::cacheable(const SeqSpec& spec, const std::vector<LayerRule>& rules) const {
+  if (!prefix_opts_.enabled || !spec.block_hashes || spec.block_hashes->empty()) return false;
+  for (const auto& r : rules)
+    if (r.sparse() && spec.prompt_len <= r.capacity) return false;
+  return true;
+}
+
+int KvCacheManager::hit_blocks(const SeqSpec& spec, const std::vector<LayerRule>& rules,
+                               std::vector<int>* ids) const {
+  // The chunk after the hit must hold what the final chunk needs: the observation window of
+  // every selecting layer (here every sparse layer), and at least the last token (sampled).
+  int m = 1;
+  for (const auto& r : rules)
+    if (r.sparse()) m = std::max(m, r.window);
+  const int max_blocks = std::max(0, spec.prompt_len - m) / kBlockSize;
+  return prefix_.match(*spec.block_hashes, max_blocks, ids);
+}
+
+bool KvCacheManager::evict_unused() {
+  std::vector<std::int32_t> pages;
+  if (!prefix_.evict_one(&pages)) return false;
+  for (auto id : pages)
+    if (pool_.release(id)) released_.push_back(id);
+  ++blocks_evicted_;
+  return true;
+}
+
+std::int32_t KvCacheManager::alloc_page() {
+  std::int32_t id = pool_.alloc();
+  while (id < 0 && evict_unused()) id = pool_.alloc();
+  STRATA_CHECK(id >= 0, "no free page although the reservation promised one");
+  return id;
+}
+
+void KvCacheManager::insert_blocks(Seq& s, int end) {
+  const auto& hashes = *s.spec.block_hashes;
+  const int last = std::min(end / kBlockSize, static_cast<int>(hashes.size()));
+  for (int b = s.cached_blocks; b < last; ++b) {
+    const auto& h = hashes[static_cast<std::size_t>(b)];
+    // Computed twice (two sequences missed at once): the first copy is the cached one, this
+    // sequence keeps its own pages private; its later blocks chain on after the first copy.
+    if (prefix_.find(h) >= 0) continue;
+    if (prefix_opts_.max_pages >= 0)
+      while (prefix_.pages_held() + num_layers_ > prefix_opts_.max_pages && evict_unused()) {
+      }
+    if (prefix_opts_.max_pages >= 0 &&
+        prefix_.pages_held() + num_layers_ > prefix_opts_.max_pages) {
+      s.cached_blocks = static_cast<int>(hashes.size());  // budget full of blocks in use: stop
+      return;
+    }
+    std::vector<std::int32_t> pages(s.layers.size());
+    for (std::size_t l = 0; l < s.layers.size(); ++l) {
+      const auto& slots = s.layers[l].slots;
+      pages[l] = slots.direct_prefill(s.spec.prompt_len)
+                     ? slots.pages[static_cast<std::size_t>(b)]
+                     : slots.temp_pages[static_cast<std::size_t>(b)];
+      pool_.retain(pages[l]);
+    }
+    s.blocks.push_back(prefix_.insert(h, std::move(pages)));
+  }
+  s.cached_blocks = std::max(s.cached_blocks, last);
+}
+
+void KvCacheManager::drop_unused_cache() {
+  while (evict_unused()) {
+  }
+}
+
+int KvCacheManager::cached_tokens(std::uint64_t seq_id) const {
+  return get(seq_id, "cached_tokens").first;
 }
 
 void KvCacheManager::release_page(int layer, std::int32_t id) {
@@ -251,7 +373,7 @@ void KvCacheManager::export_tracked(Seq& s, std::vector<LayerSlots>* out, std::u
 
 int KvCacheManager::min_final_chunk(std::uint64_t seq_id) const {
   const Seq& s = get(seq_id, "min_final_chunk");
-  if (!s.spec.chunked) return s.spec.prompt_len;
+  if (!s.spec.chunked) return s.spec.prompt_len - s.first;
   int m = 1;
   for (const auto& l : s.layers)
     if (selects(s, l)) m = std::max(m, l.slots.rule.window);
@@ -286,7 +408,7 @@ bool KvCacheManager::prepare_chunk(std::uint64_t seq_id, int n_tokens,
                         ") is outside the prompt of " + std::to_string(P) + " tokens");
   const int end = start + n_tokens;
   const bool final = end == P;
-  const bool whole = start == 0 && final;
+  const bool whole = start == s.first && final;  // (after a prefix-cache hit: the rest)
   if (!s.spec.chunked && !whole)
     throw InternalError("KvCacheManager::prepare_chunk: " + seq_name(seq_id) +
                         " was admitted unchunked but gets a chunk of " + std::to_string(n_tokens) +
@@ -313,7 +435,8 @@ bool KvCacheManager::prepare_chunk(std::uint64_t seq_id, int n_tokens,
     if (!selects(s, layer)) {
       want[l] = std::max(want[l], pages_for_slots(end));
     } else {
-      if (!whole) want_temp[l] = std::max(want_temp[l], pages_for_slots(end));
+      // Cacheable: the prompt's K/V go to pool pages even for a whole prompt (shareable).
+      if (!whole || s.cacheable) want_temp[l] = std::max(want_temp[l], pages_for_slots(end));
       if (final) want[l] = std::max(want[l], pages_for_slots(layer.slots.rule.capacity));
     }
   }
@@ -325,7 +448,7 @@ bool KvCacheManager::prepare_chunk(std::uint64_t seq_id, int n_tokens,
       (*layers)[l].action = LayerAction::kSelect;
       // Whole prompt in this step: the backend's scratch holds it. Temp pages left by a
       // dropped earlier preparation are not shown (they are freed at commit).
-      if (whole) (*layers)[l].temp_pages.clear();
+      if (whole && !s.cacheable) (*layers)[l].temp_pages.clear();
     }
   s.pending = Pending{true, false, n_tokens};
   for (auto& layer : s.layers) layer.shrinking.reset();
@@ -426,6 +549,7 @@ void KvCacheManager::commit_step(std::uint64_t seq_id) {
   {
     const int end = s.tokens + s.pending.n_tokens;
     const bool final = end == s.spec.prompt_len;
+    if (s.cacheable) insert_blocks(s, end);  // (before the selection drops the temp pages)
     for (std::size_t l = 0; l < s.layers.size(); ++l) {
       auto& layer = s.layers[l];
       const bool select = final && selects(s, layer);
@@ -498,6 +622,7 @@ SeqUsage KvCacheManager::usage(std::uint64_t seq_id) const {
   u.pages = static_cast<int>(h.pages);
   u.temp_pages = static_cast<int>(h.temp);
   u.reserved_pages = outstanding(s);
+  u.cached_tokens = s.first;
   u.slots_held = h.slots;
   u.full_slots = h.full_slots;
   if (h.slots > 0) u.compression = static_cast<double>(h.full_slots) / static_cast<double>(h.slots);
@@ -529,18 +654,33 @@ CacheStats KvCacheManager::stats() const {
     st.compression = static_cast<double>(st.full_slots) / static_cast<double>(st.slots_held);
   if (pages > 0) st.page_compression = static_cast<double>(full_pages) / static_cast<double>(pages);
   st.profile_version = profile_.version;
+  st.prefix_cache = prefix_opts_.enabled;
+  st.pages_cached = prefix_.pages_held();
+  st.pages_evictable = prefix_.pages_evictable();
+  st.blocks_cached = prefix_.blocks();
+  st.prefix_queries = prefix_queries_;
+  st.prefix_hits = prefix_hits_;
+  st.blocks_evicted = blocks_evicted_;
   return st;
 }
 
 void KvCacheManager::check_invariants() const {
   pool_.check();
   std::vector<int> owners(static_cast<std::size_t>(pool_.total()), 0);
+  std::vector<std::uint64_t> last_owner(owners.size(), 0);  // seq id + 1 of the last owner
   std::vector<int> per_layer(static_cast<std::size_t>(num_layers_), 0);
   long reserved = 0;
   auto own = [&](std::int32_t id, std::uint64_t seq, std::size_t l) {
     if (id < 0 || id >= pool_.total())
       throw InternalError("KvCacheManager: " + seq_name(seq) + " layer " + std::to_string(l) +
                           " holds bad page id " + std::to_string(id));
+    // A page is in one table of one sequence, or shared through the prefix cache (checked
+    // below): never twice in one sequence.
+    auto& last = last_owner[static_cast<std::size_t>(id)];
+    if (last == seq + 1)
+      throw InternalError("KvCacheManager: page " + std::to_string(id) + " listed twice by " +
+                          seq_name(seq) + " (layer " + std::to_string(l) + ")");
+    last = seq + 1;
     if (++owners[static_cast<std::size_t>(id)] > pool_.ref_count(id))
       throw InternalError("KvCacheManager: page " + std::to_string(id) + " owned " +
                           std::to_string(owners[static_cast<std::size_t>(id)]) + " times, " +
@@ -580,13 +720,43 @@ void KvCacheManager::check_invariants() const {
         throw InternalError("KvCacheManager: " + where + " holds more temp pages than its prompt");
     }
   }
+  // The prefix cache: one reference per page of each cached block, users = the sequences
+  // listing the block, an unused block's pages held by nothing else (evictable).
+  prefix_.check();
+  std::vector<int> users(0);
+  for (const auto& [id, s] : seqs_)
+    for (int b : s.blocks) {
+      if (b >= static_cast<int>(users.size())) users.resize(static_cast<std::size_t>(b) + 1, 0);
+      ++users[static_cast<std::size_t>(b)];
+    }
+  std::vector<int> cache_owned(owners.size(), 0);
+  for (int b : prefix_.live_blocks()) {
+    const int n = b < static_cast<int>(users.size()) ? users[static_cast<std::size_t>(b)] : 0;
+    if (n != prefix_.users(b))
+      throw InternalError("KvCacheManager: cached block " + std::to_string(b) + " counts " +
+                          std::to_string(prefix_.users(b)) + " users, " + std::to_string(n) +
+                          " sequences use it");
+    for (auto p : prefix_.pages(b)) {
+      if (p < 0 || p >= pool_.total() || ++cache_owned[static_cast<std::size_t>(p)] > 1)
+        throw InternalError("KvCacheManager: page " + std::to_string(p) +
+                            " is cached twice or out of range (block " + std::to_string(b) + ")");
+      if (n == 0 && pool_.ref_count(p) != 1)
+        throw InternalError("KvCacheManager: unused cached block " + std::to_string(b) + " page " +
+                            std::to_string(p) + " has " + std::to_string(pool_.ref_count(p)) +
+                            " references");
+    }
+  }
   long used = 0;
   for (std::size_t i = 0; i < owners.size(); ++i) {
     const int refs = pool_.ref_count(static_cast<std::int32_t>(i));
-    if (owners[i] != refs)
+    if (owners[i] + cache_owned[i] != refs)
       throw InternalError("KvCacheManager: page " + std::to_string(i) + " has " +
                           std::to_string(refs) + " references but " + std::to_string(owners[i]) +
-                          " owners (leaked)");
+                          " owners and " + std::to_string(cache_owned[i]) +
+                          " cache references (leaked)");
+    if (owners[i] > 1 && cache_owned[i] == 0)
+      throw InternalError("KvCacheManager: page " + std::to_string(i) + " is owned by " +
+                          std::to_string(owners[i]) + " sequences outside the prefix cache");
     used += refs > 0;
   }
   if (used != pool_.used())
@@ -597,9 +767,10 @@ void KvCacheManager::check_invariants() const {
   if (reserved != reserved_total_)
     throw InternalError("KvCacheManager: reserved pages " + std::to_string(reserved_total_) +
                         ", recount " + std::to_string(reserved));
-  if (pool_.free() < reserved_total_)
+  if (pool_.free() + prefix_.pages_evictable() < reserved_total_)
     throw InternalError("KvCacheManager: " + std::to_string(reserved_total_) +
-                        " reserved pages but only " + std::to_string(pool_.free()) + " free");
+                        " reserved pages but only " + std::to_string(pool_.free()) + " free and " +
+                        std::to_string(prefix_.pages_evictable()) + " evictable");
 }
 
 }  // namespace strata

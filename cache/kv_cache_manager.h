@@ -34,17 +34,33 @@
 // So an admitted sequence's prefill never runs out of pages, and only full-layer decode
 // growth (or decoding past max_tokens) can. Reservations shrink as pages are allocated or
 // no longer needed (temp pages after selection, live shrinks); they never grow.
-// Invariant: pool free pages >= outstanding reservations.
+//
+// Prefix cache (PrefixCacheOptions; docs/sparsity.md "Prefix cache"). A spec with block_hashes
+// is cacheable when every sparse layer of its rules selects (prompt_len > C_l: a layer whose
+// prompt fits keeps EMA scores over every prompt row in its own pages, which no other request
+// could reuse). A cacheable sequence's selecting layers always hold the prompt in temp pages
+// (also for a whole prompt in one step), so every layer of every full prompt block is a pool
+// page with the block's dense K/V; each block is inserted into the cache when the chunk
+// completing it commits (the cache takes one reference per page). Admission looks the leading
+// blocks up: a hit of h blocks (stopping at or before prompt_len - min_final_chunk, the
+// observation window) puts the cached pages at the head of the tables (full layers: pages,
+// selecting layers: temp_pages), starts the sequence at h * 16 computed tokens and reserves
+// only the rest. Unused cached blocks count as available pages and are evicted LRU when an
+// allocation finds no free page (or the cache's budget is full).
+// Invariant: pool free pages + evictable cached pages >= outstanding reservations.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "cache/block_hash.h"
 #include "cache/kv_planner.h"
 #include "cache/page_pool.h"
+#include "cache/prefix_cache.h"
 #include "runtime/kv_layout.h"
 #include "runtime/sparsity_profile.h"
 #include "runtime/step_plan.h"
@@ -61,13 +77,24 @@ struct SeqSpec {
   bool chunked = true;
   // Per-request override (kv_sparsity); nullopt: the current profile version.
   std::optional<SparsityProfile> sparsity;
+  // Names of the prompt's full blocks (block_hashes(), chained from the model's and the
+  // request's root); null or empty: the sequence neither hits nor fills the prefix cache.
+  std::shared_ptr<const std::vector<BlockHash>> block_hashes;
+};
+
+// The prefix cache of a manager. max_pages < 0: the cache may hold the whole pool (it only
+// ever holds pages nothing else wants: unused blocks are evicted when pages are needed).
+struct PrefixCacheOptions {
+  bool enabled = false;
+  int max_pages = -1;
 };
 
 struct AdmitResult {
   bool ok = false;          // can be admitted now
   bool never_fits = false;  // needs more pages than the whole pool: reject the request
   int need_pages = 0;       // reservation admission takes (PagePlan::admission)
-  int available_pages = 0;  // free pages not reserved by others
+  int available_pages = 0;  // free (and evictable cached) pages not reserved by others
+  int cached_tokens = 0;    // prompt tokens admission would take from the prefix cache
 };
 
 // Per-sequence accounting.
@@ -83,6 +110,7 @@ struct SeqUsage {
   double compression = 1.0;
   // full-cache pages (layers x pages_for_slots(tokens)) / pages held (page based).
   double page_compression = 1.0;
+  int cached_tokens = 0;  // prompt tokens taken from the prefix cache at admission
 };
 
 struct CacheStats {
@@ -94,13 +122,20 @@ struct CacheStats {
   double compression = 1.0;             // global, slot based: full_slots / slots_held
   double page_compression = 1.0;        // global, page based
   std::uint64_t profile_version = 0;
+  // Prefix cache: pages the cache references (shared with sequences or unused), of which
+  // unused (evictable), blocks cached; prompt tokens looked up at admission and found
+  // (vLLM's prefix_cache_queries / prefix_cache_hits), blocks evicted.
+  bool prefix_cache = false;
+  int pages_cached = 0, pages_evictable = 0, blocks_cached = 0;
+  std::uint64_t prefix_queries = 0, prefix_hits = 0, blocks_evicted = 0;
 };
 
 class KvCacheManager {
  public:
   // `profile` is version 1 unless it carries a non-zero version. Throws ConfigError when
   // the profile is invalid for `num_layers`.
-  KvCacheManager(int num_layers, KvLayout layout, int num_pages, const SparsityProfile& profile);
+  KvCacheManager(int num_layers, KvLayout layout, int num_pages, const SparsityProfile& profile,
+                 PrefixCacheOptions prefix_cache = {});
 
   // ---- profiles ---------------------------------------------------------------------------
   // Validates (resolve() for this depth; a bad profile throws ConfigError naming the field and
@@ -184,8 +219,13 @@ class KvCacheManager {
   int num_layers() const { return num_layers_; }
   const PagePool& pool() const { return pool_; }
   int pages_reserved() const { return reserved_total_; }
-  // Pages a new sequence or growth can take: free pages not reserved by anyone.
-  int pages_available() const { return pool_.free() - reserved_total_; }
+  // Pages a new sequence or growth can take: free and evictable cached pages not reserved.
+  int pages_available() const { return pool_.free() + prefix_.pages_evictable() - reserved_total_; }
+  bool prefix_cache_enabled() const { return prefix_opts_.enabled; }
+  const PrefixCache& prefix_cache() const { return prefix_; }
+  int cached_tokens(std::uint64_t seq_id) const;  // taken from the cache at admission
+  // Evicts every unused cached block (tests: a quiet pool then holds no page).
+  void drop_unused_cache();
 
   // Recount everything (tests, debug builds): every used page owned exactly once by one
   // table of one sequence, no free page owned, per-layer/used/reserved counts equal to a
@@ -225,6 +265,13 @@ class KvCacheManager {
     std::vector<Layer> layers;
     Pending pending;
     std::uint64_t export_serial = 0;  // last export with a serial (0: none)
+    // Prefix cache: the tokens admission took from the cache (the prefill starts there), the
+    // blocks this sequence uses (hit or inserted by it; released at free), the leading
+    // prompt blocks already cached (the next insert starts there), whether it may insert.
+    int first = 0;
+    bool cacheable = false;
+    std::vector<int> blocks;
+    int cached_blocks = 0;
   };
   struct Held {
     long pages = 0, temp = 0, slots = 0, full_slots = 0, full_pages = 0;
@@ -246,6 +293,14 @@ class KvCacheManager {
   bool grow(Seq& s, const std::vector<int>& want_pages, const std::vector<int>& want_temp);
   void release_page(int layer, std::int32_t id);
   Held held(const Seq& s) const;
+  // Prefix cache helpers.
+  bool cacheable(const SeqSpec& spec, const std::vector<LayerRule>& rules) const;
+  // Blocks a cacheable spec would hit (their ids into *ids).
+  int hit_blocks(const SeqSpec& spec, const std::vector<LayerRule>& rules,
+                 std::vector<int>* ids) const;
+  std::int32_t alloc_page();            // a free page, evicting an unused cached block if none is
+  bool evict_unused();                  // one LRU block's pages back to the pool
+  void insert_blocks(Seq& s, int end);  // the prompt blocks [cached_blocks, end / 16)
 
   int num_layers_;
   PagePool pool_;
@@ -258,6 +313,10 @@ class KvCacheManager {
   std::uint64_t last_serial_ = 0;            // export serials handed out
   std::vector<int> want_pages_, want_temp_;  // prepare_*() scratch (no per-call allocation)
   ExportCounters export_counters_;
+  PrefixCacheOptions prefix_opts_;
+  PrefixCache prefix_;
+  std::uint64_t prefix_queries_ = 0, prefix_hits_ = 0, blocks_evicted_ = 0;
+  std::vector<int> hit_ids_;  // hit_blocks() scratch
 };
 
 }  // namespace strata

@@ -2,14 +2,20 @@
 // prefills (sparse layers with temp pages and selection), decodes, preemptions (recompute),
 // aborts, live profile changes with shrinking, and completions. After every step: no page
 // leaked, none owned twice, accounting equal to an independent recount.
+// With the prefix cache on, requests share a few long prefixes: hits, insertions, LRU
+// eviction under pressure and a budget; pages are shared only through the cache and only where
+// no step writes them, and a fake KV memory (each slot holds the name of the prefix it was
+// computed for) checks that every page a chunk reads holds its own prefix's K/V.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <map>
 #include <random>
 #include <set>
 
+#include "cache/block_hash.h"
 #include "cache/kv_cache_manager.h"
 #include "runtime/error.h"
 
@@ -28,17 +34,34 @@ struct Req {
   // while running
   int base = 0;  // generated when admitted: prompt_len = prompt + base
   std::vector<LayerRule> admitted_rules;
+  // Prefix cache: the token stream (prompt then the tokens it will generate) and the name of
+  // each prefix tokens[0, p] (what the fake memory holds for position p).
+  std::vector<std::int32_t> tokens;
+  std::vector<std::uint64_t> names;
 };
 
 struct Counters {
   long admitted = 0, completed = 0, preempted = 0, aborted = 0, selects = 0, shrinks = 0,
-       chunks = 0, decodes = 0, profiles = 0, bad_profiles = 0, dropped_steps = 0, refused = 0;
+       chunks = 0, decodes = 0, profiles = 0, bad_profiles = 0, dropped_steps = 0, refused = 0,
+       hits = 0, hit_tokens = 0, reads_checked = 0;
 };
+
+constexpr int kPages = 700;
 
 class Workload {
  public:
-  explicit Workload(std::uint64_t seed)
-      : rng_(seed), m_(kLayers, KvLayout{2, 16, 4}, 700, random_profile(false)) {}
+  explicit Workload(std::uint64_t seed, bool prefix = false)
+      : rng_(seed),
+        prefix_(prefix),
+        m_(kLayers, KvLayout{2, 16, 4}, kPages, random_profile(false),
+           PrefixCacheOptions{prefix, prefix ? 360 : -1}),
+        mem_(kPages) {
+    for (int i = 0; i < 5; ++i) {
+      std::vector<std::int32_t> t(static_cast<std::size_t>(pick(40, 240)));
+      for (auto& x : t) x = pick(0, 30);
+      shared_.push_back(std::move(t));
+    }
+  }
 
   int pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
   bool chance(double p) { return std::bernoulli_distribution(p)(rng_); }
@@ -77,11 +100,15 @@ class Workload {
     for (auto& [id, r] : running_) EXPECT_TRUE(m_.free(id));
     running_.clear();
     check();
+    EXPECT_EQ(m_.pool().used(), m_.prefix_cache().pages_held());  // only the cache holds pages
+    m_.drop_unused_cache();
+    check();
     EXPECT_EQ(m_.pool().used(), 0);
     EXPECT_EQ(m_.pages_reserved(), 0);
   }
 
   Counters c;
+  CacheStats stats() const { return m_.stats(); }
 
  private:
   void new_request() {
@@ -90,6 +117,22 @@ class Workload {
     r.prompt = chance(0.5) ? pick(1, 40) : pick(41, 260);
     r.max_tokens = chance(0.1) ? 0 : pick(1, 70);
     r.chunked = !chance(0.2);
+    if (prefix_) {
+      // Most requests start with one of the shared prefixes (a part of it or all of it).
+      const int total = r.prompt + r.max_tokens;
+      if (chance(0.8)) {
+        const auto& sh = shared_[static_cast<std::size_t>(pick(0, 4))];
+        const int take = std::min<int>(total, static_cast<int>(sh.size()) - pick(0, 20));
+        r.tokens.assign(sh.begin(), sh.begin() + std::max(0, take));
+      }
+      while (static_cast<int>(r.tokens.size()) < total) r.tokens.push_back(pick(0, 30));
+      std::uint64_t h = 0x1234;
+      for (auto t : r.tokens) {
+        h = (h ^ static_cast<std::uint64_t>(t + 1)) * 0x100000001B3ull;
+        h ^= h >> 29;
+        r.names.push_back(h);
+      }
+    }
     if (chance(0.2)) {
       auto p = random_profile(true);
       try {
@@ -118,7 +161,10 @@ class Workload {
   void admit() {
     while (!waiting_.empty() && chance(0.8)) {
       Req r = waiting_.front();
-      const SeqSpec spec{r.prompt + r.generated, r.max_tokens - r.generated, r.chunked, r.sparsity};
+      SeqSpec spec{r.prompt + r.generated, r.max_tokens - r.generated, r.chunked, r.sparsity};
+      if (prefix_)
+        spec.block_hashes = std::make_shared<const std::vector<BlockHash>>(block_hashes(
+            prefix_root("model", ""), r.tokens.data(), static_cast<std::size_t>(spec.prompt_len)));
       const auto ar = m_.can_admit(spec);
       if (ar.never_fits) {
         ++c.refused;
@@ -129,6 +175,15 @@ class Workload {
       EXPECT_EQ(ok, ar.ok);
       if (!ok) return;
       waiting_.pop_front();
+      const int hit = m_.cached_tokens(r.id);
+      EXPECT_EQ(hit, ar.cached_tokens);
+      EXPECT_EQ(m_.tokens(r.id), hit);  // the prefill starts at the hit
+      EXPECT_EQ(hit % kBlockSize, 0);
+      if (hit > 0) {
+        ++c.hits;
+        c.hit_tokens += hit;
+        EXPECT_GE(spec.prompt_len - hit, m_.min_final_chunk(r.id));
+      }
       r.base = r.generated;
       r.admitted_rules.clear();
       for (const auto& ls : m_.layers(r.id)) r.admitted_rules.push_back(ls.rule);
@@ -166,15 +221,27 @@ class Workload {
   void check_chunk(const Req& r, int start, int n, const std::vector<LayerSlots>& ls) {
     ASSERT_EQ(ls.size(), static_cast<std::size_t>(kLayers));
     const int P = r.prompt + r.base;
-    const bool final = start + n == P, whole = start == 0 && final;
-    for (const auto& l : ls) {
+    const bool final = start + n == P, whole = start == m_.cached_tokens(r.id) && final;
+    for (std::size_t li = 0; li < ls.size(); ++li) {
+      const auto& l = ls[li];
+      // Every position before the chunk is in the tables and holds this prefix's K/V (a hit's
+      // cached pages included).
+      const auto& table = l.direct_prefill(P) ? l.pages : l.temp_pages;
+      if (prefix_ && !table.empty())
+        for (int p = 0; p < start; ++p) {
+          ASSERT_EQ(read(table, p), name(r, p, li))
+              << "seq " << r.id << " layer " << li << " position " << p;
+          ++c.reads_checked;
+        }
       if (l.direct_prefill(P)) {
         EXPECT_GE(static_cast<int>(l.pages.size()), pages_for_slots(start + n));
         EXPECT_EQ(l.action, LayerAction::kNone);
         EXPECT_TRUE(l.temp_pages.empty());
       } else {
         if (whole) {
-          EXPECT_TRUE(l.temp_pages.empty());
+          if (!prefix_) {
+            EXPECT_TRUE(l.temp_pages.empty());
+          }
         } else {
           EXPECT_GE(static_cast<int>(l.temp_pages.size()), pages_for_slots(start + n));
         }
@@ -205,6 +272,7 @@ class Workload {
     for (auto& [id, r] : running_) order.push_back(id);
     std::shuffle(order.begin(), order.end(), rng_);
     std::map<std::uint64_t, std::vector<LayerSlots>> planned;
+    std::map<std::uint64_t, int> planned_n;  // input tokens of each prepared step
     for (auto id : order) {
       if (!running_.count(id)) continue;  // preempted as a victim this step
       Req& r = running_[id];
@@ -216,6 +284,7 @@ class Workload {
         // Reservation promise: an admitted prefill never runs out of pages.
         ASSERT_TRUE(m_.prepare_chunk(id, n, &ls)) << "prefill of seq " << id << " starved";
         check_chunk(r, start, n, ls);
+        planned_n[id] = n;
         ++c.chunks;
       } else {
         bool ok = m_.prepare_decode(id, &ls);
@@ -237,17 +306,39 @@ class Workload {
           }
         }
         check_decode(ls);
+        planned_n[id] = 1;
         ++c.decodes;
       }
       planned[id] = std::move(ls);
     }
-    // Backend precondition: no two sequences share a page.
+    // Backend precondition: no two sequences share a page, except cached pages, which a step
+    // only reads (full-layer and temp tables below the computed prefix; never a sparse
+    // layer's own table, which every step may rewrite).
+    const auto cached = cached_pages();
     std::set<std::int32_t> seen;
-    for (auto& [id, ls] : planned)
+    for (auto& [id, ls] : planned) {
+      const int below = m_.tokens(id) / kBlockSize;
       for (const auto& l : ls) {
-        for (auto p : l.pages) EXPECT_TRUE(seen.insert(p).second) << "page " << p << " shared";
-        for (auto p : l.temp_pages) EXPECT_TRUE(seen.insert(p).second) << "page " << p << " shared";
+        const bool own_rewritten = l.rule.sparse() && !l.direct_prefill(m_.prompt_len(id));
+        for (std::size_t j = 0; j < l.pages.size(); ++j) {
+          const auto p = l.pages[j];
+          if (cached.count(p)) {
+            EXPECT_TRUE(!own_rewritten && static_cast<int>(j) < below)
+                << "cached page " << p << " written by seq " << id;
+            continue;
+          }
+          EXPECT_TRUE(seen.insert(p).second) << "page " << p << " shared";
+        }
+        for (std::size_t j = 0; j < l.temp_pages.size(); ++j) {
+          const auto p = l.temp_pages[j];
+          if (cached.count(p)) {
+            EXPECT_LT(static_cast<int>(j), below) << "cached page " << p << " written by " << id;
+            continue;
+          }
+          EXPECT_TRUE(seen.insert(p).second) << "page " << p << " shared";
+        }
       }
+    }
     for (auto p : m_.take_released())
       EXPECT_TRUE(m_.pool().is_free(p))
           << "released page " << p << " refs " << m_.pool().ref_count(p);
@@ -259,6 +350,7 @@ class Workload {
       }
       Req& r = running_[id];
       const bool was_prefill = !m_.prefill_done(id);
+      if (prefix_) write_step(r, ls, planned_n[id]);
       m_.commit_step(id);
       const int remaining = r.max_tokens - r.base;
       if (was_prefill && m_.prefill_done(id) && remaining > 0) ++r.generated;
@@ -277,12 +369,13 @@ class Workload {
     std::set<std::int32_t> owned;
     std::vector<int> per_layer(kLayers, 0);
     long usage_pages = 0, reserved = 0;
+    const auto cached = cached_pages();
     for (auto& [id, r] : running_) {
       const auto ls = m_.layers(id);
       for (int l = 0; l < kLayers; ++l) {
-        for (auto p : ls[l].pages) ASSERT_TRUE(owned.insert(p).second) << "page " << p << " twice";
-        for (auto p : ls[l].temp_pages)
-          ASSERT_TRUE(owned.insert(p).second) << "page " << p << " twice";
+        for (const auto* table : {&ls[l].pages, &ls[l].temp_pages})
+          for (auto p : *table)
+            ASSERT_TRUE(owned.insert(p).second || cached.count(p)) << "page " << p << " twice";
         per_layer[l] += static_cast<int>(ls[l].pages.size() + ls[l].temp_pages.size());
       }
       const auto u = m_.usage(id);
@@ -297,18 +390,65 @@ class Workload {
     }
     for (auto p : owned) EXPECT_FALSE(m_.pool().is_free(p));
     const auto st = m_.stats();
-    EXPECT_EQ(static_cast<int>(owned.size()), m_.pool().used());  // nothing leaked
+    std::set<std::int32_t> held = owned;
+    held.insert(cached.begin(), cached.end());
+    EXPECT_EQ(static_cast<int>(held.size()), m_.pool().used());  // nothing leaked
     EXPECT_EQ(st.pages_used, m_.pool().used());
     EXPECT_EQ(st.pages_per_layer, per_layer);
-    EXPECT_EQ(usage_pages, st.pages_used);
+    long entries = 0;
+    for (int n : per_layer) entries += n;
+    EXPECT_EQ(usage_pages, entries);
     EXPECT_EQ(reserved, st.pages_reserved);
-    EXPECT_LE(st.pages_reserved, st.pages_free);
+    EXPECT_LE(st.pages_reserved, st.pages_free + st.pages_evictable);
+    EXPECT_EQ(st.pages_cached, static_cast<int>(cached.size()));
+    EXPECT_LE(st.pages_cached, 360);  // the budget
     EXPECT_EQ(st.sequences, static_cast<int>(running_.size()));
   }
 
+  std::set<std::int32_t> cached_pages() const {
+    std::set<std::int32_t> out;
+    const auto& pc = m_.prefix_cache();
+    for (int b : pc.live_blocks())
+      for (auto p : pc.pages(b)) out.insert(p);
+    return out;
+  }
+  static std::uint64_t name(const Req& r, int pos, std::size_t layer) {
+    return r.names[static_cast<std::size_t>(pos)] ^ (0x9E3779B97F4A7C15ull * (layer + 1));
+  }
+  std::uint64_t read(const std::vector<std::int32_t>& table, int pos) const {
+    return mem_[static_cast<std::size_t>(table[static_cast<std::size_t>(pos / kBlockSize)])]
+               [static_cast<std::size_t>(pos % kBlockSize)];
+  }
+  void write(const std::vector<std::int32_t>& table, int pos, std::uint64_t v) {
+    mem_[static_cast<std::size_t>(table[static_cast<std::size_t>(pos / kBlockSize)])]
+        [static_cast<std::size_t>(pos % kBlockSize)] = v;
+  }
+  // What the backend writes in this prepared step: positions' names into full-layer and temp
+  // tables, garbage into every slot of a sparse layer's own table it may rewrite.
+  void write_step(const Req& r, const std::vector<LayerSlots>& ls, int n) {
+    const int start = m_.tokens(r.id);
+    const int P = m_.prompt_len(r.id);
+    const bool prefill = !m_.prefill_done(r.id);
+    for (std::size_t li = 0; li < ls.size(); ++li) {
+      const auto& l = ls[li];
+      const bool direct = l.direct_prefill(P);
+      if (!prefill || !direct) {
+        if (l.rule.sparse())
+          for (std::size_t j = 0; j < l.pages.size() * kBlockSize; ++j)
+            write(l.pages, static_cast<int>(j), 0xDEAD);
+      }
+      const auto& table = direct ? l.pages : l.temp_pages;
+      if (table.empty() || (!prefill && l.rule.sparse())) continue;
+      for (int p = start; p < start + n; ++p) write(table, p, name(r, p, li));
+    }
+  }
+
   std::mt19937_64 rng_;
+  bool prefix_ = false;
   bool m_ready_ = false;
   KvCacheManager m_;
+  std::vector<std::array<std::uint64_t, kBlockSize>> mem_;  // fake KV: a name per slot
+  std::vector<std::vector<std::int32_t>> shared_;           // the shared prefixes
   std::deque<Req> waiting_;
   std::map<std::uint64_t, Req> running_;
   std::uint64_t next_id_ = 1;
@@ -337,6 +477,33 @@ TEST(KvCacheRandom, ThousandsOfOperationsKeepExactAccounting) {
         static_cast<unsigned long long>(seed), c.admitted, c.completed, c.preempted, c.aborted,
         c.chunks, c.selects, c.decodes, c.shrinks, c.profiles, c.bad_profiles, c.dropped_steps,
         c.refused);
+  }
+}
+
+TEST(KvCacheRandom, PrefixCacheSharingEvictionAndHitsKeepExactAccounting) {
+  for (std::uint64_t seed : {3u, 5u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Workload w(seed, /*prefix=*/true);
+    w.run(3000);
+    if (HasFailure()) return;
+    const auto& c = w.c;
+    const auto st = w.stats();
+    EXPECT_GT(c.admitted, 1000);
+    EXPECT_GT(c.completed, 500);
+    EXPECT_GT(c.preempted, 10);
+    EXPECT_GT(c.aborted, 20);
+    EXPECT_GT(c.hits, 200);
+    EXPECT_GT(c.reads_checked, 100000);
+    EXPECT_GT(st.blocks_evicted, 100u);  // the budget and page pressure evicted
+    EXPECT_GT(st.prefix_hits, 0u);
+    EXPECT_EQ(st.prefix_hits, static_cast<std::uint64_t>(c.hit_tokens));
+    std::printf(
+        "seed %llu: admitted %ld completed %ld preempted %ld aborted %ld hits %ld (%ld tokens, "
+        "%.1f %% of %llu queried) evicted %llu reads checked %ld\n",
+        static_cast<unsigned long long>(seed), c.admitted, c.completed, c.preempted, c.aborted,
+        c.hits, c.hit_tokens, 100.0 * static_cast<double>(st.prefix_hits) / st.prefix_queries,
+        static_cast<unsigned long long>(st.prefix_queries),
+        static_cast<unsigned long long>(st.blocks_evicted), c.reads_checked);
   }
 }
 

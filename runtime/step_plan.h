@@ -3,6 +3,7 @@
 // Plain header (std only): compiles in host and CUDA translation units.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -67,6 +68,7 @@ struct SeqStep {
   bool prefill = true;               // tokens are prompt tokens (else one decode token)
   bool sample = false;               // sample a token after the last input token
   bool return_logits = false;        // copy out logits of every input position (teacher forcing)
+  bool report_kept = false;          // fill SeqResult::kept after the step (admin console)
   std::vector<LayerSlots> layers;    // one per model layer
   // Sampling inputs (sample == true only).
   const SamplingParams* params = nullptr;            // owned by the engine, outlives the step
@@ -87,12 +89,37 @@ struct TopLogprob {
   float logprob = 0.0f;
 };
 
+// Where the slots of one layer of one sequence came from after a step, counted over its valid
+// slots and the rank's KV heads (slots x heads) by the token position each slot was written
+// for, in a sequence of `tokens` positions after the step:
+//   sinks   position <  rule.sinks                 (sparse layers only)
+//   recent  position >= tokens - rule.window       (the last α positions; sparse layers only)
+//   middle  the rest (every slot of a full layer)
+// bins[b] counts the positions p with floor(kPositionBins * p / tokens) == b, all classes.
+inline constexpr int kPositionBins = 10;
+struct KeptPositions {
+  std::int64_t sinks = 0, middle = 0, recent = 0;
+  std::array<std::int64_t, kPositionBins> bins{};
+  std::int64_t total() const { return sinks + middle + recent; }
+  KeptPositions& operator+=(const KeptPositions& o) {
+    sinks += o.sinks;
+    middle += o.middle;
+    recent += o.recent;
+    for (int b = 0; b < kPositionBins; ++b) bins[b] += o.bins[b];
+    return *this;
+  }
+  bool operator==(const KeptPositions&) const = default;
+};
+
 struct SeqResult {
   std::uint64_t seq_id = 0;
   std::int32_t token = -1;            // sampled token, -1 when the step did not sample
   float logprob = 0.0f;               // of `token` (params->logprobs >= 0)
   std::vector<TopLogprob> top;        // top-N alternatives, descending
   std::vector<float> logits;          // return_logits: [tokens.size()][vocab], fp32
+  // report_kept: one per model layer; empty when not asked or when the backend records no
+  // positions (the CUDA backend today).
+  std::vector<KeptPositions> kept;
 };
 
 struct StepStats {

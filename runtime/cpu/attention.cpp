@@ -31,6 +31,10 @@ class Slots {
               : pool_->v(page(slot), head_, slot % kBlockSize);
   }
   float* score(int slot) const { return pool_->score(page(slot), head_, slot % kBlockSize); }
+  // The token position the slot was written for; nullptr for scratch (slot p holds position p).
+  std::int32_t* position(int slot) const {
+    return k_ ? nullptr : pool_->position(page(slot), head_, slot % kBlockSize);
+  }
   int capacity() const {
     return k_ ? std::numeric_limits<int>::max() : static_cast<int>(pages_->size()) * kBlockSize;
   }
@@ -45,11 +49,14 @@ class Slots {
   int head_dim_ = 0;
 };
 
-void write_kv(const Slots& s, int slot, const float* k, const float* v, int head_dim) {
+// K/V of the token at `pos` into `slot` (its position recorded next to the score).
+void write_kv(const Slots& s, int slot, const float* k, const float* v, int head_dim,
+              std::int32_t pos) {
   STRATA_CHECK(slot >= 0 && slot < s.capacity(),
                "slot " + std::to_string(slot) + " outside the page table");
   std::memcpy(s.k(slot), k, sizeof(float) * head_dim);
   std::memcpy(s.v(slot), v, sizeof(float) * head_dim);
+  if (auto* p = s.position(slot)) *p = pos;
 }
 
 // One query row of the group over slots [0, visible): out, lse and (when probs is given)
@@ -178,7 +185,8 @@ void select(const Slots& src, const Slots& dst, const AttnArgs& a) {
   const auto sel = snapkv::select_prompt(S, L, rule);
   for (std::size_t j = 0; j < sel.positions.size(); ++j) {
     const int slot = static_cast<int>(j);
-    write_kv(dst, slot, src.k(sel.positions[j]), src.v(sel.positions[j]), hd);
+    const std::int32_t pos = sel.positions[j];  // (the temp slot of position p is p)
+    write_kv(dst, slot, src.k(pos), src.v(pos), hd, pos);
     *dst.score(slot) = sel.scores[j];
   }
 }
@@ -190,13 +198,15 @@ void shrink(const Slots& s, const LayerSlots& st, int shrink_to, int head_dim) {
   const auto order = snapkv::shrink_order(scores, st.valid, st.ring_pos, st.rule, shrink_to);
   const std::size_t n = order.size(), hd = static_cast<std::size_t>(head_dim);
   std::vector<float> k(n * hd), v(n * hd), sc(n);
+  std::vector<std::int32_t> pos(n);
   for (std::size_t j = 0; j < n; ++j) {
     std::memcpy(&k[j * hd], s.k(order[j]), sizeof(float) * hd);
     std::memcpy(&v[j * hd], s.v(order[j]), sizeof(float) * hd);
     sc[j] = scores[static_cast<std::size_t>(order[j])];
+    pos[j] = *s.position(order[j]);
   }
   for (std::size_t j = 0; j < n; ++j) {
-    write_kv(s, static_cast<int>(j), &k[j * hd], &v[j * hd], head_dim);
+    write_kv(s, static_cast<int>(j), &k[j * hd], &v[j * hd], head_dim, pos[j]);
     *s.score(static_cast<int>(j)) = sc[j];
   }
 }
@@ -216,7 +226,7 @@ void attend(KvPool& pool, int head, const AttnArgs& a) {
     STRATA_CHECK(ls.valid == a.start, "layer holds " + std::to_string(ls.valid) +
                                           " slots, chunk starts at " + std::to_string(a.start));
     for (int t = 0; t < a.n; ++t)
-      write_kv(own, a.start + t, a.k + t * a.kv_stride, a.v + t * a.kv_stride, hd);
+      write_kv(own, a.start + t, a.k + t * a.kv_stride, a.v + t * a.kv_stride, hd, a.start + t);
     if (!rule.sparse()) {
       for (int t = 0; t < a.n; t += kRowBlock) attend_rows(own, t, std::min(kRowBlock, a.n - t), a);
     } else {
@@ -236,13 +246,13 @@ void attend(KvPool& pool, int head, const AttnArgs& a) {
     const Slots temp =
         scratch ? Slots(a.scratch_k, a.scratch_v, hd) : Slots(pool, head, ls.temp_pages);
     for (int t = 0; t < a.n; ++t)
-      write_kv(temp, a.start + t, a.k + t * a.kv_stride, a.v + t * a.kv_stride, hd);
+      write_kv(temp, a.start + t, a.k + t * a.kv_stride, a.v + t * a.kv_stride, hd, a.start + t);
     for (int t = 0; t < a.n; t += kRowBlock) attend_rows(temp, t, std::min(kRowBlock, a.n - t), a);
     if (ls.action == LayerAction::kSelect) select(temp, own, a);
   } else if (!rule.sparse()) {
     STRATA_CHECK(ls.valid == a.start, "full layer holds " + std::to_string(ls.valid) +
                                           " slots, decode at position " + std::to_string(a.start));
-    write_kv(own, ls.valid, a.k, a.v, hd);
+    write_kv(own, ls.valid, a.k, a.v, hd, a.start);
     attend_row(own, ls.valid + 1, a, a.q, a.out, a.lse, nullptr);
   } else {
     // Sparse decode.
@@ -255,13 +265,13 @@ void attend(KvPool& pool, int head, const AttnArgs& a) {
       const int leaver = C - rule.ring + ls.ring_pos;
       const int dst = snapkv::resolve_leaver(scores, rule, ls.ring_pos);
       if (dst >= 0) {
-        write_kv(own, dst, own.k(leaver), own.v(leaver), hd);
+        write_kv(own, dst, own.k(leaver), own.v(leaver), hd, *own.position(leaver));
         *own.score(dst) = scores[leaver];
       }
     }
     const int slot = ls.decode_slot();
     const int visible = ls.ring_full() ? C : ls.valid + 1;
-    write_kv(own, slot, a.k, a.v, hd);
+    write_kv(own, slot, a.k, a.v, hd, a.start);
     attend_row(own, visible, a, a.q, a.out, a.lse, &probs);
     update_scores(own, visible, slot, probs, a);
   }
@@ -279,6 +289,36 @@ void attend(KvPool& pool, int head, const AttnArgs& a) {
         "kShrink to " + std::to_string(ls.shrink_to) + " slots is invalid");
     shrink(own, post, ls.shrink_to, hd);
   }
+}
+
+KeptPositions kept_positions(KvPool& pool, const LayerSlots& after, std::int32_t tokens) {
+  KeptPositions c;
+  if (tokens <= 0) return c;
+  const LayerRule& rule = after.rule;
+  const std::int32_t recent_from = tokens - (rule.sparse() ? rule.window : 0);
+  auto count = [&](std::int32_t p, std::int64_t n) {
+    if (rule.sparse() && p < rule.sinks) {
+      c.sinks += n;
+    } else if (rule.sparse() && p >= recent_from) {
+      c.recent += n;
+    } else {
+      c.middle += n;
+    }
+    const auto b = static_cast<std::int64_t>(p) * kPositionBins / tokens;
+    c.bins[static_cast<std::size_t>(std::clamp<std::int64_t>(b, 0, kPositionBins - 1))] += n;
+  };
+  const int heads = pool.layout().kv_heads;
+  if (!after.rule.sparse()) {
+    // A full layer holds slot p = position p, every head: count without reading.
+    for (std::int32_t p = 0; p < after.valid; ++p) count(p, heads);
+    return c;
+  }
+  for (int h = 0; h < heads; ++h)
+    for (std::int32_t j = 0; j < after.valid; ++j) {
+      const auto page = after.pages[static_cast<std::size_t>(j / kBlockSize)];
+      count(*pool.position(page, h, j % kBlockSize), 1);
+    }
+  return c;
 }
 
 }  // namespace strata::cpu

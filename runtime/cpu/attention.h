@@ -46,4 +46,10 @@ struct AttnArgs {
 // contract (the backend validates plans first; these checks are the last line).
 void attend(KvPool& pool, int head, const AttnArgs& a);
 
+// The census of one layer of one sequence after a step (SeqStep::report_kept): `after` is the
+// layer's state after the step (advance_layer), `tokens` the sequence's positions computed.
+// Every local KV head's valid slots are counted by the position recorded when the slot was
+// written (attend() records it on every write, selection, ring replacement and shrink).
+KeptPositions kept_positions(KvPool& pool, const LayerSlots& after, std::int32_t tokens);
+
 }  // namespace strata::cpu

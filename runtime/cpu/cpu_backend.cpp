@@ -344,6 +344,16 @@ StepResult CpuBackend::step(const StepPlan& plan) {
     auto& out = res.seqs[i];
     out.seq_id = s.seq_id;
     const std::size_t n = s.tokens.size();
+    if (s.report_kept) {
+      // The layers' states after this step (the state rule), counted by recorded position.
+      const auto tokens = s.start + static_cast<std::int32_t>(n);
+      out.kept.resize(s.layers.size());
+      for (std::size_t l = 0; l < s.layers.size(); ++l) {
+        LayerSlots after = s.layers[l];
+        advance_layer(after, layer_step(s, after));
+        out.kept[l] = cpu::kept_positions(*kv_, after, tokens);
+      }
+    }
     if (s.return_logits)
       out.logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(first_logit_row[i] * V),
                         logits.begin() + static_cast<std::ptrdiff_t>((first_logit_row[i] + n) * V));

@@ -14,10 +14,12 @@ KvPool::KvPool(KvLayout layout, int num_pages) : layout_(layout), num_pages_(num
                                                 layout.page_elems());
   scores_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(num_pages) *
                                                     layout.score_elems());
+  positions_ = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(num_pages) *
+                                                              layout.score_elems());
 }
 
 std::size_t KvPool::bytes() const {
-  return static_cast<std::size_t>(num_pages_) * (layout_.page_bytes() + layout_.score_elems() * 4);
+  return static_cast<std::size_t>(num_pages_) * (layout_.page_bytes() + layout_.score_elems() * 8);
 }
 
 }  // namespace strata::cpu

@@ -1,7 +1,8 @@
 // The CPU backend's KV storage: `num_pages` fp32 pages laid out as runtime/kv_layout.h says
 // (K part then V part, [kv_head][slot][head_dim]) plus one fp32 score per (page, kv_head,
-// slot), [kv_head][slot] per page. Memory is reserved once and never initialised in bulk:
-// a slot is always written before it is read.
+// slot), [kv_head][slot] per page, and the token position each slot was written for (int32,
+// same shape: the admin console's census of kept positions, SeqStep::report_kept). Memory is
+// reserved once and never initialised in bulk: a slot is always written before it is read.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,10 @@ class KvPool {
     return scores_.get() + static_cast<std::size_t>(page) * layout_.score_elems() +
            static_cast<std::size_t>(head) * kBlockSize + slot;
   }
+  std::int32_t* position(int page, int head, int slot) {
+    return positions_.get() + static_cast<std::size_t>(page) * layout_.score_elems() +
+           static_cast<std::size_t>(head) * kBlockSize + slot;
+  }
 
  private:
   float* page_base(int page) {
@@ -34,8 +39,9 @@ class KvPool {
   }
   KvLayout layout_;
   int num_pages_ = 0;
-  std::unique_ptr<float[]> kv_;      // [num_pages][page_elems]
-  std::unique_ptr<float[]> scores_;  // [num_pages][kv_heads][kBlockSize]
+  std::unique_ptr<float[]> kv_;                // [num_pages][page_elems]
+  std::unique_ptr<float[]> scores_;            // [num_pages][kv_heads][kBlockSize]
+  std::unique_ptr<std::int32_t[]> positions_;  // [num_pages][kv_heads][kBlockSize]
 };
 
 }  // namespace strata::cpu

@@ -59,6 +59,7 @@
 
 #include "cache/block_hash.h"
 #include "cache/kv_planner.h"
+#include "cache/layer_census.h"
 #include "cache/page_pool.h"
 #include "cache/prefix_cache.h"
 #include "runtime/kv_layout.h"
@@ -216,6 +217,13 @@ class KvCacheManager {
   std::vector<LayerSlots> layers(std::uint64_t seq_id) const;
   SeqUsage usage(std::uint64_t seq_id) const;
   CacheStats stats() const;
+  // Keeps a sequence's census of kept positions (SeqResult::kept of a step that ran, one per
+  // layer) until the next one or its free; an empty census is ignored, as is an unknown id (a
+  // sequence freed meanwhile). InternalError when the layer count differs.
+  void record_kept(std::uint64_t seq_id, std::vector<KeptPositions> kept);
+  // One LayerUsage per layer (cache/layer_census.h). Sorts per layer: call it at the console's
+  // rate, not every step.
+  std::vector<LayerUsage> layer_census() const;
   int num_layers() const { return num_layers_; }
   const PagePool& pool() const { return pool_; }
   int pages_reserved() const { return reserved_total_; }
@@ -265,6 +273,7 @@ class KvCacheManager {
     std::vector<Layer> layers;
     Pending pending;
     std::uint64_t export_serial = 0;  // last export with a serial (0: none)
+    std::vector<KeptPositions> kept;  // the last census of kept positions (record_kept)
     // Prefix cache: the tokens admission took from the cache (the prefill starts there), the
     // blocks this sequence uses (hit or inserted by it; released at free), the leading
     // prompt blocks already cached (the next insert starts there), whether it may insert.

@@ -256,7 +256,8 @@ void BatcherActor::on_step_done(RankCompletion c) {
       finish_seq(s, FinishReason::kError, std::move(ev));
       continue;
     }
-    const SeqResult& res = rank0_->result.seqs[i];
+    SeqResult& res = rank0_->result.seqs[i];
+    if (!res.kept.empty()) kept_.emplace_back(id, std::move(res.kept));
     if (res.token < 0) continue;  // a prefill chunk that did not end the prompt
     Req& r = *s.req;
     s.output.push_back(res.token);
@@ -321,6 +322,10 @@ asio::awaitable<void> BatcherActor::kick() {
   in.release = std::exchange(release_, {});
   in.running = running_;
   in.limits = deps_.limits;
+  in.kept = std::exchange(kept_, {});
+  // The step that asked for kept positions completed, or the last sequence leaves: take the
+  // layer census.
+  in.census = std::exchange(census_asked_, false) || (running_.empty() && !in.release.empty());
   // More candidates than free seats cannot be admitted in one step; rejected ones (never
   // fit) are skipped, so pass some extra.
   const std::size_t seats = static_cast<std::size_t>(
@@ -357,6 +362,7 @@ asio::awaitable<void> BatcherActor::kick() {
   } else {
     plan = std::make_shared<StepPlan>();
   }
+  const bool took_census = in.census;
   auto job = [in = std::move(in)](KvCacheManager& m) mutable { return schedule_step(m, in); };
   auto ask = deps_.cache->ask(std::move(job));
   ScheduleOutput out = co_await std::move(ask);
@@ -400,6 +406,8 @@ asio::awaitable<void> BatcherActor::kick() {
     finish_seq(s, FinishReason::kError, std::move(ev));
   }
 
+  if (took_census)
+    stats_.layers = std::make_shared<const std::vector<LayerUsage>>(std::move(out.census));
   publish(out.stats);
   if (out.steps.empty()) {  // (not a step: its time is in no step's timings)
     plan->seqs.clear();
@@ -409,6 +417,9 @@ asio::awaitable<void> BatcherActor::kick() {
 
   // Every field of a reused SeqStep is assigned (vectors keep their capacity).
   plan->step_id = next_step_++;
+  const bool census = t0 - last_census_ >= kCensusInterval;
+  if (census) last_census_ = t0;
+  census_asked_ = census;
   plan->released_pages = std::move(out.released_pages);
   plan->seqs.resize(out.steps.size());
   table_serials_.resize(out.steps.size());
@@ -434,6 +445,7 @@ asio::awaitable<void> BatcherActor::kick() {
     st.params = &s.params;
     st.prompt = &s.req->in->prompt;
     st.output = &s.output;
+    st.report_kept = census;
     s.in_step = true;
   }
   plan_ = plan;
@@ -457,6 +469,7 @@ void BatcherActor::publish(const CacheStats& cs) {
   st->pages_total = cs.pages_total;
   st->pages_used = cs.pages_used;
   st->pages_per_layer = cs.pages_per_layer;
+  st->page_bytes = cs.page_bytes;
   st->kv_usage = cs.pages_total > 0 ? static_cast<double>(cs.pages_used) / cs.pages_total : 0.0;
   st->compression_ratio = cs.compression;
   st->mean_batch = stats_.steps > 0 ? static_cast<double>(batch_seqs_total_) / stats_.steps : 0.0;

@@ -180,6 +180,13 @@ class BatcherActor final : public Actor<BatcherMsg> {
   EngineStats stats_;
   std::uint64_t batch_seqs_total_ = 0;
   double device_ms_total_ = 0.0, wall_ms_total_ = 0.0;
+  // The per-layer census (EngineStats::layers): a step asks the backend for the kept
+  // positions (SeqStep::report_kept) at most every kCensusInterval; the next scheduling call
+  // records them and takes the census (also when the last running sequence left).
+  static constexpr std::chrono::milliseconds kCensusInterval{250};
+  Clock::time_point last_census_{};
+  bool census_asked_ = false;  // the step in flight has report_kept set
+  std::vector<std::pair<std::uint64_t, std::vector<KeptPositions>>> kept_;
 };
 
 }  // namespace strata::actors

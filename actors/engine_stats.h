@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "cache/layer_census.h"
 #include "runtime/sparsity_profile.h"
 
 namespace strata {
@@ -71,6 +73,11 @@ struct EngineStats {
   double host_overhead = 0.0;        // share of step wall time not covered by backend work
   std::uint64_t profile_version = 0;
   SparsityProfile profile;
+  // K+V bytes of one page (one layer, 16 slots, the rank's KV heads).
+  std::size_t page_bytes = 0;
+  // The latest per-layer census (cache/layer_census.h), taken about every 250 ms while
+  // sequences run; null before the first. Shared: a snapshot copy does not copy it.
+  std::shared_ptr<const std::vector<LayerUsage>> layers;
   StepTimings timings;
   // Every interval between two consecutive tokens of one sequence (s), observed by the batcher
   // as the step that sampled the later token completes (preemption gaps included).

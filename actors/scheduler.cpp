@@ -61,6 +61,7 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
   for (const auto id : in.commit) {
     if (cache.contains(id)) cache.commit_step(id);
   }
+  for (auto& [id, kept] : in.kept) cache.record_kept(id, std::move(kept));
   for (const auto id : in.release) {
     if (!cache.contains(id)) continue;
     out.released.emplace_back(id, cache.usage(id));
@@ -162,6 +163,7 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
 
   out.released_pages = cache.take_released();
   out.stats = cache.stats();
+  if (in.census) out.census = cache.layer_census();
   out.job_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;

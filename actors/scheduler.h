@@ -53,6 +53,10 @@ struct ScheduleInput {
   // sequence that gets back the buffer of its last export gets only what changed since (a
   // decode step of a full-cache sequence: usually nothing but the scalars).
   std::vector<SpareTables> spare_tables;
+  // Censuses of kept positions from the previous step (SeqResult::kept), recorded after the
+  // commits (KvCacheManager::record_kept); `census` asks for ScheduleOutput::census.
+  std::vector<std::pair<std::uint64_t, std::vector<KeptPositions>>> kept;
+  bool census = false;
 };
 
 struct PreparedSeq {
@@ -72,6 +76,7 @@ struct ScheduleOutput {
   std::vector<std::pair<std::uint64_t, std::string>> rejected;  // candidates that never fit
   std::vector<std::int32_t> released_pages;
   CacheStats stats;
+  std::vector<LayerUsage> census;  // KvCacheManager::layer_census(), when in.census
   double job_ms = 0.0;  // time schedule_step() took (on the cache strand)
 };
 

@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 
 #include "api/admin_page.h"
+#include "api/admin_stats.h"
 #include "api/openai_response.h"
 #include "api/routes.h"
 #include "runtime/error.h"
@@ -46,6 +47,8 @@ json::object stats_json(Server::Impl& srv, const EngineStats& s) {
   json::object groups;
   for (const auto& [g, n] : pages_by_group(s.pages_per_layer, rules)) groups[g] = n;
   o["pages_by_group"] = std::move(groups);
+  o["page_bytes"] = s.page_bytes;
+  o["layers"] = layers_json(s, srv.engine->model().num_hidden_layers);  // api/admin_stats.h
   o["compression_ratio"] = s.compression_ratio;
   o["mean_batch"] = s.mean_batch;
   o["host_overhead"] = s.host_overhead;

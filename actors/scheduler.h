@@ -77,7 +77,7 @@ struct ScheduleOutput {
   std::vector<std::int32_t> released_pages;
   CacheStats stats;
   std::vector<LayerUsage> census;  // KvCacheManager::layer_census(), when in.census
-  double job_ms = 0.0;  // time schedule_step() took (on the cache strand)
+  double job_ms = 0.0;             // time schedule_step() took (on the cache strand)
 };
 
 // Consumes in.spare_tables.

@@ -2,27 +2,52 @@
 
 namespace strata::api {
 
+// The page's charts are SVG drawn from the live stats stream (docs/api.md "Admin console"):
+// the history lives in the page (since it was opened, at most an hour), the time window
+// selector picks how much of it the charts show.
 const char* const kAdminPage = R"HTML(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Strata admin</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
+*{box-sizing:border-box}
 body{font:14px system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1d232b}
-header{background:#1d232b;color:#fff;padding:10px 18px;display:flex;gap:18px;align-items:baseline}
-header h1{font-size:18px;margin:0} header span{opacity:.75}
-main{display:grid;grid-template-columns:minmax(0,2fr) minmax(280px,1fr);gap:16px;padding:16px}
-.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(140px,1fr));gap:10px;margin-bottom:12px}
-.card{background:#fff;border-radius:6px;padding:10px;box-shadow:0 1px 2px #0002}
-.card b{display:block;font-size:20px} .card small{opacity:.7}
-.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(320px,1fr));gap:10px}
-.chart{background:#fff;border-radius:6px;padding:8px;box-shadow:0 1px 2px #0002}
-.chart h3{margin:0 0 4px;font-size:13px} canvas{width:100%;height:120px}
-form{background:#fff;border-radius:6px;padding:12px;box-shadow:0 1px 2px #0002}
-label{display:grid;grid-template-columns:130px 1fr;align-items:center;margin:6px 0;gap:8px}
+header{background:#1d232b;color:#fff;padding:10px 16px;display:flex;flex-wrap:wrap;gap:6px 18px;align-items:baseline}
+header h1{font-size:18px;margin:0} header span{opacity:.75;overflow-wrap:anywhere}
+header label{margin-left:auto;display:flex;gap:6px;align-items:center;opacity:1}
+main{display:grid;grid-template-columns:minmax(0,1fr) minmax(260px,340px);gap:16px;padding:16px}
+main>*{min-width:0}
+@media (max-width:900px){main{grid-template-columns:minmax(0,1fr);padding:10px;gap:12px}}
+h2{font-size:15px;margin:18px 0 8px} h2:first-child{margin-top:0}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,140px),1fr));gap:10px;margin-bottom:12px}
+.card,.panel,form{background:#fff;border-radius:6px;padding:10px;box-shadow:0 1px 2px #0002;min-width:0}
+.card b{display:block;font-size:20px;overflow-wrap:anywhere} .card small{opacity:.7}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,330px),1fr));gap:10px}
+.panel h3{margin:0 0 4px;font-size:13px} .panel .note{font-size:12px;opacity:.7;margin:4px 0 0}
+.panel.wide{grid-column:1/-1}
+svg.chart{display:block;width:100%;height:170px;overflow:visible}
+svg.chart.tall{height:auto}
+svg text{font:10px system-ui,sans-serif;fill:#4a5360}
+svg .axis-title{font-size:10px;fill:#1d232b}
+svg .grid{stroke:#e3e6ea} svg .axis{stroke:#8a939e}
+.legend{display:flex;flex-wrap:wrap;gap:4px 12px;font-size:12px;margin-top:4px}
+.legend .key{display:inline-flex;align-items:center;gap:5px}
+.legend i{display:inline-block;width:12px;height:10px;border-radius:2px}
+.legend .ramp{width:90px;height:10px;background:linear-gradient(90deg,#eef3fb,#2f6fde,#0b2a66)}
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;width:100%;font-size:12px;font-variant-numeric:tabular-nums}
+th,td{padding:4px 6px;text-align:right;border-bottom:1px solid #eceff2;white-space:nowrap}
+th:nth-child(2),td:nth-child(2){text-align:left}
+td svg{display:block}
+form h3{margin-top:0}
+label.f{display:grid;grid-template-columns:minmax(84px,120px) minmax(0,1fr);align-items:center;margin:6px 0;gap:8px}
+label.f input:not([type=checkbox]),label.f select{width:100%;min-width:0}
 input,select{font:inherit;padding:3px 5px} button{font:inherit;padding:6px 14px;margin-top:8px}
-#msg{margin-top:10px;white-space:pre-wrap} .err{color:#b00020} .ok{color:#0a7d32}
+#msg{margin-top:10px;white-space:pre-wrap;overflow-wrap:anywhere} .err{color:#b00020} .ok{color:#0a7d32}
+#quality .alert{color:#b00020;font-weight:600}
 </style></head><body>
-<header><h1>Strata</h1><span id="model">…</span><span id="conn">connecting…</span></header>
-<main><section>
+<header><h1>Strata</h1><span id="model">…</span><span id="conn">connecting…</span>
+<label>time window <select id="timewin"><option value="60">1 min</option><option value="300" selected>5 min</option><option value="900">15 min</option><option value="0">all</option></select></label></header>
+<main><section id="content">
 <div class="cards">
 <div class="card"><small>tokens/s</small><b id="v-tps">0</b></div>
 <div class="card"><small>running</small><b id="v-running">0</b></div>
@@ -33,25 +58,36 @@ input,select{font:inherit;padding:3px 5px} button{font:inherit;padding:6px 14px;
 <div class="card"><small>compression ratio</small><b id="v-ratio">1</b></div>
 <div class="card"><small>profile version</small><b id="v-version">0</b></div>
 </div>
-<div class="charts">
-<div class="chart"><h3>Throughput (tokens/s)</h3><canvas id="c-tps"></canvas></div>
-<div class="chart"><h3>Requests: running / waiting</h3><canvas id="c-batch"></canvas></div>
-<div class="chart"><h3>TTFT (ms)</h3><canvas id="c-ttft"></canvas></div>
-<div class="chart"><h3>KV pages: full / sparse layers</h3><canvas id="c-pages"></canvas></div>
-<div class="chart"><h3>Compression ratio</h3><canvas id="c-ratio"></canvas></div>
+<div class="charts" id="charts">
+<div class="panel"><h3>Throughput</h3><svg class="chart" id="c-tps"></svg><div class="legend" id="l-tps"></div></div>
+<div class="panel"><h3>Requests</h3><svg class="chart" id="c-batch"></svg><div class="legend" id="l-batch"></div></div>
+<div class="panel"><h3>Time to first token</h3><svg class="chart" id="c-ttft"></svg><div class="legend" id="l-ttft"></div></div>
+<div class="panel"><h3>KV pages by layer group</h3><svg class="chart" id="c-pages"></svg><div class="legend" id="l-pages"></div></div>
+<div class="panel"><h3>Compression ratio</h3><svg class="chart" id="c-ratio"></svg><div class="legend" id="l-ratio"></div></div>
+</div>
+<h2>Layers</h2>
+<div class="charts" id="layer-charts">
+<div class="panel wide"><h3>KV held per layer over time</h3><svg class="chart tall" id="heatmap"></svg><div class="legend" id="l-heatmap"></div></div>
+<div class="panel"><h3>Slots held per layer (over running sequences)</h3><svg class="chart" id="c-slots"></svg><div class="legend" id="l-slots"></div></div>
+<div class="panel"><h3>Kept-slot positions (sparse layers)</h3><svg class="chart tall" id="c-kept"></svg><div class="legend" id="l-kept"></div><p class="note" id="kept-note"></p></div>
+<div class="panel"><h3>Kept-slot positions along the sequence (sparse layers)</h3><svg class="chart" id="c-bins"></svg><div class="legend" id="l-bins"></div></div>
+<div class="panel wide"><h3>Per layer</h3><div class="scroll"><table id="layers"><thead><tr>
+<th>layer</th><th>policy</th><th>capacity (slots)</th><th>sequences</th><th>slots held, mean</th><th>min / p50 / max</th><th>distribution</th><th>KV bytes held</th><th>KV pages</th>
+</tr></thead><tbody></tbody></table></div></div>
+<div class="panel wide" id="quality"><h3>Quality guardrail</h3><div id="quality-body">not reported by this server (the stats carry no <code>quality</code> field)</div></div>
 </div></section>
 <section><form id="profile" autocomplete="off">
-<h3 style="margin-top:0">KV sparsity profile</h3>
-<label>enabled <input type="checkbox" name="enabled"></label>
-<label>full_layers <input name="full_layers" title="count of leading layers, or a comma list"></label>
-<label>policy <select name="policy"><option>scored</option><option>snapkv</option><option>window</option></select></label>
-<label>capacity <input name="capacity" type="number"></label>
-<label>schedule <input name="schedule" title="uniform, pyramid, or a comma list of capacities"></label>
-<label>pyramid_beta <input name="pyramid_beta" type="number"></label>
-<label>window <input name="window" type="number"></label>
-<label>sinks <input name="sinks" type="number"></label>
-<label>pool <select name="pool"><option>max</option><option>avg</option></select></label>
-<label>pool_kernel <input name="pool_kernel" type="number"></label>
+<h3>KV sparsity profile</h3>
+<label class="f">enabled <input type="checkbox" name="enabled"></label>
+<label class="f">full_layers <input name="full_layers" title="count of leading layers, or a comma list"></label>
+<label class="f">policy <select name="policy"><option>scored</option><option>snapkv</option><option>window</option></select></label>
+<label class="f">capacity <input name="capacity" type="number"></label>
+<label class="f">schedule <input name="schedule" title="uniform, pyramid, or a comma list of capacities"></label>
+<label class="f">pyramid_beta <input name="pyramid_beta" type="number"></label>
+<label class="f">window <input name="window" type="number"></label>
+<label class="f">sinks <input name="sinks" type="number"></label>
+<label class="f">pool <select name="pool"><option>max</option><option>avg</option></select></label>
+<label class="f">pool_kernel <input name="pool_kernel" type="number"></label>
 <button type="submit" id="apply">Apply</button> <button type="button" id="reload">Reload</button>
 <div id="msg"></div></form></section></main>
 <script>
@@ -59,27 +95,283 @@ input,select{font:inherit;padding:3px 5px} button{font:inherit;padding:6px 14px;
 const token = new URLSearchParams(location.search).get("token") || "";
 const auth = {"Authorization": "Bearer " + token};
 const $ = (id) => document.getElementById(id);
-const N = 120;
-const series = {tps: [[]], batch: [[], []], ttft: [[]], pages: [[], []], ratio: [[]]};
-const colors = ["#2f6fde", "#e0862f"];
-function push(name, values) {
-  series[name].forEach((s, i) => { s.push(values[i]); if (s.length > N) s.shift(); });
-  draw(name);
+const NS = "http://www.w3.org/2000/svg";
+const MAX_SAMPLES = 7200;   // 1 h at the stream's 500 ms
+const MAX_COLUMNS = 120;    // heatmap columns at most (samples are averaged into them)
+const COLORS = ["#2f6fde", "#e0862f", "#3a9e5c", "#9b59b6"];
+const KEPT = [["sinks", "#7d4cc2"], ["middle", "#2f6fde"], ["recent", "#e0862f"]];
+const history = [];         // {t (s, server clock), s (the stats object)}
+let last = null;
+
+function svgEl(parent, tag, attrs, text) {
+  const e = document.createElementNS(NS, tag);
+  for (const k in attrs) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  parent.appendChild(e);
+  return e;
 }
-function draw(name) {
-  const c = $("c-" + name), ctx = c.getContext("2d");
-  const w = c.width = c.clientWidth * devicePixelRatio, h = c.height = c.clientHeight * devicePixelRatio;
-  ctx.clearRect(0, 0, w, h);
-  let max = 1e-9;
-  series[name].forEach(s => s.forEach(v => { if (v > max) max = v; }));
-  ctx.fillStyle = "#8889"; ctx.font = (10 * devicePixelRatio) + "px sans-serif";
-  ctx.fillText(max.toPrecision(3), 2, 10 * devicePixelRatio);
-  series[name].forEach((s, k) => {
-    ctx.strokeStyle = colors[k]; ctx.lineWidth = 1.5 * devicePixelRatio; ctx.beginPath();
-    s.forEach((v, i) => { const x = i * w / (N - 1), y = h - 2 - (v / max) * (h - 14);
-      if (i) ctx.lineTo(x, y); else ctx.moveTo(x, y); });
-    ctx.stroke();
+function clear(e) { while (e.firstChild) e.removeChild(e.firstChild); }
+function legend(id, items) {
+  const l = $(id); clear(l);
+  for (const [name, color, cls] of items) {
+    const k = document.createElement("span"); k.className = "key";
+    const i = document.createElement("i"); if (cls) i.className = cls; else i.style.background = color;
+    k.appendChild(i); k.appendChild(document.createTextNode(name)); l.appendChild(k);
+  }
+}
+// Axis ticks: about n "nice" values covering [0, max].
+function ticks(max, n) {
+  if (!(max > 0)) max = 1;
+  const raw = max / n, p = Math.pow(10, Math.floor(Math.log10(raw))), f = raw / p;
+  const step = (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10) * p;
+  const out = []; for (let v = 0; v <= max * 1.0001 + step * 0.999; v += step) { out.push(v); if (v >= max) break; }
+  return out;
+}
+function num(v) {
+  const a = Math.abs(v);
+  if (a >= 1e9) return (v / 1e9).toPrecision(3) + "G";
+  if (a >= 1e6) return (v / 1e6).toPrecision(3) + "M";
+  if (a >= 1e4) return (v / 1e3).toPrecision(3) + "k";
+  return Number.isInteger(v) ? String(v) : v.toPrecision(3).replace(/\.?0+$/, "");
+}
+function bytes(v) {
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0;
+  while (v >= 1024 && i < u.length - 1) { v /= 1024; ++i; }
+  return (i ? v.toFixed(v < 10 ? 2 : 1) : String(Math.round(v))) + " " + u[i];
+}
+function windowSeconds() { return Number($("timewin").value); }
+function visible() {
+  const w = windowSeconds();
+  if (!history.length || w === 0) return history;
+  const t1 = history[history.length - 1].t;
+  let i = history.length; while (i > 0 && history[i - 1].t >= t1 - w) --i;
+  return history.slice(i);
+}
+// The x range shown: the window (or all history) ending at the newest sample.
+function xRange(h) {
+  const t1 = h.length ? h[h.length - 1].t : 0, w = windowSeconds();
+  const t0 = w ? t1 - w : (h.length ? h[0].t : t1 - 1);
+  return [t0, Math.max(t1, t0 + 1)];
+}
+const TIME_STEPS = [1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1800, 3600];  // s
+function timeLabel(dt) {
+  const a = Math.round(-dt);
+  return a === 0 ? "now" : a >= 60 && a % 60 === 0 ? "−" + a / 60 + " min" : "−" + a + " s";
+}
+
+// A plot frame: the svg sized to its box, margins for the axes, returns the mapping.
+function frame(svg, height, left) {
+  clear(svg);
+  const W = Math.max(200, svg.clientWidth || svg.parentNode.clientWidth || 300), H = height;
+  svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+  svg.style.height = H + "px";
+  return {W, H, L: left, R: 10, T: 8, B: 34};
+}
+function yAxis(svg, f, max, unit) {
+  const ts = ticks(max, 4), top = ts[ts.length - 1];
+  const y = (v) => f.H - f.B - (v / top) * (f.H - f.B - f.T);
+  for (const v of ts) {
+    svgEl(svg, "line", {class: "grid", x1: f.L, x2: f.W - f.R, y1: y(v), y2: y(v)});
+    svgEl(svg, "text", {class: "axis-label y", x: f.L - 4, y: y(v) + 3, "text-anchor": "end"}, num(v));
+  }
+  svgEl(svg, "line", {class: "axis", x1: f.L, x2: f.L, y1: f.T, y2: f.H - f.B});
+  svgEl(svg, "text", {class: "axis-title y", x: 0, y: 0, transform: "translate(10," + ((f.H - f.B + f.T) / 2) + ") rotate(-90)", "text-anchor": "middle"}, unit);
+  return y;
+}
+function timeAxis(svg, f, t0, t1) {
+  const x = (t) => f.L + (t - t0) / (t1 - t0) * (f.W - f.L - f.R);
+  const span = t1 - t0, n = Math.max(2, Math.min(6, Math.floor((f.W - f.L) / 70)));
+  const step = TIME_STEPS.find(d => span / d <= n) || span;
+  svgEl(svg, "line", {class: "axis", x1: f.L, x2: f.W - f.R, y1: f.H - f.B, y2: f.H - f.B});
+  for (let dt = 0; dt <= span + 1e-9; dt += step) {
+    const xx = x(t1 - dt);
+    svgEl(svg, "line", {class: "axis", x1: xx, x2: xx, y1: f.H - f.B, y2: f.H - f.B + 3});
+    svgEl(svg, "text", {class: "axis-label x", x: xx, y: f.H - f.B + 13, "text-anchor": dt === 0 ? "end" : "middle"}, timeLabel(-dt));
+  }
+  svgEl(svg, "text", {class: "axis-title x", x: (f.L + f.W - f.R) / 2, y: f.H - 3, "text-anchor": "middle"}, "time before now");
+  return x;
+}
+// Line chart of history fields: series [[name, fn(stats)]], unit of the y axis.
+function lineChart(id, series, unit) {
+  const svg = $("c-" + id), h = visible(), f = frame(svg, 170, 46);
+  const [t0, t1] = xRange(h);
+  let max = 0; for (const p of h) for (const [, fn] of series) max = Math.max(max, fn(p.s) || 0);
+  const y = yAxis(svg, f, max, unit), x = timeAxis(svg, f, t0, t1);
+  series.forEach(([name, fn], k) => {
+    if (!h.length) return;
+    const pts = h.map(p => x(p.t).toFixed(1) + "," + y(fn(p.s) || 0).toFixed(1)).join(" ");
+    svgEl(svg, "polyline", {class: "series", "data-series": name, points: pts, fill: "none", stroke: COLORS[k], "stroke-width": 1.8});
   });
+  legend("l-" + id, series.map(([name], k) => [name, COLORS[k]]));
+}
+function heatColor(v) {  // 0 … 1 -> light to dark blue
+  const stops = [[238, 243, 251], [47, 111, 222], [11, 42, 102]];
+  const t = Math.max(0, Math.min(1, v)) * 2, i = Math.min(1, Math.floor(t)), u = t - i;
+  const c = stops[i].map((a, j) => Math.round(a + (stops[i + 1][j] - a) * u));
+  return "rgb(" + c.join(",") + ")";
+}
+function layerBytes(s) {
+  return (s.pages_per_layer || []).map(p => p * (s.page_bytes || 0));
+}
+function heatmap() {
+  const svg = $("heatmap"), h = visible();
+  const layers = last ? (last.pages_per_layer || []).length : 0;
+  const rowH = Math.max(6, Math.min(18, Math.floor(240 / Math.max(1, layers))));
+  const f = frame(svg, 8 + layers * rowH + 34, 46);
+  const [t0, t1] = xRange(h);
+  // Columns: one per sample, or samples averaged into MAX_COLUMNS buckets of equal time.
+  const cols = [];
+  if (h.length <= MAX_COLUMNS) {
+    h.forEach((p, i) => cols.push({t0: i ? (h[i - 1].t + p.t) / 2 : p.t - 0.25, t1: i + 1 < h.length ? (p.t + h[i + 1].t) / 2 : p.t, v: layerBytes(p.s)}));
+  } else {
+    const span = (h[h.length - 1].t - h[0].t) / MAX_COLUMNS;
+    for (let c = 0; c < MAX_COLUMNS; ++c) cols.push({t0: h[0].t + c * span, t1: h[0].t + (c + 1) * span, v: new Array(layers).fill(0), n: 0});
+    for (const p of h) {
+      const c = Math.min(MAX_COLUMNS - 1, Math.floor((p.t - h[0].t) / span)), v = layerBytes(p.s);
+      cols[c].n++; v.forEach((b, l) => { cols[c].v[l] += b; });
+    }
+    for (const c of cols) if (c.n) c.v = c.v.map(b => b / c.n);
+  }
+  let max = 0; for (const c of cols) for (const b of c.v) max = Math.max(max, b);
+  const x = timeAxis(svg, f, t0, t1);
+  const g = svgEl(svg, "g", {class: "cells"});
+  for (const c of cols) {
+    const x0 = Math.max(f.L, x(c.t0)), w = Math.max(1, x(c.t1) - x0);
+    for (let l = 0; l < layers; ++l) {
+      const b = c.v[l] || 0;
+      const r = svgEl(g, "rect", {class: "cell", x: x0.toFixed(1), y: f.T + l * rowH, width: (w + 0.3).toFixed(1), height: rowH - 1, fill: heatColor(max ? b / max : 0), "data-layer": l});
+      svgEl(r, "title", {}, "layer " + l + ": " + bytes(b));
+    }
+  }
+  const every = Math.ceil(10 / rowH);
+  for (let l = 0; l < layers; l += every)
+    svgEl(svg, "text", {class: "axis-label y", x: f.L - 4, y: f.T + l * rowH + rowH / 2 + 3, "text-anchor": "end"}, String(l));
+  svgEl(svg, "text", {class: "axis-title y", x: 0, y: 0, transform: "translate(10," + (f.T + layers * rowH / 2) + ") rotate(-90)", "text-anchor": "middle"}, "layer");
+  svg.dataset.layers = layers; svg.dataset.samples = cols.length;
+  const lg = $("l-heatmap"); clear(lg);
+  const k = document.createElement("span"); k.className = "key";
+  const ramp = document.createElement("i"); ramp.className = "ramp";
+  k.append("0 B ", ramp, " " + bytes(max)); lg.appendChild(k);
+  const u = document.createElement("span"); u.className = "key";
+  u.textContent = "KV bytes held per layer (pages × page bytes)"; lg.appendChild(u);
+}
+// Box plots of slots held per layer, with each layer's capacity.
+function slotsChart() {
+  const svg = $("c-slots"), f = frame(svg, 170, 46), L = last ? last.layers || [] : [];
+  let max = 0; for (const l of L) max = Math.max(max, l.slots.max, l.capacity || 0);
+  const y = yAxis(svg, f, max, "slots");
+  const n = Math.max(1, L.length), bw = (f.W - f.L - f.R) / n, xc = (i) => f.L + (i + 0.5) * bw;
+  svgEl(svg, "line", {class: "axis", x1: f.L, x2: f.W - f.R, y1: f.H - f.B, y2: f.H - f.B});
+  const every = Math.ceil(14 / bw);
+  L.forEach((l, i) => {
+    const s = l.slots, x = xc(i), w = Math.max(2, Math.min(18, bw * 0.6));
+    const g = svgEl(svg, "g", {class: "box", "data-layer": i});
+    if (s.sequences > 0) {
+      svgEl(g, "line", {x1: x, x2: x, y1: y(s.min), y2: y(s.max), stroke: COLORS[0]});
+      svgEl(g, "rect", {x: x - w / 2, y: y(s.p75), width: w, height: Math.max(1, y(s.p25) - y(s.p75)), fill: "#cfdcf6", stroke: COLORS[0]});
+      svgEl(g, "line", {x1: x - w / 2, x2: x + w / 2, y1: y(s.p50), y2: y(s.p50), stroke: "#0b2a66", "stroke-width": 2});
+      svgEl(g, "circle", {cx: x, cy: y(s.mean), r: 2.5, fill: COLORS[1]});
+    }
+    if (l.capacity > 0) svgEl(g, "line", {x1: x - bw / 2 + 1, x2: x + bw / 2 - 1, y1: y(l.capacity), y2: y(l.capacity), stroke: "#b00020", "stroke-dasharray": "3 2"});
+    if (i % every === 0) svgEl(svg, "text", {class: "axis-label x", x, y: f.H - f.B + 13, "text-anchor": "middle"}, String(i));
+  });
+  svgEl(svg, "text", {class: "axis-title x", x: (f.L + f.W - f.R) / 2, y: f.H - 3, "text-anchor": "middle"}, "layer");
+  legend("l-slots", [["p25–p75, median", "#cfdcf6"], ["min–max", COLORS[0]], ["mean", COLORS[1]], ["capacity", "#b00020"]]);
+}
+// Stacked bars: share of kept slots by original position class, per sparse layer.
+function keptChart() {
+  const svg = $("c-kept"), L = (last ? last.layers || [] : []).filter(l => l.policy !== "full");
+  const rowH = Math.max(8, Math.min(18, Math.floor(220 / Math.max(1, L.length))));
+  const f = frame(svg, 8 + Math.max(1, L.length) * rowH + 34, 46);
+  const x = (p) => f.L + p / 100 * (f.W - f.L - f.R);
+  for (const p of [0, 25, 50, 75, 100]) {
+    svgEl(svg, "line", {class: "grid", x1: x(p), x2: x(p), y1: f.T, y2: f.H - f.B});
+    svgEl(svg, "text", {class: "axis-label x", x: x(p), y: f.H - f.B + 13, "text-anchor": p === 100 ? "end" : "middle"}, p + " %");
+  }
+  svgEl(svg, "text", {class: "axis-title x", x: (f.L + f.W - f.R) / 2, y: f.H - 3, "text-anchor": "middle"}, "share of kept slots (slots × KV heads)");
+  svgEl(svg, "text", {class: "axis-title y", x: 0, y: 0, transform: "translate(10," + (f.T + L.length * rowH / 2) + ") rotate(-90)", "text-anchor": "middle"}, "layer");
+  let reported = 0;
+  const every = Math.ceil(10 / rowH);
+  L.forEach((l, i) => {
+    const k = l.kept, tot = k.sinks + k.middle + k.recent, yy = f.T + i * rowH;
+    if (i % every === 0) svgEl(svg, "text", {class: "axis-label y", x: f.L - 4, y: yy + rowH / 2 + 3, "text-anchor": "end"}, String(l.layer));
+    if (!tot) return;
+    ++reported;
+    let acc = 0;
+    for (const [cls, color] of KEPT) {
+      const p = 100 * k[cls] / tot;
+      const r = svgEl(svg, "rect", {class: "kept " + cls, x: x(acc), y: yy, width: Math.max(0, x(acc + p) - x(acc)), height: rowH - 1, fill: color});
+      svgEl(r, "title", {}, "layer " + l.layer + " " + cls + ": " + p.toFixed(1) + " % (" + k[cls] + ")");
+      acc += p;
+    }
+  });
+  legend("l-kept", KEPT.map(([c, color]) => [c === "sinks" ? "sinks (first tokens)" : c === "recent" ? "recent (last α tokens)" : "middle (selected by score)", color]));
+  $("kept-note").textContent = !L.length ? "no sparse layers in the published profile" :
+    reported ? "census of " + Math.max(...L.map(l => l.kept.sequences)) + " running sequence(s), taken every 250 ms" :
+    "no census yet (no running sequence, or the backend records no slot positions)";
+}
+// Deciles of the kept positions (share of kept slots per tenth of the sequence), sparse layers.
+function binsChart() {
+  const svg = $("c-bins"), f = frame(svg, 170, 46), L = (last ? last.layers || [] : []).filter(l => l.policy !== "full");
+  const bins = new Array(10).fill(0);
+  for (const l of L) (l.kept.bins || []).forEach((b, i) => { bins[i] += b; });
+  const tot = bins.reduce((a, b) => a + b, 0), pct = bins.map(b => tot ? 100 * b / tot : 0);
+  const y = yAxis(svg, f, Math.max(10, ...pct), "% of kept slots");
+  const bw = (f.W - f.L - f.R) / 10;
+  svgEl(svg, "line", {class: "axis", x1: f.L, x2: f.W - f.R, y1: f.H - f.B, y2: f.H - f.B});
+  pct.forEach((p, i) => {
+    const r = svgEl(svg, "rect", {class: "bin", x: f.L + i * bw + 1, y: y(p), width: bw - 2, height: Math.max(0, f.H - f.B - y(p)), fill: COLORS[0]});
+    svgEl(r, "title", {}, (i * 10) + "–" + (i * 10 + 10) + " %: " + p.toFixed(1) + " %");
+  });
+  const every = bw < 36 ? 2 : 1;
+  for (let i = 0; i <= 10; i += every) svgEl(svg, "text", {class: "axis-label x", x: f.L + i * bw, y: f.H - f.B + 13, "text-anchor": i === 10 ? "end" : i === 0 ? "start" : "middle"}, (i * 10) + "%");
+  svgEl(svg, "text", {class: "axis-title x", x: (f.L + f.W - f.R) / 2, y: f.H - 3, "text-anchor": "middle"}, "original position / sequence length");
+  legend("l-bins", [["kept slots, all sparse layers", COLORS[0]]]);
+}
+function boxCell(s, max) {
+  const svg = document.createElementNS(NS, "svg"), W = 90, H = 14;
+  svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("class", "dist");
+  if (s.sequences > 0 && max > 0) {
+    const x = (v) => 2 + v / max * (W - 4);
+    svgEl(svg, "line", {x1: x(s.min), x2: x(s.max), y1: H / 2, y2: H / 2, stroke: COLORS[0]});
+    svgEl(svg, "rect", {x: x(s.p25), y: 2, width: Math.max(1, x(s.p75) - x(s.p25)), height: H - 4, fill: "#cfdcf6", stroke: COLORS[0]});
+    svgEl(svg, "line", {x1: x(s.p50), x2: x(s.p50), y1: 1, y2: H - 1, stroke: "#0b2a66", "stroke-width": 2});
+  }
+  return svg;
+}
+function table() {
+  const tb = $("layers").tBodies[0], L = last ? last.layers || [] : [];
+  let max = 0; for (const l of L) max = Math.max(max, l.slots.max, l.capacity);
+  clear(tb);
+  for (const l of L) {
+    const tr = tb.insertRow(), s = l.slots;
+    const cells = [l.layer, l.policy, l.capacity > 0 ? l.capacity : "∞ (full)", s.sequences, s.sequences ? s.mean.toFixed(1) : "–",
+                   s.sequences ? s.min + " / " + s.p50 + " / " + s.max : "–", null, bytes(l.bytes), l.pages];
+    cells.forEach((c, i) => { const td = tr.insertCell(); if (c === null) td.appendChild(boxCell(s, max)); else td.textContent = c; });
+  }
+}
+function quality(q) {
+  const body = $("quality-body");
+  if (q === undefined) return;
+  clear(body);
+  const rows = Array.isArray(q) ? q : (q && Array.isArray(q.versions) ? q.versions : [q]);
+  const t = document.createElement("table"), keys = [];
+  for (const r of rows) for (const k in r) if (!keys.includes(k) && typeof r[k] !== "object") keys.push(k);
+  const hr = t.createTHead().insertRow(); for (const k of keys) { const th = document.createElement("th"); th.textContent = k; hr.appendChild(th); }
+  const tb = t.createTBody();
+  for (const r of rows) {
+    const tr = tb.insertRow(); if (r.alert) tr.className = "alert";
+    for (const k of keys) tr.insertCell().textContent = typeof r[k] === "number" ? num(r[k]) : String(r[k] ?? "");
+  }
+  const w = document.createElement("div"); w.className = "scroll"; w.appendChild(t); body.appendChild(w);
+}
+function drawAll() {
+  lineChart("tps", [["generated tokens/s", s => s.tokens_per_s]], "tokens/s");
+  lineChart("batch", [["running", s => s.running], ["waiting", s => s.waiting]], "requests");
+  lineChart("ttft", [["TTFT, mean of the last 32", s => s.ttft_ms_recent]], "ms");
+  lineChart("pages", [["full layers", s => s.pages_by_group.full], ["sparse layers", s => s.pages_by_group.sparse]], "pages");
+  lineChart("ratio", [["full-cache bytes / bytes held", s => s.compression_ratio]], "ratio (×)");
+  heatmap(); slotsChart(); keptChart(); binsChart(); table();
 }
 function fmt(v, d) { return typeof v === "number" ? (d ? v.toFixed(d) : String(Math.round(v))) : String(v); }
 function show(s) {
@@ -91,9 +383,10 @@ function show(s) {
   $("v-pages").textContent = s.pages_used + " / " + s.pages_total;
   $("v-ratio").textContent = fmt(s.compression_ratio, 2);
   $("v-version").textContent = s.profile_version;
-  push("tps", [s.tokens_per_s]); push("batch", [s.running, s.waiting]);
-  push("ttft", [s.ttft_ms_recent]); push("pages", [s.pages_by_group.full, s.pages_by_group.sparse]);
-  push("ratio", [s.compression_ratio]);
+  history.push({t: s.t, s}); if (history.length > MAX_SAMPLES) history.shift();
+  last = s;
+  quality(s.quality);
+  drawAll();
 }
 function fill(p) {
   const f = $("profile");
@@ -104,14 +397,14 @@ function fill(p) {
   f.pyramid_beta.value = p.pyramid_beta; f.window.value = p.window; f.sinks.value = p.sinks;
   f.pool.value = p.pool; f.pool_kernel.value = p.pool_kernel;
 }
-function num(v) { const t = v.trim(); return /^-?\d+$/.test(t) ? Number(t) : t; }
-function list(v) { return v.includes(",") ? v.split(",").map(num) : num(v); }
+function numv(v) { const t = v.trim(); return /^-?\d+$/.test(t) ? Number(t) : t; }
+function list(v) { return v.includes(",") ? v.split(",").map(numv) : numv(v); }
 function collect() {
   const f = $("profile");
   return {enabled: f.enabled.checked, full_layers: list(f.full_layers.value), policy: f.policy.value,
-          capacity: num(f.capacity.value), schedule: list(f.schedule.value),
-          pyramid_beta: num(f.pyramid_beta.value), window: num(f.window.value),
-          sinks: num(f.sinks.value), pool: f.pool.value, pool_kernel: num(f.pool_kernel.value)};
+          capacity: numv(f.capacity.value), schedule: list(f.schedule.value),
+          pyramid_beta: numv(f.pyramid_beta.value), window: numv(f.window.value),
+          sinks: numv(f.sinks.value), pool: f.pool.value, pool_kernel: numv(f.pool_kernel.value)};
 }
 async function load() {
   const r = await fetch("/admin/api/profile", {headers: auth});
@@ -137,6 +430,9 @@ $("profile").addEventListener("submit", async (e) => {
   }
 });
 $("reload").addEventListener("click", load);
+$("timewin").addEventListener("change", () => { if (last) drawAll(); });
+let resizeTimer = 0;
+addEventListener("resize", () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(() => { if (last) drawAll(); }, 100); });
 const es = new EventSource("/admin/api/stream?token=" + encodeURIComponent(token));
 es.onopen = () => { $("conn").textContent = "live"; };
 es.onerror = () => { $("conn").textContent = "reconnecting…"; };

@@ -39,7 +39,9 @@ else()
 endif()
 find_program(STRATA_CHROMIUM NAMES chromium chromium-browser)
 if(STRATA_CHROMIUM)
-  strata_api_script(api_admin_browser ${STRATA_CHROMIUM})
+  # Screenshots of the console (desktop, 390 px) land in the test's output folder.
+  strata_api_script(api_admin_browser ${STRATA_CHROMIUM}
+                    ${CMAKE_BINARY_DIR}/test-output/api_admin_browser)
 else()
   message(STATUS "strata: chromium not found: api_admin_browser skipped")
 endif()

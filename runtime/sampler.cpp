@@ -126,10 +126,18 @@ void validate_sampling_params(const SamplingParams& p, int vocab_size) {
                                 std::to_string(vocab_size) + ")");
 }
 
-SampleOutput sample_row(std::span<float> row, const SamplingParams& p,
-                        const std::vector<std::int32_t>& prompt,
-                        const std::vector<std::int32_t>& output,
-                        const std::vector<std::int32_t>& eos_ids) {
+namespace {
+
+// Steps 1-2 of the contract on `row` in place, then its argmax (lowest id on ties), max and
+// log-partition (fp64). Shared by sample_row and score_row so both see the same row.
+struct Processed {
+  std::size_t argmax = 0;
+  double lmax = 0.0, log_z = 0.0;
+};
+Processed process_row(std::span<float> row, const SamplingParams& p,
+                      const std::vector<std::int32_t>& prompt,
+                      const std::vector<std::int32_t>& output,
+                      const std::vector<std::int32_t>& eos_ids) {
   const std::size_t vocab = row.size();
   STRATA_CHECK(vocab > 0, "sample_row: empty logits row");
   validate_sampling_params(p, static_cast<int>(vocab));
@@ -149,30 +157,54 @@ SampleOutput sample_row(std::span<float> row, const SamplingParams& p,
   apply_penalties(row, p, prompt, output);
 
   // Row max (lowest id on ties) and the log-partition of the penalised row.
-  std::size_t argmax = 0;
+  Processed r;
   for (std::size_t i = 1; i < vocab; ++i)
-    if (row[i] > row[argmax]) argmax = i;
-  const double lmax = row[argmax];
-  if (!std::isfinite(lmax))
+    if (row[i] > row[r.argmax]) r.argmax = i;
+  r.lmax = row[r.argmax];
+  if (!std::isfinite(r.lmax))
     throw InvalidRequest("logit_bias", "every token of the vocabulary is banned or has -inf logit");
+  // Always (one pass): the guardrail records every sampled token's logprob.
+  double z = 0.0;
+  for (std::size_t i = 0; i < vocab; ++i) z += std::exp(static_cast<double>(row[i]) - r.lmax);
+  r.log_z = std::log(z);
+  return r;
+}
+
+}  // namespace
+
+RowScore score_row(std::span<float> row, const SamplingParams& p,
+                   const std::vector<std::int32_t>& prompt, const std::vector<std::int32_t>& output,
+                   const std::vector<std::int32_t>& eos_ids, std::int32_t token) {
+  const Processed r = process_row(row, p, prompt, output, eos_ids);
+  if (!in_vocab(token, row.size()))
+    throw InternalError("score_row: token " + std::to_string(token) + " outside vocab " +
+                        std::to_string(row.size()));
+  RowScore s;
+  s.argmax = static_cast<std::int32_t>(r.argmax);
+  s.logprob = static_cast<double>(row[static_cast<std::size_t>(token)]) - r.lmax - r.log_z;
+  return s;
+}
+
+SampleOutput sample_row(std::span<float> row, const SamplingParams& p,
+                        const std::vector<std::int32_t>& prompt,
+                        const std::vector<std::int32_t>& output,
+                        const std::vector<std::int32_t>& eos_ids) {
+  const std::size_t vocab = row.size();
+  const Processed pr = process_row(row, p, prompt, output, eos_ids);
+  const std::size_t argmax = pr.argmax;
+  const double lmax = pr.lmax, log_z = pr.log_z;
 
   SampleOutput out;
-  double log_z = 0.0;  // log sum exp(row - lmax)
-  if (p.logprobs >= 0) {
-    double z = 0.0;
-    for (std::size_t i = 0; i < vocab; ++i) z += std::exp(static_cast<double>(row[i]) - lmax);
-    log_z = std::log(z);
-    if (p.logprobs > 0) {
-      for (auto id : top_n(row, vocab, static_cast<std::size_t>(p.logprobs)))
-        out.top.push_back(
-            {id, static_cast<float>(static_cast<double>(row[static_cast<std::size_t>(id)]) - lmax -
-                                    log_z)});
-    }
+  out.argmax = static_cast<std::int32_t>(argmax);
+  if (p.logprobs > 0) {
+    for (auto id : top_n(row, vocab, static_cast<std::size_t>(p.logprobs)))
+      out.top.push_back(
+          {id, static_cast<float>(static_cast<double>(row[static_cast<std::size_t>(id)]) - lmax -
+                                  log_z)});
   }
   auto finish = [&](std::size_t token) {
     out.token = static_cast<std::int32_t>(token);
-    if (p.logprobs >= 0)
-      out.logprob = static_cast<float>(static_cast<double>(row[token]) - lmax - log_z);
+    out.logprob = static_cast<float>(static_cast<double>(row[token]) - lmax - log_z);
     return out;
   };
 

@@ -19,7 +19,10 @@ namespace strata {
 
 struct SampleOutput {
   std::int32_t token = -1;
-  float logprob = 0.0f;         // of `token` (log_softmax after penalties, before temperature)
+  // Of `token`: log_softmax of the row after steps 1-2 (penalties), before temperature.
+  // Always set, whatever p.logprobs asks (the quality guardrail records it for every token).
+  float logprob = 0.0f;
+  std::int32_t argmax = -1;     // of the same row (lowest id on ties): what greedy would pick
   std::vector<TopLogprob> top;  // p.logprobs > 0: the top-N alternatives, descending
 };
 
@@ -37,6 +40,18 @@ SampleOutput sample_row(std::span<float> logits, const SamplingParams& p,
                         const std::vector<std::int32_t>& prompt,
                         const std::vector<std::int32_t>& output,
                         const std::vector<std::int32_t>& eos_ids);
+
+// The same row processing (steps 1-2) without the draw, for teacher forcing: the row's argmax
+// and the log-probability of `token` (fp64), exactly as sample_row would record them after
+// this history. The quality guardrail scores a full-cache replay with it. Throws as
+// sample_row does, and InternalError when `token` is outside the vocabulary.
+struct RowScore {
+  std::int32_t argmax = -1;
+  double logprob = 0.0;
+};
+RowScore score_row(std::span<float> logits, const SamplingParams& p,
+                   const std::vector<std::int32_t>& prompt, const std::vector<std::int32_t>& output,
+                   const std::vector<std::int32_t>& eos_ids, std::int32_t token);
 
 // The range checks sample_row applies, for intake to reject a request before queueing it.
 // Throws InvalidRequest naming the parameter (temperature, top_p, top_k, min_p,

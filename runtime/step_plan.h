@@ -114,7 +114,10 @@ struct KeptPositions {
 struct SeqResult {
   std::uint64_t seq_id = 0;
   std::int32_t token = -1;            // sampled token, -1 when the step did not sample
-  float logprob = 0.0f;               // of `token` (params->logprobs >= 0)
+  float logprob = 0.0f;               // of `token`, whatever params->logprobs asks
+  // Argmax of the sampled row after penalties (lowest id on ties), -1 when not recorded (the
+  // quality guardrail compares it with the full cache's).
+  std::int32_t argmax = -1;
   std::vector<TopLogprob> top;        // top-N alternatives, descending
   std::vector<float> logits;          // return_logits: [tokens.size()][vocab], fp32
   // report_kept: one per model layer; empty when not asked or when the backend records no

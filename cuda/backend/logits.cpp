@@ -67,6 +67,7 @@ void collect_seq(const SeqStep& s, const LmSlot& slot, const LmChunk& c, SampleR
                    s.output ? *s.output : empty, p.ignore_eos ? empty : eos_ids);
     out.token = so.token;
     out.logprob = so.logprob;
+    out.argmax = so.argmax;  // (the device routes leave it -1: the guardrail skips them)
     out.top = so.top;
   }
 }

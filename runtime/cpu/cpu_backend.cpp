@@ -366,6 +366,7 @@ StepResult CpuBackend::step(const StepPlan& plan) {
                                  s.params->ignore_eos ? no_eos : c.eos_token_ids);
       out.token = so.token;
       out.logprob = so.logprob;
+      out.argmax = so.argmax;
       out.top = so.top;
     }
   }

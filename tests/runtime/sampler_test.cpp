@@ -110,9 +110,55 @@ TEST(Sampler, LogprobsAreLogSoftmaxBeforeTemperatureWithTopNDescending) {
   // More alternatives than the vocabulary: all of them.
   p.logprobs = 50;
   EXPECT_EQ(sample(row, p).top.size(), row.size());
-  // No logprobs requested: none computed.
+  // No logprobs requested: no alternatives.
   p.logprobs = -1;
   EXPECT_TRUE(sample(row, p).top.empty());
+}
+
+TEST(Sampler, ArgmaxAndLogprobAreRecordedWhateverTheRequestAsked) {
+  // The quality guardrail records both for every sampled token (logprobs -1 included).
+  const std::vector<float> row = {0.5f, 2.0f, 1.0f, 2.0f};
+  const auto ls = log_softmax(row);
+  SamplingParams p;
+  p.logprobs = -1;
+  p.temperature = 1.0f;
+  for (std::uint64_t s = 0; s < 20; ++s) {
+    p.seed = s;
+    const auto o = sample(row, p);
+    EXPECT_EQ(o.argmax, 1);  // 1 and 3 tie: the lower id
+    EXPECT_NEAR(o.logprob, ls[static_cast<std::size_t>(o.token)], 1e-6);
+    EXPECT_TRUE(o.top.empty());
+  }
+  // The argmax is of the processed row (after logit_bias and penalties).
+  p.logit_bias = {{3, 0.5f}};
+  EXPECT_EQ(sample(row, p).argmax, 3);
+}
+
+TEST(Sampler, ScoreRowIsTheSamplersRowWithoutTheDraw) {
+  // Same processing as sample_row: bias, min_tokens bans, penalties over the history.
+  const std::vector<float> row = {1.0f, 3.0f, 2.5f, 0.0f};
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 2.0f;
+  p.min_tokens = 2;
+  const std::vector<std::int32_t> prompt = {1}, eos = {2};
+  for (std::size_t k = 0; k < 3; ++k) {
+    const std::vector<std::int32_t> history(k, 3);
+    std::vector<float> a(row);
+    const auto so = sample_row(a, p, prompt, history, eos);
+    for (std::int32_t t = 0; t < 4; ++t) {
+      std::vector<float> c(row);
+      const RowScore rs = score_row(c, p, prompt, history, eos, t);
+      EXPECT_EQ(rs.argmax, so.argmax) << k;
+      if (t == so.token) {
+        EXPECT_NEAR(rs.logprob, so.logprob, 1e-6) << k;
+      }
+    }
+    // While min_tokens bans EOS (id 2), the penalised 1 (3 / 2 = 1.5) loses to 2.5 only after.
+    EXPECT_EQ(so.argmax, k < 2 ? 1 : 2) << k;
+  }
+  std::vector<float> c(row);
+  EXPECT_THROW(score_row(c, p, prompt, {}, eos, 4), InternalError);
 }
 
 TEST(Sampler, LogitBiasIsAddedBeforeEverything) {

@@ -139,6 +139,36 @@ void apply_server(const YAML::Node& n, ServerSection& s) {
   }
 }
 
+// A share in [0, 1], with the message naming what 0 means.
+double read_share(const YAML::Node& n, const std::string& key, const char* zero) {
+  const std::string msg = std::string("must be a share in [0, 1] (0: ") + zero + "), got ";
+  try {
+    return read_double(n, key, 0, 1);  // (NaN fails its range check too)
+  } catch (const ConfigError&) {
+    throw ConfigError(key, msg + (n.IsScalar() ? n.Scalar() : std::string("a non-number")));
+  }
+}
+
+void apply_quality_monitor(const YAML::Node& n, QualityMonitorSection& q) {
+  check_keys(n, "quality_monitor",
+             {"sample_rate", "alert_below", "alert_min_samples", "restore_on_alert",
+              "max_pending"});
+  for (const auto& kv : n) {
+    const auto k = kv.first.as<std::string>();
+    const auto key = "quality_monitor." + k;
+    if (k == "sample_rate")
+      q.sample_rate = read_share(kv.second, key, "off");
+    else if (k == "alert_below")
+      q.alert_below = read_share(kv.second, key, "no alert");
+    else if (k == "alert_min_samples")
+      q.alert_min_samples = static_cast<int>(read_int(kv.second, key, 1, 1000000));
+    else if (k == "restore_on_alert")
+      q.restore_on_alert = read_bool(kv.second, key);
+    else if (k == "max_pending")
+      q.max_pending = static_cast<int>(read_int(kv.second, key, 1, 4096));
+  }
+}
+
 // `request_override` is the operator's rule over per-request profiles, not part of the
 // profile itself (which requests and the admin API replace).
 void apply_sparsity(const YAML::Node& n, Config& c) {
@@ -158,7 +188,8 @@ void apply_sparsity(const YAML::Node& n, Config& c) {
 
 void apply(const YAML::Node& root, Config& c) {
   if (!root || root.IsNull()) return;
-  check_keys(root, "", {"model", "backend", "scheduler", "cache", "sparsity", "server"});
+  check_keys(root, "",
+             {"model", "backend", "scheduler", "cache", "sparsity", "server", "quality_monitor"});
   for (const auto& kv : root) {
     const auto k = kv.first.as<std::string>();
     if (k == "model")
@@ -173,6 +204,8 @@ void apply(const YAML::Node& root, Config& c) {
       apply_sparsity(kv.second, c);
     else if (k == "server")
       apply_server(kv.second, c.server);
+    else if (k == "quality_monitor")
+      apply_quality_monitor(kv.second, c.quality_monitor);
   }
 }
 
@@ -214,6 +247,9 @@ void Config::validate() const {
   if (scheduler.max_num_batched_tokens < scheduler.max_num_seqs)
     throw ConfigError("scheduler.max_num_batched_tokens", "must be >= scheduler.max_num_seqs");
   if (sparsity.enabled) sparsity.validate_fields();
+  if (quality_monitor.restore_on_alert && quality_monitor.alert_below <= 0)
+    throw ConfigError("quality_monitor.restore_on_alert",
+                      "needs quality_monitor.alert_below > 0 (the threshold that triggers it)");
 }
 
 Config parse_config_yaml(const std::string& text, const std::string& source) {

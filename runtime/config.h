@@ -74,6 +74,18 @@ struct ServerSection {
   double status_log_interval_s = 10;  // the one-line engine status on stderr; 0: off
 };
 
+// The live quality guardrail (docs/sparsity.md "Quality guardrail"): a share of finished
+// requests is replayed through the full cache at the lowest priority and compared per position.
+struct QualityMonitorSection {
+  double sample_rate = 0.01;  // share of finished requests replayed, [0, 1]; 0: off
+  // Alert when a profile version's agreement interval lies wholly below this ([0, 1]; 0: off)
+  // once it has alert_min_samples replays.
+  double alert_below = 0;
+  int alert_min_samples = 20;
+  bool restore_on_alert = false;  // on an alert of the current version: republish the previous
+  int max_pending = 16;           // replays queued at most; more samples are dropped (counted)
+};
+
 // sparsity.request_override: what a request's `kv_sparsity` may change. kWithinLimits: only
 // lower capacity and window below the operator's profile (never disable sparsity or use
 // more KV); kOff: refused; kAny: any valid profile.
@@ -87,6 +99,7 @@ struct Config {
   SparsityProfile sparsity;
   RequestOverride sparsity_request_override = RequestOverride::kWithinLimits;
   ServerSection server;
+  QualityMonitorSection quality_monitor;
 
   // Sets one dotted key from a string (flags: --set scheduler.max_num_seqs=8).
   void set(const std::string& dotted_key, const std::string& value);

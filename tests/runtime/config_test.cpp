@@ -118,6 +118,57 @@ TEST(Config, RejectsBadValuesNamingKeyAndAllowedValues) {
             std::string::npos);
 }
 
+TEST(Config, QualityMonitorDefaultsParsesAndRefusesBadValuesClearly) {
+  const Config d = parse_config_yaml("", "t");
+  EXPECT_DOUBLE_EQ(d.quality_monitor.sample_rate, 0.01);  // small by default, on
+  EXPECT_EQ(d.quality_monitor.alert_below, 0.0);          // no alert
+  EXPECT_FALSE(d.quality_monitor.restore_on_alert);
+  const Config c = parse_config_yaml(
+      "quality_monitor: {sample_rate: 0.25, alert_below: 0.9, alert_min_samples: 5, "
+      "restore_on_alert: true, max_pending: 4}",
+      "t");
+  EXPECT_DOUBLE_EQ(c.quality_monitor.sample_rate, 0.25);
+  EXPECT_DOUBLE_EQ(c.quality_monitor.alert_below, 0.9);
+  EXPECT_EQ(c.quality_monitor.alert_min_samples, 5);
+  EXPECT_TRUE(c.quality_monitor.restore_on_alert);
+  EXPECT_EQ(c.quality_monitor.max_pending, 4);
+
+  for (const char* v : {"1.5", "-0.1", "nan", "often"})
+    EXPECT_NE(error_of(std::string("quality_monitor: {sample_rate: ") + v + "}")
+                  .find(std::string("quality_monitor.sample_rate: must be a share in [0, 1] (0: "
+                                    "off), got ") +
+                        v),
+              std::string::npos)
+        << v;
+  EXPECT_NE(
+      error_of("quality_monitor: {alert_below: 2}")
+          .find("quality_monitor.alert_below: must be a share in [0, 1] (0: no alert), got 2"),
+      std::string::npos);
+  EXPECT_NE(error_of("quality_monitor: {alert_min_samples: 0}")
+                .find("quality_monitor.alert_min_samples: must be in [1, 1000000], got 0"),
+            std::string::npos);
+  EXPECT_NE(error_of("quality_monitor: {max_pending: 0}")
+                .find("quality_monitor.max_pending: must be in [1, 4096], got 0"),
+            std::string::npos);
+  EXPECT_NE(error_of("quality_monitor: {restore_on_alert: true}")
+                .find("quality_monitor.restore_on_alert: needs quality_monitor.alert_below > 0"),
+            std::string::npos);
+  EXPECT_NE(error_of("quality_monitor: {rate: 0.1}")
+                .find("quality_monitor.rate: unknown key (allowed: sample_rate, alert_below"),
+            std::string::npos);
+  // --set goes through the same checks and changes nothing on a bad value.
+  Config s;
+  s.set("quality_monitor.sample_rate", "0");
+  EXPECT_EQ(s.quality_monitor.sample_rate, 0.0);
+  try {
+    s.set("quality_monitor.sample_rate", "1.01");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "quality_monitor.sample_rate");
+  }
+  EXPECT_EQ(s.quality_monitor.sample_rate, 0.0);
+}
+
 TEST(Config, SetOverridesOneKeyAndRejectsBadOnesWithoutChange) {
   auto c = parse_config_yaml("scheduler: {max_num_seqs: 8}", "t");
   c.set("scheduler.max_num_seqs", "16");

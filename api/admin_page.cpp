@@ -74,7 +74,7 @@ input,select{font:inherit;padding:3px 5px} button{font:inherit;padding:6px 14px;
 <div class="panel wide"><h3>Per layer</h3><div class="scroll"><table id="layers"><thead><tr>
 <th>layer</th><th>policy</th><th>capacity (slots)</th><th>sequences</th><th>slots held, mean</th><th>min / p50 / max</th><th>distribution</th><th>KV bytes held</th><th>KV pages</th>
 </tr></thead><tbody></tbody></table></div></div>
-<div class="panel wide" id="quality"><h3>Quality guardrail</h3><div id="quality-body">not reported by this server (the stats carry no <code>quality</code> field)</div></div>
+<div class="panel wide" id="quality"><h3>Quality guardrail</h3><div id="quality-body">not reported by this server: no <code>/admin/api/quality</code> (issue 22 item 1, the live quality guardrail, fills this place)</div></div>
 </div></section>
 <section><form id="profile" autocomplete="off">
 <h3>KV sparsity profile</h3>
@@ -350,20 +350,43 @@ function table() {
     cells.forEach((c, i) => { const td = tr.insertCell(); if (c === null) td.appendChild(boxCell(s, max)); else td.textContent = c; });
   }
 }
+// The guardrail's report (GET /admin/api/quality; or a `quality` field of the stats): one row
+// per profile version with its agreement and Δ log-likelihood and their intervals.
+function pct(v) { return typeof v === "number" ? (100 * v).toFixed(1) + " %" : "–"; }
+function interval(a, f) { return Array.isArray(a) && a.length === 2 ? f(a[0]) + " … " + f(a[1]) : "–"; }
 function quality(q) {
   const body = $("quality-body");
-  if (q === undefined) return;
+  if (!q || typeof q !== "object") return;
   clear(body);
-  const rows = Array.isArray(q) ? q : (q && Array.isArray(q.versions) ? q.versions : [q]);
-  const t = document.createElement("table"), keys = [];
-  for (const r of rows) for (const k in r) if (!keys.includes(k) && typeof r[k] !== "object") keys.push(k);
-  const hr = t.createTHead().insertRow(); for (const k of keys) { const th = document.createElement("th"); th.textContent = k; hr.appendChild(th); }
-  const tb = t.createTBody();
-  for (const r of rows) {
-    const tr = tb.insertRow(); if (r.alert) tr.className = "alert";
-    for (const k of keys) tr.insertCell().textContent = typeof r[k] === "number" ? num(r[k]) : String(r[k] ?? "");
+  const p = document.createElement("p"); p.className = "note"; body.appendChild(p);
+  if (q.enabled === false) { p.textContent = "off (quality_monitor.sample_rate is 0)"; return; }
+  const r = q.replays || {};
+  p.textContent = "sample rate " + (q.sample_rate !== undefined ? pct(q.sample_rate) : "–") +
+    " · replays sampled " + (r.sampled ?? "–") + ", finished " + (r.finished ?? "–") + ", dropped " + (r.dropped ?? "–") +
+    (q.alert_below ? " · alert below " + pct(q.alert_below) : "") + (q.interval ? " · " + q.interval : "");
+  const rows = Array.isArray(q.versions) ? q.versions : [];
+  const t = document.createElement("table");
+  const hr = t.createTHead().insertRow();
+  for (const h of ["profile version", "samples", "positions", "argmax agreement", "95 % interval", "Δ log-lik / token", "95 % interval", ""]) {
+    const th = document.createElement("th"); th.textContent = h; hr.appendChild(th);
   }
+  const tb = t.createTBody();
+  for (const v of rows) {
+    const tr = tb.insertRow(); tr.className = v.alert ? "version alert" : "version";
+    const f3 = (x) => typeof x === "number" ? x.toFixed(3) : "–";
+    const cells = [String(v.profile_version) + (v.published ? " (published)" : ""), v.samples ?? "–", v.positions ?? "–",
+                   pct(v.argmax_agreement), interval(v.argmax_agreement_interval, pct), f3(v.delta_loglik),
+                   interval(v.delta_loglik_interval, f3), v.alert ? "ALERT: agreement below the threshold" : ""];
+    for (const c of cells) tr.insertCell().textContent = c;
+  }
+  if (!rows.length) { const tr = tb.insertRow(), td = tr.insertCell(); td.colSpan = 8; td.textContent = "no replay finished yet"; }
   const w = document.createElement("div"); w.className = "scroll"; w.appendChild(t); body.appendChild(w);
+}
+async function pollQuality() {
+  try {
+    const r = await fetch("/admin/api/quality", {headers: auth});
+    if (r.ok) quality(await r.json());
+  } catch (e) { /* the placeholder stays */ }
 }
 function drawAll() {
   lineChart("tps", [["generated tokens/s", s => s.tokens_per_s]], "tokens/s");
@@ -385,7 +408,7 @@ function show(s) {
   $("v-version").textContent = s.profile_version;
   history.push({t: s.t, s}); if (history.length > MAX_SAMPLES) history.shift();
   last = s;
-  quality(s.quality);
+  if (s.quality) quality(s.quality);
   drawAll();
 }
 function fill(p) {
@@ -438,6 +461,8 @@ es.onopen = () => { $("conn").textContent = "live"; };
 es.onerror = () => { $("conn").textContent = "reconnecting…"; };
 es.onmessage = (e) => show(JSON.parse(e.data));
 load();
+pollQuality();
+setInterval(pollQuality, 2000);
 </script></body></html>
 )HTML";
 

@@ -138,7 +138,19 @@ async function consoleChecks(page) {
     check(drawn.kept["kept sinks"] > 0 && drawn.kept["kept middle"] > 0 && drawn.kept["kept recent"] > 0,
       `kept positions: sinks, middle and recent all drawn (${widths.map((w) => w.toFixed(0)).join(", ")} px)`);
     check(drawn.note.startsWith("census of"), "kept-position note: " + drawn.note);
-    check(/Quality guardrail/.test(drawn.quality), "quality guardrail section present: " + drawn.quality.slice(0, 80));
+    // The guardrail's place: its report when the server has /admin/api/quality, else the label.
+    const qr = await fetch(`${s.base}/admin/api/quality`, { headers: { Authorization: `Bearer ${s.token}` } });
+    if (qr.ok) {
+      const q = await qr.json();
+      await page.waitForFunction(() => document.querySelector("#quality-body .note") !== null, null, { timeout: 5000 });
+      const shown = await page.evaluate(() => ({ note: document.querySelector("#quality-body .note").textContent,
+        rows: document.querySelectorAll("#quality-body tr.version").length }));
+      check(q.enabled === false ? shown.note.startsWith("off") : shown.rows === (q.versions || []).length,
+        `quality guardrail report drawn: ${shown.rows} version row(s), '${shown.note.slice(0, 60)}'`);
+    } else {
+      check(qr.status === 404 && /not reported by this server/.test(drawn.quality),
+        "quality guardrail: a labelled place (" + drawn.quality.slice(0, 70) + ")");
+    }
     // The time window: 1 min shows -60 s at the left of the time axes.
     await page.selectOption("#timewin", "60");
     const win = await page.evaluate(() => [...document.querySelectorAll("#c-tps .axis-label.x")].map((e) => e.textContent));

@@ -28,6 +28,16 @@ const std::vector<std::int32_t>& BatcherActor::source(const Seq& s) const {
   return s.recompute.empty() ? s.req->in->prompt : s.recompute;
 }
 
+std::shared_ptr<const std::vector<BlockHash>> BatcherActor::block_names(Seq& s) const {
+  if (!deps_.prefix_cache) return nullptr;
+  if (!s.block_hashes) {
+    const auto& src = source(s);
+    s.block_hashes = std::make_shared<const std::vector<BlockHash>>(block_hashes(
+        prefix_root(deps_.model_identity, s.req->in->cache_salt), src.data(), src.size()));
+  }
+  return s.block_hashes;
+}
+
 asio::awaitable<void> BatcherActor::handle(BatcherMsg msg) {
   flush_events();  // (left by a handler that threw)
   bool schedule = true;
@@ -193,6 +203,7 @@ void BatcherActor::emit_final(Seq& s, const SeqUsage* usage) {
     if (r.first_scheduled && last_token)
       u.inference_ms = ms_between(*r.first_scheduled, *last_token);
     u.max_tokens = r.in->params.max_tokens;
+    for (const auto& q : r.seqs) u.cached_tokens = std::max(u.cached_tokens, q->cached_tokens);
     u.compression_ratio = comp / static_cast<double>(r.seqs.size());
     ev.usage = u;
     send(r.in->sink, std::move(ev));
@@ -341,6 +352,7 @@ asio::awaitable<void> BatcherActor::kick() {
       c.spec.max_tokens = s.params.max_tokens - static_cast<int>(s.output.size());
       c.spec.chunked = deps_.limits.chunked_prefill;
       c.spec.sparsity = s.req->in->sparsity;
+      c.spec.block_hashes = block_names(*seqs_.at(id));
       in.candidates.push_back(std::move(c));
     }
   }
@@ -383,12 +395,16 @@ asio::awaitable<void> BatcherActor::kick() {
     s.where = Seq::Where::kPreempted;
     s.recompute = s.req->in->prompt;
     s.recompute.insert(s.recompute.end(), s.output.begin(), s.output.end());
+    s.block_hashes.reset();  // (named again over the longer source)
     ++stats_.preemptions;
   }
   // Victims were popped newest first: pushing each to the front leaves the oldest first.
   for (const auto id : out.preempted) preempted_.push_front(id);
-  for (const auto id : out.admitted) {
+  for (std::size_t i = 0; i < out.admitted.size(); ++i) {
+    const auto id = out.admitted[i];
     Seq& s = *seqs_.at(id);
+    if (s.cached_tokens < 0 && i < out.admitted_cached.size())
+      s.cached_tokens = out.admitted_cached[i];
     if (s.where == Seq::Where::kWaiting) {
       waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
     } else {
@@ -467,10 +483,14 @@ void BatcherActor::publish(const CacheStats& cs) {
   st->waiting = static_cast<int>(waiting_.size());
   st->preempted = static_cast<int>(preempted_.size());
   st->pages_total = cs.pages_total;
-  st->pages_used = cs.pages_used;
+  // Unused cached blocks are free memory (vLLM counts them free too): evicted when needed.
+  st->pages_used = cs.pages_used - cs.pages_evictable;
+  st->pages_cached = cs.pages_cached;
+  st->prefix_cache_queries = cs.prefix_queries;
+  st->prefix_cache_hits = cs.prefix_hits;
   st->pages_per_layer = cs.pages_per_layer;
   st->page_bytes = cs.page_bytes;
-  st->kv_usage = cs.pages_total > 0 ? static_cast<double>(cs.pages_used) / cs.pages_total : 0.0;
+  st->kv_usage = cs.pages_total > 0 ? static_cast<double>(st->pages_used) / cs.pages_total : 0.0;
   st->compression_ratio = cs.compression;
   st->mean_batch = stats_.steps > 0 ? static_cast<double>(batch_seqs_total_) / stats_.steps : 0.0;
   st->host_overhead =

@@ -50,6 +50,7 @@ struct PreparedRequest {
   Clock::time_point arrival;
   EventSink sink;
   bool skip_special_tokens = true;  // in the output text
+  std::string cache_salt;           // prefix-cache isolation (Request::cache_salt)
 };
 
 struct SubmitMsg {
@@ -84,6 +85,10 @@ struct BatcherDeps {
   // batcher gives a slot back when a request leaves the waiting queue).
   std::atomic<int>* waiting_slots = nullptr;
   std::function<void(std::shared_ptr<const EngineStats>)> publish_stats;
+  // Prefix cache on: candidates carry their prompt's block names, chained from the root of
+  // this model identity and the request's cache_salt (cache/block_hash.h).
+  bool prefix_cache = false;
+  std::string model_identity;
 };
 
 class BatcherActor final : public Actor<BatcherMsg> {
@@ -119,6 +124,10 @@ class BatcherActor final : public Actor<BatcherMsg> {
     StopMatcher stop;
     Clock::time_point first_token, last_token;
     double compression = 1.0;
+    // Prefix cache: the names of source()'s full blocks (null: not computed or cache off),
+    // the tokens of its first admission taken from the cache (-1: not admitted yet).
+    std::shared_ptr<const std::vector<BlockHash>> block_hashes;
+    int cached_tokens = -1;
     explicit Seq(std::vector<std::string> stops) : stop(std::move(stops)) {}
   };
   struct Req {
@@ -146,6 +155,8 @@ class BatcherActor final : public Actor<BatcherMsg> {
   void send(const EventSink& sink, StreamEvent ev);
   void flush_events();
   const std::vector<std::int32_t>& source(const Seq& s) const;
+  // The prefix-cache names of source()'s full blocks, computed once per source (null: off).
+  std::shared_ptr<const std::vector<BlockHash>> block_names(Seq& s) const;
 
   BatcherDeps deps_;
   std::unordered_map<std::string, std::unique_ptr<Req>> requests_;

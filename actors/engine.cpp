@@ -77,13 +77,18 @@ class EngineImpl final : public Engine {
     int num_pages = backends[0]->info().num_pages;
     for (const auto& b : backends) num_pages = std::min(num_pages, b->info().num_pages);
     const KvLayout layout = backends[0]->info().layout;
+    const std::string backends_name = backends[0]->info().name;
     weights.reset();  // the backends keep what they need
 
     std::int64_t max_len = config_.model.max_model_len > 0 ? config_.model.max_model_len
                                                            : model_.max_position_embeddings;
     SparsityProfile initial = config_.sparsity;
+    // Prefix cache: at most prefix_cache_fraction of the pool in cached blocks.
+    PrefixCacheOptions pc;
+    pc.enabled = config_.cache.prefix_cache;
+    pc.max_pages = static_cast<int>(config_.cache.prefix_cache_fraction * num_pages);
     auto manager =
-        std::make_unique<KvCacheManager>(model_.num_hidden_layers, layout, num_pages, initial);
+        std::make_unique<KvCacheManager>(model_.num_hidden_layers, layout, num_pages, initial, pc);
     initial.version = manager->profile_version();
 
     const int io_threads = 2;
@@ -110,6 +115,11 @@ class EngineImpl final : public Engine {
     bd.limits = {config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens,
                  config_.scheduler.chunked_prefill};
     bd.waiting_slots = &waiting_slots_;
+    bd.prefix_cache = config_.cache.prefix_cache;
+    // What changes a block's K/V bytes besides its tokens: the weights and their arithmetic.
+    bd.model_identity = config_.model.path + "|" + backends_name + "|" +
+                        std::to_string(static_cast<int>(config_.model.quantization)) + "|" +
+                        std::to_string(layout.elem_bytes);
     bd.publish_stats = [this](std::shared_ptr<const EngineStats> s) {
       admin_->tell(PublishStatsMsg{std::move(s)});
     };

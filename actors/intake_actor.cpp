@@ -88,6 +88,7 @@ std::shared_ptr<PreparedRequest> IntakeActor::prepare(Request r) const {
   out->params = std::move(p);
   out->n = r.n;
   out->sparsity = std::move(r.sparsity);
+  out->cache_salt = std::move(r.cache_salt);
   out->skip_special_tokens = r.skip_special_tokens;
   if (r.deadline) {
     out->deadline = r.deadline;

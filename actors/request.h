@@ -36,6 +36,9 @@ struct Request {
   bool skip_special_tokens = true;
   // Keep only the last N >= 1 prompt tokens, counted after tokenizing (vLLM).
   std::optional<int> truncate_prompt_tokens;
+  // Prefix-cache isolation (vLLM's cache_salt): requests share cached prompt blocks only
+  // with requests of the same salt (none shares with none).
+  std::string cache_salt;
 };
 
 enum class FinishReason : std::uint8_t { kNone, kStop, kLength, kAbort, kError, kTimeout };
@@ -74,6 +77,9 @@ struct Usage {
   // token (over the choices), inference = first scheduled -> last token (0 when none).
   double prefill_ms = 0, decode_ms = 0, inference_ms = 0;
   int max_tokens = 0;  // the request's max_tokens (after intake's default)
+  // Prompt tokens whose K/V came from the prefix cache (OpenAI's
+  // usage.prompt_tokens_details.cached_tokens; the first admission of the request's choices).
+  int cached_tokens = 0;
 };
 
 // One event of a request's stream. Text deltas are UTF-8 safe and never contain a stop

@@ -148,11 +148,13 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
     if (!cache.admit(c.seq_id, c.spec)) break;
     out.admitted.push_back(c.seq_id);
     ++n_running;
-    const int n = c.spec.chunked ? cache.next_chunk_len(c.seq_id, budget) : len;
+    const int start = cache.tokens(c.seq_id);  // > 0 after a prefix-cache hit
+    out.admitted_cached.push_back(start);
+    const int n = c.spec.chunked ? cache.next_chunk_len(c.seq_id, budget) : len - start;
     if (n > 0) {
       Buffer b = spares.take(c.seq_id);
       if (cache.prepare_chunk(c.seq_id, n, &b.layers, &b.serial)) {
-        out.steps.push_back({c.seq_id, true, 0, n, std::move(b.layers), b.serial});
+        out.steps.push_back({c.seq_id, true, start, n, std::move(b.layers), b.serial});
         budget -= n;
         prefill_scheduled = true;
       } else {

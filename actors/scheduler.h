@@ -75,6 +75,8 @@ struct ScheduleOutput {
   std::vector<std::uint64_t> preempted;                         // running sequences preempted
   std::vector<std::pair<std::uint64_t, std::string>> rejected;  // candidates that never fit
   std::vector<std::int32_t> released_pages;
+  // Per admitted: prompt tokens from the prefix cache (its prefill starts there).
+  std::vector<int> admitted_cached;
   CacheStats stats;
   std::vector<LayerUsage> census;  // KvCacheManager::layer_census(), when in.census
   double job_ms = 0.0;             // time schedule_step() took (on the cache strand)

@@ -148,6 +148,19 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
               static_cast<double>(s.prompt_tokens_total));
     w.counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
               static_cast<double>(s.generation_tokens_total));
+    // vLLM v1's prefix-cache counters (tokens) and v0's hit-rate gauge.
+    w.counter("vllm:prefix_cache_queries_total",
+              "Prefix cache queries, in terms of number of queried tokens.",
+              static_cast<double>(s.prefix_cache_queries));
+    w.counter("vllm:prefix_cache_hits_total",
+              "Prefix cache hits, in terms of number of cached tokens.",
+              static_cast<double>(s.prefix_cache_hits));
+    w.gauge("vllm:gpu_prefix_cache_hit_rate",
+            "Prefix cache hit rate: cached over queried prompt tokens since start. DEPRECATED: "
+            "rate(vllm:prefix_cache_hits_total) / rate(vllm:prefix_cache_queries_total).",
+            s.prefix_cache_queries > 0 ? static_cast<double>(s.prefix_cache_hits) /
+                                             static_cast<double>(s.prefix_cache_queries)
+                                       : 0.0);
     w.counter("strata_engine_steps_total", "Engine iterations (batched steps) run.",
               static_cast<double>(s.steps));
     w.counter("strata_requests_refused_total", "Requests refused because the queue was full.",
@@ -159,6 +172,10 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
               static_cast<double>(s.requests_finished));
     w.gauge("strata_kv_pages_capacity", "KV pages in the pool.", s.pages_total);
     w.gauge("strata_kv_pages_used", "KV pages held by sequences.", s.pages_used);
+    w.gauge("strata_kv_pages_cached",
+            "KV pages held by prefix-cache blocks (shared with sequences or unused and "
+            "evictable).",
+            s.pages_cached);
     w.gauge("strata_kv_compression_ratio",
             "Full-cache KV bytes over bytes held, over running sequences.", s.compression_ratio);
     w.gauge("strata_sparsity_profile_version", "Version of the published sparsity profile.",

@@ -462,6 +462,12 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
       out.continuous_usage = boolean(*u, "stream_options.continuous_usage_stats");
   }
   if (const auto* v = find(o, "user")) (void)string(*v, "user");
+  // vLLM's cache_salt: prefix-cache blocks are shared only between requests with the same salt.
+  if (const auto* v = find(o, "cache_salt")) {
+    r.cache_salt = string(*v, "cache_salt");
+    if (r.cache_salt.empty())
+      throw bad_request("cache_salt", "'cache_salt' must be a non-empty string if provided");
+  }
   if (const auto* v = find(o, "kv_sparsity")) {
     if (ctx.sparsity_override == RequestOverride::kOff)
       throw bad_request("kv_sparsity",

@@ -63,6 +63,8 @@ json::object usage_json(const Usage& u, bool extended) {
   o["prompt_tokens"] = u.prompt_tokens;
   o["completion_tokens"] = u.completion_tokens;
   o["total_tokens"] = u.prompt_tokens + u.completion_tokens;
+  // OpenAI's cached prompt tokens (the prefix cache's hit, a multiple of 16).
+  o["prompt_tokens_details"] = json::object{{"cached_tokens", u.cached_tokens}};
   if (extended) {
     json::object s;
     s["queue_ms"] = u.queue_ms;

@@ -164,6 +164,7 @@ struct WsSession : std::enable_shared_from_this<WsSession> {
       u["input_tokens"] = usage.prompt_tokens;
       u["output_tokens"] = usage.completion_tokens;
       u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
+      u["input_token_details"] = json::object{{"cached_tokens", usage.cached_tokens}};
       u["strata"] = usage_json(usage).at("strata");
       r["usage"] = std::move(u);
     } else {

@@ -85,7 +85,9 @@ void apply_scheduler(const YAML::Node& n, SchedulerSection& s) {
 }
 
 void apply_cache(const YAML::Node& n, CacheSection& c) {
-  check_keys(n, "cache", {"kv_bytes", "kv_fraction", "cpu_kv_bytes", "shrink_running"});
+  check_keys(n, "cache",
+             {"kv_bytes", "kv_fraction", "cpu_kv_bytes", "shrink_running", "prefix_cache",
+              "prefix_cache_fraction"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "cache." + k;
@@ -97,6 +99,10 @@ void apply_cache(const YAML::Node& n, CacheSection& c) {
       c.cpu_kv_bytes = read_bytes(kv.second, key);
     else if (k == "shrink_running")
       c.shrink_running = read_bool(kv.second, key);
+    else if (k == "prefix_cache")
+      c.prefix_cache = read_bool(kv.second, key);
+    else if (k == "prefix_cache_fraction")
+      c.prefix_cache_fraction = read_double(kv.second, key, 0.001, 1.0);
   }
 }
 

@@ -53,6 +53,10 @@ struct CacheSection {
   double kv_fraction = 0.9;                   // fraction of free device memory after weights (CUDA)
   std::uint64_t cpu_kv_bytes = 512ull << 20;  // CPU backend pool size
   bool shrink_running = false;                // live profile shrinks apply to running sequences
+  // Automatic prefix caching (docs/sparsity.md "Prefix cache"): full prompt blocks stay in the
+  // pool, shared by later requests with the same prefix, evicted LRU when pages are needed.
+  bool prefix_cache = true;
+  double prefix_cache_fraction = 1.0;  // most of the pool cached blocks may hold (0 ... 1]
 };
 
 struct ServerSection {

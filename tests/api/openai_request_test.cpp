@@ -182,6 +182,17 @@ TEST(OpenAiRequest, RefusesOutputChangingFieldsItDoesNotImplement) {
   EXPECT_EQ(c.request.prompt_text.value_or(""), "x");
 }
 
+TEST(OpenAiRequest, CacheSaltIsANonEmptyString) {
+  EXPECT_EQ(parse(R"({"prompt":"x","cache_salt":"tenant-a"})").request.cache_salt, "tenant-a");
+  EXPECT_EQ(parse(R"({"prompt":"x"})").request.cache_salt, "");
+  expect_bad(R"({"prompt":"x","cache_salt":""})", "cache_salt", "non-empty");
+  expect_bad(R"({"prompt":"x","cache_salt":7})", "cache_salt", "string");
+  Usage u;
+  u.prompt_tokens = 40;
+  u.cached_tokens = 32;
+  EXPECT_EQ(usage_json(u, false).at("prompt_tokens_details").at("cached_tokens").as_int64(), 32);
+}
+
 TEST(OpenAiRequest, TokenizeAndDetokenize) {
   auto t = parse_tokenize_request(parse_json_body(R"({"prompt":"ab","add_special_tokens":false})"));
   EXPECT_EQ(t.prompt, "ab");

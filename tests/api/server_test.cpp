@@ -116,7 +116,14 @@ TEST_F(ServerTest, AdminProfileValidatesAndPublishes) {
   EXPECT_EQ(json::parse(r.body()).at("version").as_int64(), 2);
   r = request(s, http::verb::get, "/admin?token=secret");
   EXPECT_EQ(r.result_int(), 200);
-  EXPECT_NE(r.body().find("<canvas"), std::string::npos);
+  EXPECT_NE(r.body().find("<svg class=\"chart tall\" id=\"heatmap\">"), std::string::npos);
+  // The stats carry one `layers` entry per layer (before any census: the profile's rules).
+  r = request(s, http::verb::get, "/admin/api/stats", "", "secret");
+  const auto layers = json::parse(r.body()).at("layers").as_array();
+  ASSERT_EQ(layers.size(), 4u);
+  EXPECT_EQ(layers[0].at("policy").as_string(), "full");
+  EXPECT_EQ(layers[1].at("policy").as_string(), "scored");
+  EXPECT_EQ(layers[1].at("capacity").as_int64(), 32);
   r = request(s, http::verb::get, "/metrics");
   EXPECT_NE(r.body().find("strata_sparsity_profile_version{model_name=\"fake\"} 2"),
             std::string::npos);

@@ -119,19 +119,87 @@ TEST(BenchServeCli, UnauthorizedExitsOneUnlessTheKeyIsGiven) {
 TEST(BenchServeCli, HelpShowsEveryFlagAndTheRealDefaults) {
   const auto r = strata("bench serve --help");
   EXPECT_EQ(r.status, 0) << r.out;
-  for (const char* flag :
-       {"--host",           "--port",          "--model",         "--api-key",
-        "--input",          "--output",        "--text",          "--id-range",
-        "--warmup",         "--request-rate",  "--duration",      "--keep-alive",
-        "--seed",           "--concurrency",   "--num-prompts",   "--prompts-per-concurrency",
-        "--min-prompts",    "--server-config", "--serve-arg",     "--strata-bin",
-        "--kv-budget",      "--out-dir",       "--merge",         "--label",
-        "--roofline-model", "--ready-timeout", "--fail-on-error", "--steady-state",
-        "--request-timeout"})
+  for (const char* flag : {"--host",
+                           "--port",
+                           "--model",
+                           "--api-key",
+                           "--input",
+                           "--output",
+                           "--text",
+                           "--id-range",
+                           "--warmup",
+                           "--request-rate",
+                           "--duration",
+                           "--keep-alive",
+                           "--seed",
+                           "--concurrency",
+                           "--num-prompts",
+                           "--prompts-per-concurrency",
+                           "--min-prompts",
+                           "--server-config",
+                           "--serve-arg",
+                           "--strata-bin",
+                           "--kv-budget",
+                           "--out-dir",
+                           "--merge",
+                           "--label",
+                           "--roofline-model",
+                           "--ready-timeout",
+                           "--fail-on-error",
+                           "--steady-state",
+                           "--request-timeout",
+                           "--workload",
+                           "--shared-prefix",
+                           "--turns",
+                           "--turn-tokens"})
     EXPECT_TRUE(has(r.out, std::string(flag) + " ")) << flag;
   EXPECT_TRUE(has(r.out, "(default 1,4,16)")) << r.out;
   EXPECT_TRUE(has(r.out, "prompt tokens per request (default 128)")) << r.out;
   EXPECT_TRUE(has(r.out, "(default 32)")) << r.out;
+}
+
+// The prefix cache's workloads against the real tiny model on the CPU backend (strata serve
+// with the demo's sparse profile, scored C = 64): later turns of a conversation hit the earlier
+// turns' prompt blocks and the shared prefix is reused; with cache.prefix_cache off, nothing.
+double hit_rate(const std::string& out, const std::string& after) {
+  const auto at = out.find("prefix cache hit rate: ", out.find(after));
+  double v = -1;
+  if (at != std::string::npos) std::sscanf(out.c_str() + at, "prefix cache hit rate: %lf", &v);
+  return v;
+}
+
+TEST(BenchServeCli, PrefixCacheWorkloadsHitOnTheTinyModel) {
+  const std::string dir = out_dir("tiny");
+  std::filesystem::create_directories(dir);
+  const auto mk = strata("make-model --out " + dir + "/model --preset tiny");
+  ASSERT_EQ(mk.status, 0) << mk.out;
+  for (const char* name : {"on", "off"}) {
+    std::ofstream(dir + "/" + name + ".yaml")
+        << "model:\n  path: " << dir << "/model\nbackend:\n  kind: cpu\n  threads: 1\n"
+        << "scheduler:\n  max_num_seqs: 8\n  max_num_batched_tokens: 512\n"
+        << "cache:\n  cpu_kv_bytes: 64MiB\n  prefix_cache: " << name << "\n"
+        << "sparsity:\n  full_layers: 1\n  policy: scored\n  capacity: 64\n  window: 8\n"
+        << "  sinks: 4\n";
+  }
+  const std::string servers =
+      " --server-config " + dir + "/on.yaml --server-config " + dir + "/off.yaml --warmup 0";
+  const auto mt = strata("bench serve" + servers +
+                         " --workload multi-turn --turns 3 --input 200 --output 4 "
+                         "--turn-tokens 24 --concurrency 2 --num-prompts 6 --out-dir " +
+                         dir + "/mt");
+  ASSERT_EQ(mt.status, 0) << mt.out;
+  // Turn 2 resends 200 + 4 + 24 tokens: the hit covers the first turn's blocks.
+  EXPECT_GT(hit_rate(mt.out, " on, concurrency"), 50) << mt.out;
+  EXPECT_EQ(hit_rate(mt.out, " off, concurrency"), 0) << mt.out;
+  EXPECT_TRUE(has(mt.out, "turn 3: 2 requests")) << mt.out;
+  const auto sp = strata("bench serve" + servers +
+                         " --workload shared-prefix --shared-prefix 160 --input 40 --output 4 "
+                         "--concurrency 1 --num-prompts 4 --out-dir " +
+                         dir + "/sp");
+  ASSERT_EQ(sp.status, 0) << sp.out;
+  // 4 x 200 prompt tokens; the 2nd..4th reuse the 160-token prefix's 10 blocks.
+  EXPECT_GT(hit_rate(sp.out, " on, concurrency"), 50) << sp.out;
+  EXPECT_EQ(hit_rate(sp.out, " off, concurrency"), 0) << sp.out;
 }
 
 }  // namespace

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "tests/tools/sse_stub_server.h"
 #include "tools/bench/bench_stats.h"
+#include "tools/bench/report.h"
 
 namespace strata::bench {
 namespace {
@@ -211,6 +213,67 @@ TEST(LoadGen, SteadyStateThroughputIsTheWindowsRate) {
   EXPECT_FALSE(w.transient);
   EXPECT_GE(steady.output_throughput, 250);
   EXPECT_LE(steady.output_throughput, 420);
+}
+
+TEST(LoadGen, SharedPrefixPromptsStartAlikeAndEndApart) {
+  SseStubServer stub({.first_token_ms = 1, .token_interval_ms = 1});
+  auto o = options_for(stub);
+  o.output_tokens = 3;
+  o.num_prompts = 6;
+  o.concurrency = 2;
+  o.workload = LoadOptions::Workload::kSharedPrefix;
+  o.shared_prefix = 40;
+  o.input_tokens = 7;
+  double duration = 0;
+  const auto recs = run_load(o, &duration);
+  ASSERT_EQ(recs.size(), 6u);
+  for (const auto& r : recs) EXPECT_TRUE(r.ok) << r.error;
+  const auto ps = stub.prompts();
+  ASSERT_EQ(ps.size(), 6u);
+  std::set<std::vector<std::int64_t>> tails;
+  for (const auto& p : ps) {
+    ASSERT_EQ(p.size(), 47u);
+    EXPECT_TRUE(std::equal(p.begin(), p.begin() + 40, ps[0].begin()));  // one shared prefix
+    tails.insert(std::vector<std::int64_t>(p.begin() + 40, p.end()));
+  }
+  EXPECT_EQ(tails.size(), 6u);  // each request its own suffix
+}
+
+TEST(LoadGen, MultiTurnResendsTheConversationAfterEachAnswer) {
+  SseStubServer stub({.first_token_ms = 5, .token_interval_ms = 2});
+  auto o = options_for(stub);
+  o.workload = LoadOptions::Workload::kMultiTurn;
+  o.input_tokens = 20;
+  o.output_tokens = 4;
+  o.turn_tokens = 6;
+  o.turns = 3;
+  o.num_prompts = 5;  // -> 2 conversations of 3 turns
+  o.concurrency = 2;
+  double duration = 0;
+  const auto recs = run_load(o, &duration);
+  ASSERT_EQ(recs.size(), 6u);
+  for (std::size_t i = 0; i < recs.size(); ++i) {
+    const auto& r = recs[i];
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.turn, static_cast<int>(i % 3));
+    if (r.turn > 0) {  // sent when the previous answer had ended
+      const auto& prev = recs[i - 1];
+      EXPECT_GE(r.send_s + 1e-4, prev.send_s + prev.e2e_s);
+    }
+  }
+  // Every later turn's prompt is the previous one extended (answer + new tokens).
+  const auto ps = stub.prompts();
+  ASSERT_EQ(ps.size(), 6u);
+  std::multiset<std::size_t> sizes;
+  for (const auto& p : ps) sizes.insert(p.size());
+  EXPECT_EQ(sizes, (std::multiset<std::size_t>{20, 20, 30, 30, 40, 40}));
+  int extended = 0;
+  for (const auto& p : ps)
+    for (const auto& q : ps)
+      if (q.size() == p.size() + 10 && std::equal(p.begin(), p.end(), q.begin())) ++extended;
+  EXPECT_EQ(extended, 4);
+  const std::string table = format_prefix_cache(recs);
+  EXPECT_NE(table.find("turn 3: 2 requests"), std::string::npos) << table;
 }
 
 }  // namespace

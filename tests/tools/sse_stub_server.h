@@ -13,6 +13,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -41,6 +42,11 @@ class SseStubServer {
 
   int port() const { return acceptor_.local_endpoint().port(); }
   int completions() const { return completions_; }  // streams served to the end
+  // The token-id prompts of every completion request, in arrival order.
+  std::vector<std::vector<std::int64_t>> prompts() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return prompts_;
+  }
 
  private:
   using tcp = boost::asio::ip::tcp;
@@ -96,8 +102,16 @@ class SseStubServer {
         if (body.at("model").as_string() != o_.model)
           res = reply(http::status::not_found,
                       R"({"error":{"message":"stub: no such model","type":"not_found_error"}})");
-        else
+        else {
           max_tokens = static_cast<int>(body.at("max_tokens").to_number<std::int64_t>());
+          if (const auto* p = body.if_contains("prompt"); p && p->is_array()) {
+            std::vector<std::int64_t> ids;
+            for (const auto& t : p->as_array())
+              if (t.is_number()) ids.push_back(t.to_number<std::int64_t>());
+            std::lock_guard<std::mutex> l(mu_);
+            prompts_.push_back(std::move(ids));
+          }
+        }
       } else {
         res = reply(http::status::not_found, R"({"error":{"message":"stub: no route"}})");
       }
@@ -159,6 +173,8 @@ class SseStubServer {
   tcp::acceptor acceptor_;
   std::thread thread_;
   std::atomic<int> completions_{0};
+  mutable std::mutex mu_;
+  std::vector<std::vector<std::int64_t>> prompts_;
 };
 
 }  // namespace strata::bench::testing

@@ -23,6 +23,8 @@ struct RequestRecord {
   double ttft_s = 0;          // relative to send
   double e2e_s = 0;           // relative to send
   std::vector<double> itl_s;  // gaps between token-bearing events
+  int turn = 0;               // multi-turn workload: 0-based turn of its conversation
+  int cached_tokens = 0;      // usage.prompt_tokens_details.cached_tokens (0 when absent)
 };
 
 struct Summary {  // one statistic over requests; std is the population standard deviation

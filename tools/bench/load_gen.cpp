@@ -33,8 +33,39 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+std::vector<std::int64_t> random_ids(const LoadOptions& o, std::mt19937_64& rng, int n) {
+  std::uniform_int_distribution<int> d(1, std::max(2, o.id_range) - 1);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(std::max(0, n)));
+  for (auto& t : ids) t = d(rng);
+  return ids;
+}
+
+std::string finish_body(json::object b, int output_tokens) {
+  b["max_tokens"] = output_tokens;
+  b["min_tokens"] = output_tokens;
+  b["ignore_eos"] = true;
+  b["temperature"] = 0.0;
+  b["stream"] = true;
+  b["stream_options"] = json::object{{"include_usage", true}};
+  return json::serialize(b);
+}
+
+std::string ids_body(const std::string& model, const std::vector<std::int64_t>& ids,
+                     int output_tokens) {
+  json::object b;
+  b["model"] = model;
+  b["prompt"] = json::array(ids.begin(), ids.end());
+  return finish_body(std::move(b), output_tokens);
+}
+
 std::string make_body(const LoadOptions& o, const std::string& model, std::mt19937_64& rng,
-                      int output_tokens) {
+                      int output_tokens, const std::vector<std::int64_t>* prefix = nullptr) {
+  if (prefix && !o.text_prompts) {  // kSharedPrefix
+    auto ids = *prefix;
+    const auto own = random_ids(o, rng, o.input_tokens);
+    ids.insert(ids.end(), own.begin(), own.end());
+    return ids_body(model, ids, output_tokens);
+  }
   json::object b;
   b["model"] = model;
   if (o.text_prompts) {
@@ -51,13 +82,7 @@ std::string make_body(const LoadOptions& o, const std::string& model, std::mt199
     for (int i = 0; i < o.input_tokens; ++i) ids.push_back(d(rng));
     b["prompt"] = ids;
   }
-  b["max_tokens"] = output_tokens;
-  b["min_tokens"] = output_tokens;
-  b["ignore_eos"] = true;
-  b["temperature"] = 0.0;
-  b["stream"] = true;
-  b["stream_options"] = json::object{{"include_usage", true}};
-  return json::serialize(b);
+  return finish_body(std::move(b), output_tokens);
 }
 
 class ConnectionPool {
@@ -265,6 +290,9 @@ awaitable<RequestRecord> one_request(const LoadOptions& o, std::string body, Con
           r.output_tokens = static_cast<int>(c->to_number<std::int64_t>());
         if (const auto* c = uo.if_contains("prompt_tokens"); c && c->is_number())
           r.prompt_tokens = static_cast<int>(c->to_number<std::int64_t>());
+        if (const auto* d = uo.if_contains("prompt_tokens_details"); d && d->is_object())
+          if (const auto* c = d->as_object().if_contains("cached_tokens"); c && c->is_number())
+            r.cached_tokens = static_cast<int>(c->to_number<std::int64_t>());
       }
       if (carries_token(obj)) {
         ++events;
@@ -323,13 +351,114 @@ std::string discover_model(const LoadOptions& o) {
   }
 }
 
+namespace {
+
+// kMultiTurn: conversations run side by side (at most o.concurrency at once), their turns one
+// after another.
+std::vector<RequestRecord> run_conversations(const LoadOptions& o, const std::string& model,
+                                             double* duration_s) {
+  const int turns = std::max(1, o.turns);
+  const int convs = std::max(1, (o.num_prompts + turns - 1) / turns);
+  std::vector<RequestRecord> records(static_cast<std::size_t>(convs) * turns);
+  asio::io_context io;
+  ConnectionPool pool(o.keep_alive);
+  std::mt19937_64 rng(o.seed);
+  int done = 0, failed = 0;
+  const auto t0 = Clock::now();
+  auto conversation = [&](int c) -> awaitable<void> {
+    std::mt19937_64 crng(rng() ^ static_cast<std::uint64_t>(c));
+    std::vector<std::int64_t> prompt = random_ids(o, crng, o.input_tokens);
+    for (int t = 0; t < turns; ++t) {
+      if (t > 0) {
+        for (const auto* part : {&o.output_tokens, &o.turn_tokens}) {
+          const auto more = random_ids(o, crng, *part);
+          prompt.insert(prompt.end(), more.begin(), more.end());
+        }
+      }
+      auto& r = records[static_cast<std::size_t>(c) * turns + t];
+      r = co_await one_request(o, ids_body(model, prompt, o.output_tokens), pool, t0);
+      r.turn = t;
+      ++done;
+      failed += !r.ok;
+      if (o.progress) o.progress(done, failed, static_cast<int>(records.size()), since(t0));
+      if (!r.ok) co_return;  // the conversation ends with its first failure
+    }
+  };
+  auto driver = [&]() -> awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    asio::steady_timer slot(ex);
+    int in_flight = 0;
+    const int limit = o.concurrency > 0 ? o.concurrency : convs;
+    for (int c = 0; c < convs; ++c) {
+      while (in_flight >= limit) {
+        slot.expires_at(Clock::time_point::max());
+        co_await slot.async_wait(asio::as_tuple(use_awaitable));
+      }
+      ++in_flight;
+      asio::co_spawn(
+          ex,
+          [&, c]() -> awaitable<void> {
+            co_await conversation(c);
+            --in_flight;
+            slot.cancel();
+          },
+          asio::detached);
+    }
+    while (in_flight > 0) {
+      slot.expires_at(Clock::time_point::max());
+      co_await slot.async_wait(asio::as_tuple(use_awaitable));
+    }
+  };
+  asio::co_spawn(io, driver(), [](std::exception_ptr e) {
+    if (e) std::rethrow_exception(e);
+  });
+  io.run();
+  // A failed turn ends its conversation: the turns never sent are left out.
+  std::vector<RequestRecord> out;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const auto& r = records[i];
+    if (r.ok || !r.error.empty()) out.push_back(r);
+  }
+  if (duration_s) *duration_s = since(t0);
+  return out;
+}
+
+}  // namespace
+
 std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
                                     LoadExcluded* excluded) {
   if (o.steady_state && o.concurrency < 1)
     throw ConfigError("--steady-state", "needs a concurrency level >= 1");
+  if (o.workload == LoadOptions::Workload::kMultiTurn && (o.steady_state || o.request_rate > 0))
+    throw ConfigError("--workload",
+                      "multi-turn sends each turn when the last ends: no "
+                      "--steady-state or --request-rate");
+  if (o.workload != LoadOptions::Workload::kRandom && o.text_prompts)
+    throw ConfigError("--workload", "shared-prefix and multi-turn send token ids, not --text");
   asio::io_context io;
   const std::string model = discover_model(o);
   std::mt19937_64 rng(o.seed);
+  if (o.workload == LoadOptions::Workload::kMultiTurn) {
+    if (o.warmup > 0) {  // single turns of other prompts (they share nothing), not measured
+      LoadOptions w = o;
+      w.num_prompts = o.warmup;
+      w.turns = 1;
+      w.concurrency = 1;
+      w.seed = ~o.seed;
+      w.progress = nullptr;
+      (void)run_conversations(w, model, nullptr);
+    }
+    if (o.on_measure_start) o.on_measure_start();
+    return run_conversations(o, model, duration_s);
+  }
+  // kSharedPrefix: the prefix every request of the run starts with.
+  std::vector<std::int64_t> shared;
+  if (o.workload == LoadOptions::Workload::kSharedPrefix) {
+    std::mt19937_64 prng(o.seed ^ 0x5EEDull);
+    shared = random_ids(o, prng, o.shared_prefix);
+  }
+  const std::vector<std::int64_t>* prefix =
+      o.workload == LoadOptions::Workload::kSharedPrefix ? &shared : nullptr;
   std::vector<RequestRecord> records(static_cast<std::size_t>(o.num_prompts));
   ConnectionPool pool(o.keep_alive);
   int done = 0, failed = 0, launched = 0;
@@ -339,8 +468,8 @@ std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
   auto driver = [&]() -> awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
     for (int i = 0; i < o.warmup; ++i) {
-      auto w =
-          co_await one_request(o, make_body(o, model, rng, o.output_tokens), pool, Clock::now());
+      auto w = co_await one_request(o, make_body(o, model, rng, o.output_tokens, prefix), pool,
+                                    Clock::now());
       if (!w.ok) {
         ++ex_counts.warmup_failed;
         ex_counts.failures.push_back(std::move(w));
@@ -359,7 +488,7 @@ std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
         ++in_flight;
         asio::co_spawn(
             ex,
-            [&, body = make_body(o, model, rng, out)]() -> awaitable<void> {
+            [&, body = make_body(o, model, rng, out, prefix)]() -> awaitable<void> {
               const auto r = co_await one_request(o, body, pool, t0);
               --in_flight;
               ++ex_counts.requests;
@@ -390,7 +519,7 @@ std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
       ++launched;
       asio::co_spawn(
           ex,
-          [&, i, body = make_body(o, model, rng, o.output_tokens)]() -> awaitable<void> {
+          [&, i, body = make_body(o, model, rng, o.output_tokens, prefix)]() -> awaitable<void> {
             records[static_cast<std::size_t>(i)] = co_await one_request(o, body, pool, t0);
             --in_flight;
             ++done;

@@ -48,6 +48,22 @@ struct LoadOptions {
   double max_duration_s = 0;  // stop sending after this long (0 = no bound)
   bool keep_alive = false;    // reuse connections between requests
   std::uint64_t seed = 0;
+  // The workload (issue 23's prefix-cache benchmarks):
+  //   kRandom        every prompt is input_tokens independent ids;
+  //   kSharedPrefix  one shared_prefix-token prefix (the same ids for every request of the
+  //                  run), then input_tokens ids of the request's own;
+  //   kMultiTurn     conversations of `turns` turns (num_prompts requests in all, rounded up to
+  //                  whole conversations; `concurrency` bounds the conversations in flight):
+  //                  turn 1 sends input_tokens ids, turn t > 1 resends turn t-1's prompt, then
+  //                  output_tokens ids standing for its answer (a client resending it; the
+  //                  engine never caches generated blocks with sparsity on, so the hit is the
+  //                  same as with the real answer), then turn_tokens new ids; it is sent when
+  //                  turn t-1's answer has ended. Records are in conversation order, `turn` set.
+  enum class Workload { kRandom, kSharedPrefix, kMultiTurn };
+  Workload workload = Workload::kRandom;
+  int shared_prefix = 0;
+  int turns = 1;
+  int turn_tokens = 0;
   double timeout_s = 600;  // per request
   std::function<void(int done, int failed, int total, double elapsed_s)> progress;
   std::function<void()> on_measure_start;  // after the warm-up, before the first request

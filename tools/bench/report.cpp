@@ -35,6 +35,42 @@ std::string format_table(const std::vector<LevelResult>& levels) {
   return out;
 }
 
+std::string format_prefix_cache(const std::vector<RequestRecord>& records) {
+  std::map<int, std::vector<const RequestRecord*>> by_turn;
+  long prompt = 0, cached = 0;
+  for (const auto& r : records) {
+    if (!r.ok) continue;
+    by_turn[r.turn].push_back(&r);
+    prompt += r.prompt_tokens;
+    cached += r.cached_tokens;
+  }
+  std::string out;
+  char line[256];
+  std::snprintf(
+      line, sizeof line, "  prefix cache hit rate: %.1f %% (%ld of %ld prompt tokens)\n",
+      prompt > 0 ? 100.0 * static_cast<double>(cached) / static_cast<double>(prompt) : 0.0, cached,
+      prompt);
+  out += line;
+  for (const auto& [turn, rs] : by_turn) {
+    std::vector<double> ttft;
+    long p = 0, c = 0;
+    for (const auto* r : rs) {
+      ttft.push_back(r->ttft_s * 1e3);
+      p += r->prompt_tokens;
+      c += r->cached_tokens;
+    }
+    const auto s = summarize(ttft);
+    std::snprintf(line, sizeof line,
+                  "  turn %d: %zu requests, TTFT median %.2f ms, P90 %.2f ms, prompt %.0f tokens, "
+                  "cached %.1f %%\n",
+                  turn + 1, rs.size(), s.median, s.p90,
+                  static_cast<double>(p) / static_cast<double>(rs.size()),
+                  p > 0 ? 100.0 * static_cast<double>(c) / static_cast<double>(p) : 0.0);
+    out += line;
+  }
+  return out;
+}
+
 std::string format_level(const LevelResult& l) {
   std::string out;
   char line[256];

@@ -19,6 +19,10 @@ std::string format_table(const std::vector<LevelResult>& levels);
 // throughputs, then mean/median/P90/P99 of TTFT, TPOT, ITL and E2E latency), for comparison
 // with its output line by line.
 std::string format_level(const LevelResult& level);
+// The prefix-cache lines of a level (shared-prefix / multi-turn workloads): the cache hit rate
+// the server reported (usage.prompt_tokens_details.cached_tokens over prompt tokens) and, per
+// turn (multi-turn; one line otherwise), requests, TTFT median and P90, cached share.
+std::string format_prefix_cache(const std::vector<RequestRecord>& records);
 // "3 of 12 requests failed:\n  3 x HTTP 401: ...\n" ("" when none failed).
 std::string format_failures(const std::string& what, int failed, int total,
                             const std::vector<std::pair<std::string, int>>& errors);

@@ -9,8 +9,8 @@
 
 #include "runtime/config.h"
 #include "runtime/error.h"
-#include "runtime/model/random_model.h"
 #include "runtime/model/model_loader.h"
+#include "runtime/model/random_model.h"
 #include "runtime/yaml_util.h"
 #include "tools/bench/load_gen.h"
 #include "tools/bench/report.h"
@@ -149,6 +149,15 @@ Workload:
   --duration S               stop sending after S seconds of a level (default 0 = no bound)
   --request-timeout S        give up on one request after S seconds (default 600)
   --keep-alive               reuse connections between requests (default: one per request)
+  --workload W               random (default) | shared-prefix | multi-turn (the prefix cache's
+                             workloads; both print TTFT per turn/class and the cache hit rate)
+  --shared-prefix N          shared-prefix: every prompt starts with the same N ids, then its
+                             own --input ids (default 1024)
+  --turns T                  multi-turn: turns per conversation (default 4); turn 1 sends
+                             --input ids, each later turn resends the conversation (previous
+                             prompt + --output ids for the answer + --turn-tokens new ids)
+                             when the last answer ended; --concurrency = conversations at once
+  --turn-tokens N            multi-turn: new ids per later turn (default 64)
 
 Output:
   --out-dir D                report.json, throughput.svg, ttft.svg, server logs
@@ -184,6 +193,20 @@ int run_serve(Args& a) {
   base.keep_alive = a.flag("keep-alive");
   base.steady_state = a.flag("steady-state");
   base.seed = static_cast<std::uint64_t>(a.get_int("seed", 0));
+  const std::string workload = a.get_or("workload", "random");
+  if (workload == "shared-prefix") {
+    base.workload = LoadOptions::Workload::kSharedPrefix;
+  } else if (workload == "multi-turn") {
+    base.workload = LoadOptions::Workload::kMultiTurn;
+  } else if (workload != "random") {
+    throw ConfigError("--workload",
+                      "must be random, shared-prefix or multi-turn, got '" + workload + "'");
+  }
+  base.shared_prefix = static_cast<int>(a.get_int("shared-prefix", 1024));
+  base.turns = static_cast<int>(a.get_int("turns", 4));
+  base.turn_tokens = static_cast<int>(a.get_int("turn-tokens", 64));
+  if (base.shared_prefix < 0 || base.turns < 1 || base.turn_tokens < 0)
+    throw ConfigError("--shared-prefix/--turns/--turn-tokens", "must be >= 0 (turns >= 1)");
   const std::string level_list = a.get_or("concurrency", "1,4,16");
   const auto levels = int_list(level_list, "--concurrency");
   const int fixed_prompts = static_cast<int>(a.get_int("num-prompts", 0));
@@ -240,6 +263,11 @@ int run_serve(Args& a) {
   Report report;
   report.workload =
       std::to_string(base.input_tokens) + " in / " + std::to_string(base.output_tokens) + " out";
+  if (base.workload == LoadOptions::Workload::kSharedPrefix)
+    report.workload += ", shared prefix " + std::to_string(base.shared_prefix);
+  if (base.workload == LoadOptions::Workload::kMultiTurn)
+    report.workload +=
+        ", " + std::to_string(base.turns) + " turns of +" + std::to_string(base.turn_tokens);
   const std::vector<std::string> cfgs = configs.empty() ? std::vector<std::string>{""} : configs;
   std::vector<std::unique_ptr<Roofline>> roofs;
   for (const auto& c : cfgs) roofs.push_back(roofline_for(c));
@@ -308,6 +336,8 @@ int run_serve(Args& a) {
         res.roofline_output_throughput =
             roofs[ci]->best_output_throughput(level, {o.input_tokens, o.output_tokens}, budget);
       std::printf("%s", format_level(res).c_str());
+      if (base.workload != LoadOptions::Workload::kRandom)
+        std::printf("%s", format_prefix_cache(recs).c_str());
       std::fflush(stdout);
       report.levels.push_back(res);
       if (server) server->stop();
@@ -353,14 +383,39 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (sub == "serve") {
-    a.expect_only({"host",           "port",          "model",         "api-key",
-                   "input",          "output",        "text",          "id-range",
-                   "warmup",         "request-rate",  "duration",      "keep-alive",
-                   "seed",           "concurrency",   "num-prompts",   "prompts-per-concurrency",
-                   "min-prompts",    "server-config", "serve-arg",     "strata-bin",
-                   "kv-budget",      "out-dir",       "merge",         "label",
-                   "roofline-model", "ready-timeout", "fail-on-error", "steady-state",
-                   "request-timeout"});
+    a.expect_only({"host",
+                   "port",
+                   "model",
+                   "api-key",
+                   "input",
+                   "output",
+                   "text",
+                   "id-range",
+                   "warmup",
+                   "request-rate",
+                   "duration",
+                   "keep-alive",
+                   "seed",
+                   "concurrency",
+                   "num-prompts",
+                   "prompts-per-concurrency",
+                   "min-prompts",
+                   "server-config",
+                   "serve-arg",
+                   "strata-bin",
+                   "kv-budget",
+                   "out-dir",
+                   "merge",
+                   "label",
+                   "roofline-model",
+                   "ready-timeout",
+                   "fail-on-error",
+                   "steady-state",
+                   "request-timeout",
+                   "workload",
+                   "shared-prefix",
+                   "turns",
+                   "turn-tokens"});
     return run_serve(a);
   }
   if (sub == "roofline" && !a.flag("help")) {

@@ -52,6 +52,32 @@ try {
   check(lp.choices[0].logprobs.tokens.length === 4 && lp.choices[0].logprobs.top_logprobs[0] &&
         Object.keys(lp.choices[0].logprobs.top_logprobs[0]).length >= 1, "completion logprobs with top alternatives");
   check(lp.usage.prompt_tokens === 3, "token-id prompt counted verbatim");
+  check(usage.usage.prompt_tokens_details.cached_tokens === 0, "usage: prompt_tokens_details.cached_tokens");
+
+  // Multi-turn chat over the WebSocket: the second turn resends the conversation and hits the
+  // prefix cache (the first turn's prompt blocks) without any client change. The system prompt
+  // is longer than the profile's capacity (64), so the sparse layers select and it is cacheable.
+  const ws = new WebSocket(s.base.replace("http", "ws") + "/v1/ws");
+  await new Promise((res, rej) => { ws.onopen = res; ws.onerror = () => rej(new Error("WebSocket open failed")); });
+  const turn = (messages) => new Promise((resolve) => {
+    ws.onmessage = (m) => {
+      const ev = JSON.parse(m.data);
+      if (ev.type === "response.done" || ev.type === "error") resolve(ev);
+    };
+    ws.send(JSON.stringify({ type: "response.create",
+                             response: { messages, max_output_tokens: 6, temperature: 0 } }));
+  });
+  const conv = [{ role: "system", content: "You answer briefly and kindly. ".repeat(16) },
+                { role: "user", content: "Tell me a story." }];
+  const t1 = await turn(conv);
+  check(t1.type === "response.done" && t1.response.usage.input_token_details.cached_tokens === 0,
+        "WebSocket turn 1: nothing cached");
+  conv.push({ role: "assistant", content: t1.response.output[0].text }, { role: "user", content: "And then?" });
+  const t2 = await turn(conv);
+  const cached = t2.type === "response.done" ? t2.response.usage.input_token_details.cached_tokens : -1;
+  check(cached >= 64 && cached % 16 === 0 && cached < t2.response.usage.input_tokens,
+        `WebSocket turn 2 hits the prefix cache (${cached} of ${t2.response?.usage?.input_tokens} tokens)`);
+  ws.close();
   check(await waitPagesFree(s) === 0, "every KV page is free afterwards");
 } finally {
   await s.stop();

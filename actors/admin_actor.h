@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <variant>
 
 #include "actors/actor.h"
@@ -29,7 +31,15 @@ struct UpdateSparsityMsg {
 struct SetLimitsMsg {
   SchedulerLimits limits;
 };
-using AdminMsg = std::variant<PublishStatsMsg, UpdateSparsityMsg, SetLimitsMsg>;
+// The quality guardrail alerted on `version` with quality_monitor.restore_on_alert: when it is
+// still the published version, republish the profile of the version before it (as a new
+// version) and log it; otherwise log why nothing changed.
+struct RestoreProfileMsg {
+  std::uint64_t version = 0;
+  std::string why;  // the alert, for the log line
+  bool shrink_running = false;
+};
+using AdminMsg = std::variant<PublishStatsMsg, UpdateSparsityMsg, SetLimitsMsg, RestoreProfileMsg>;
 
 class AdminActor final : public Actor<AdminMsg> {
  public:
@@ -45,7 +55,11 @@ class AdminActor final : public Actor<AdminMsg> {
  private:
   CacheActor* cache_;
   BatcherActor* batcher_;
-  SparsityProfile profile_;  // strand only
+  SparsityProfile profile_;                           // strand only
+  std::map<std::uint64_t, SparsityProfile> history_;  // every published version (strand only)
+  // Publishes through the cache actor (a bad profile throws, nothing changes), returns the
+  // version; profile_, history_ and the snapshot follow.
+  asio::awaitable<std::uint64_t> publish(SparsityProfile p, bool shrink_running);
   bool quiet_;
   mutable std::mutex snap_mu_;  // guards only the pointer swap
   std::shared_ptr<const EngineStats> snap_;

@@ -22,7 +22,9 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 }  // namespace
 
 BatcherActor::BatcherActor(asio::io_context& io, BatcherDeps deps)
-    : Actor(io), deps_(std::move(deps)) {}
+    : Actor(io),
+      deps_(std::move(deps)),
+      replays_(deps_.monitor ? deps_.quality.sample_rate : 0.0, deps_.quality.max_pending) {}
 
 const std::vector<std::int32_t>& BatcherActor::source(const Seq& s) const {
   return s.recompute.empty() ? s.req->in->prompt : s.recompute;
@@ -64,7 +66,8 @@ asio::awaitable<void> BatcherActor::handle(BatcherMsg msg) {
                  },
              },
              msg);
-  if (schedule && !plan_) co_await kick();
+  // Once more when a request that finished in that call queued a replay (its chance now).
+  for (bool again = schedule; again && !plan_; again = take_replay_queued()) co_await kick();
   // The next step is running now (if there is one): the stream events of this message go out
   // while it does.
   flush_events();
@@ -208,6 +211,7 @@ void BatcherActor::emit_final(Seq& s, const SeqUsage* usage) {
     ev.usage = u;
     send(r.in->sink, std::move(ev));
     if (!r.aborted) ++stats_.requests_finished;
+    maybe_replay(r);
     for (const auto& q : r.seqs) seqs_.erase(q->id);
     const std::string id = r.in->id;  // (a key inside the erased element would dangle)
     requests_.erase(id);              // destroys r and s
@@ -254,6 +258,10 @@ void BatcherActor::on_step_done(RankCompletion c) {
   }
   for (std::size_t i = 0; i < plan->seqs.size(); ++i) {
     const auto id = plan->seqs[i].seq_id;
+    if (replays_.owns(id)) {
+      on_replay_done(plan->seqs[i], error.empty() ? &rank0_->result.seqs[i] : nullptr);
+      continue;
+    }
     Seq& s = *seqs_.at(id);
     s.in_step = false;
     commit_.push_back(id);
@@ -272,6 +280,8 @@ void BatcherActor::on_step_done(RankCompletion c) {
     if (res.token < 0) continue;  // a prefill chunk that did not end the prompt
     Req& r = *s.req;
     s.output.push_back(res.token);
+    s.argmax.push_back(res.argmax);
+    s.logprob.push_back(res.logprob);
     ++stats_.generation_tokens_total;
     if (s.output.size() == 1)
       s.first_token = now;
@@ -333,6 +343,7 @@ asio::awaitable<void> BatcherActor::kick() {
   in.release = std::exchange(release_, {});
   in.running = running_;
   in.limits = deps_.limits;
+  replay_input(in);
   in.kept = std::exchange(kept_, {});
   // The step that asked for kept positions completed, or the last sequence leaves: take the
   // layer census.
@@ -356,7 +367,8 @@ asio::awaitable<void> BatcherActor::kick() {
       in.candidates.push_back(std::move(c));
     }
   }
-  if (in.commit.empty() && in.release.empty() && in.running.empty() && in.candidates.empty()) {
+  if (in.commit.empty() && in.release.empty() && in.running.empty() && in.candidates.empty() &&
+      in.replays.running.empty() && in.replays.candidates.empty()) {
     co_return;
   }
   const auto t0 = Clock::now();
@@ -411,10 +423,15 @@ asio::awaitable<void> BatcherActor::kick() {
       preempted_.erase(std::find(preempted_.begin(), preempted_.end(), id));
     }
     s.where = Seq::Where::kRunning;
+    const bool sparse = out.profile_sparse && !s.req->in->sparsity;
+    s.replayable = (s.version == 0 || s.replayable) && sparse &&
+                   (s.version == 0 || s.version == out.stats.profile_version);
+    s.version = out.stats.profile_version;
     running_.push_back(id);
     if (!s.req->first_scheduled) s.req->first_scheduled = Clock::now();
     leave_waiting(*s.req);
   }
+  replay_output(out.replays);
   for (const auto& [id, why] : out.rejected) {
     Seq& s = *seqs_.at(id);
     StreamEvent ev;
@@ -441,6 +458,11 @@ asio::awaitable<void> BatcherActor::kick() {
   table_serials_.resize(out.steps.size());
   for (std::size_t i = 0; i < out.steps.size(); ++i) {
     auto& p = out.steps[i];
+    if (replays_.owns(p.seq_id)) {
+      table_serials_[i] = p.serial;
+      replays_.fill(plan->seqs[i], p);
+      continue;
+    }
     Seq& s = *seqs_.at(p.seq_id);
     const auto& src = source(s);
     SeqStep& st = plan->seqs[i];
@@ -476,6 +498,72 @@ asio::awaitable<void> BatcherActor::kick() {
   }
 }
 
+// The replays' part of a scheduling call (in and out).
+void BatcherActor::replay_input(ScheduleInput& in) {
+  if (stopping_) {
+    const auto held = replays_.clear();
+    in.release.insert(in.release.end(), held.begin(), held.end());
+  }
+  in.replays.running = replays_.running();
+  in.replays.candidates = replays_.candidates();
+  in.replays.served_queued = static_cast<int>(waiting_.size() + preempted_.size());
+}
+
+void BatcherActor::replay_output(const ReplayOutput& out) {
+  for (const auto id : out.preempted) {
+    replays_.preempted(id);
+    ++stats_.replays.preempted;
+  }
+  for (const auto id : out.admitted) replays_.admitted(id);
+  for (const auto id : out.rejected) {
+    replays_.drop(id);
+    ++stats_.replays.dropped;
+  }
+}
+
+void BatcherActor::maybe_replay(const Req& r) {
+  if (r.aborted || stopping_ || !deps_.monitor) return;
+  for (const auto& q : r.seqs) {
+    if (!q->replayable || q->output.empty() ||
+        (q->finish != FinishReason::kStop && q->finish != FinishReason::kLength))
+      continue;
+    if (std::any_of(q->argmax.begin(), q->argmax.end(), [](std::int32_t a) { return a < 0; }))
+      continue;  // the backend did not record the sparse argmax
+    if (!replays_.sample()) continue;
+    ++stats_.replays.sampled;
+    auto rec = std::make_shared<ReplayRecord>();
+    rec->profile_version = q->version;
+    rec->prompt = r.in->prompt;
+    rec->output = q->output;
+    rec->argmax = q->argmax;
+    rec->logprob = q->logprob;
+    rec->params = q->params;
+    if (!q->params.ignore_eos) rec->eos_ids = deps_.model.eos_token_ids;
+    if (replays_.push(next_seq_++, std::move(rec)))
+      replay_queued_ = true;
+    else
+      ++stats_.replays.dropped;
+  }
+}
+
+void BatcherActor::on_replay_done(const SeqStep& st, SeqResult* res) {
+  commit_.push_back(st.seq_id);
+  if (!res) {  // the step failed: give the replay up
+    if (replays_.drop(st.seq_id)) release_.push_back(st.seq_id);
+    deps_.monitor->tell(ReplayAbandonedMsg{st.seq_id});
+    ++stats_.replays.dropped;
+    return;
+  }
+  ++stats_.replays.steps;
+  stats_.replays.tokens += st.tokens.size();
+  auto done = replays_.completed(st, std::move(res->logits));
+  if (done.rows) deps_.monitor->tell(std::move(*done.rows));
+  if (done.finished) {
+    release_.push_back(st.seq_id);
+    ++stats_.replays.finished;
+  }
+}
+
 void BatcherActor::publish(const CacheStats& cs) {
   if (!deps_.publish_stats) return;
   auto st = std::make_shared<EngineStats>(stats_);
@@ -500,7 +588,9 @@ void BatcherActor::publish(const CacheStats& cs) {
 }
 
 void BatcherActor::maybe_finish_shutdown() {
-  if (!stopping_ || !shutdown_done_ || plan_ || !requests_.empty() || !release_.empty()) return;
+  if (!stopping_ || !shutdown_done_ || plan_ || !requests_.empty() || !release_.empty() ||
+      !replays_.empty())
+    return;
   if (grace_timer_) grace_timer_->cancel();
   shutdown_done_->set_value();
   shutdown_done_.reset();

@@ -28,6 +28,7 @@
 #include "actors/cache_actor.h"
 #include "actors/engine_stats.h"
 #include "actors/rank_executor.h"
+#include "actors/replay_queue.h"
 #include "actors/request.h"
 #include "actors/scheduler.h"
 #include "actors/stop_matcher.h"
@@ -89,6 +90,9 @@ struct BatcherDeps {
   // this model identity and the request's cache_salt (cache/block_hash.h).
   bool prefix_cache = false;
   std::string model_identity;
+  // The quality guardrail: replays are scheduled here, scored by the monitor (null: off).
+  QualityMonitorSection quality;
+  QualityMonitor* monitor = nullptr;
 };
 
 class BatcherActor final : public Actor<BatcherMsg> {
@@ -128,6 +132,13 @@ class BatcherActor final : public Actor<BatcherMsg> {
     // the tokens of its first admission taken from the cache (-1: not admitted yet).
     std::shared_ptr<const std::vector<BlockHash>> block_hashes;
     int cached_tokens = -1;
+    // What the guardrail replays: per output token the row's argmax (-1: the backend did not
+    // record it) and the token's logprob; the profile version of its admissions (0: none
+    // yet) and whether every admission was under that published, sparse profile.
+    std::vector<std::int32_t> argmax;
+    std::vector<float> logprob;
+    std::uint64_t version = 0;
+    bool replayable = false;
     explicit Seq(std::vector<std::string> stops) : stop(std::move(stops)) {}
   };
   struct Req {
@@ -157,6 +168,11 @@ class BatcherActor final : public Actor<BatcherMsg> {
   const std::vector<std::int32_t>& source(const Seq& s) const;
   // The prefix-cache names of source()'s full blocks, computed once per source (null: off).
   std::shared_ptr<const std::vector<BlockHash>> block_names(Seq& s) const;
+  // The guardrail: sample a finished request's sequences for replay; a replay chunk done.
+  void maybe_replay(const Req& r);
+  void replay_input(ScheduleInput& in);
+  void replay_output(const ReplayOutput& out);
+  void on_replay_done(const SeqStep& st, SeqResult* res);
 
   BatcherDeps deps_;
   std::unordered_map<std::string, std::unique_ptr<Req>> requests_;
@@ -191,6 +207,9 @@ class BatcherActor final : public Actor<BatcherMsg> {
   EngineStats stats_;
   std::uint64_t batch_seqs_total_ = 0;
   double device_ms_total_ = 0.0, wall_ms_total_ = 0.0;
+  ReplayQueue replays_;
+  bool replay_queued_ = false;  // since the last scheduling call
+  bool take_replay_queued() { return std::exchange(replay_queued_, false); }
   // The per-layer census (EngineStats::layers): a step asks the backend for the kept
   // positions (SeqStep::report_kept) at most every kCensusInterval; the next scheduling call
   // records them and takes the census (also when the last running sequence left).

@@ -12,6 +12,7 @@
 #include "actors/batcher_actor.h"
 #include "actors/cache_actor.h"
 #include "actors/intake_actor.h"
+#include "actors/quality_monitor.h"
 #include "actors/rank_executor.h"
 #include "actors/token_stream.h"
 #include "cache/kv_cache_manager.h"
@@ -120,6 +121,25 @@ class EngineImpl final : public Engine {
     bd.model_identity = config_.model.path + "|" + backends_name + "|" +
                         std::to_string(static_cast<int>(config_.model.quantization)) + "|" +
                         std::to_string(layout.elem_bytes);
+    if (config_.quality_monitor.sample_rate > 0) {
+      QualitySettings qs;
+      qs.config = config_.quality_monitor;
+      qs.vocab = model_.vocab_size;
+      qs.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+      if (config_.quality_monitor.restore_on_alert) {
+        const bool shrink = config_.cache.shrink_running;
+        qs.on_alert = [this, shrink](const QualityAlert& a) {
+          char why[160];
+          std::snprintf(why, sizeof why, "profile v%llu agreement %.4f (%llu samples) alerted",
+                        static_cast<unsigned long long>(a.version), a.agreement,
+                        static_cast<unsigned long long>(a.samples));
+          admin_->tell(RestoreProfileMsg{a.version, why, shrink});
+        };
+      }
+      quality_ = std::make_unique<QualityMonitor>(io_, std::move(qs));
+      bd.quality = config_.quality_monitor;
+      bd.monitor = quality_.get();
+    }
     bd.publish_stats = [this](std::shared_ptr<const EngineStats> s) {
       admin_->tell(PublishStatsMsg{std::move(s)});
     };
@@ -128,6 +148,7 @@ class EngineImpl final : public Engine {
                                           /*quiet=*/false);
     batcher_->start();
     admin_->start();
+    if (quality_) quality_->start();
     for (int i = 0; i < io_threads; ++i) threads_.emplace_back([this] { io_.run(); });
   }
 
@@ -169,6 +190,7 @@ class EngineImpl final : public Engine {
   EngineStats stats() const override {
     EngineStats s = *admin_->snapshot();
     s.requests_refused = refused_.load();
+    if (quality_) s.quality = quality_->snapshot();
     return s;
   }
 
@@ -197,8 +219,10 @@ class EngineImpl final : public Engine {
     if (batcher_->tell(ShutdownMsg{Clock::now() + grace, done})) fut.wait();
     batcher_->cancel();
     admin_->cancel();
+    if (quality_) quality_->cancel();
     batcher_->wait();
     admin_->wait();
+    if (quality_) quality_->wait();
     for (auto& r : ranks_) r->stop();
     work_.reset();
     for (auto& t : threads_) t.join();
@@ -216,6 +240,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<IntakeActor> intake_;
   std::shared_ptr<BatcherActor> batcher_;
   std::unique_ptr<AdminActor> admin_;
+  std::unique_ptr<QualityMonitor> quality_;  // null when quality_monitor.sample_rate is 0
   std::vector<std::thread> threads_;
   std::atomic<int> waiting_slots_{0};
   std::atomic<std::uint64_t> refused_{0};

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/quality.h"
 #include "cache/layer_census.h"
 #include "runtime/sparsity_profile.h"
 
@@ -73,9 +74,9 @@ struct EngineStats {
   // (vLLM's prefix_cache_queries / prefix_cache_hits).
   int pages_cached = 0;
   std::uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
-  double compression_ratio = 1.0;    // global: full-cache bytes / bytes held (running sequences)
-  double mean_batch = 0.0;           // mean sequences per step since start
-  double host_overhead = 0.0;        // share of step wall time not covered by backend work
+  double compression_ratio = 1.0;  // global: full-cache bytes / bytes held (running sequences)
+  double mean_batch = 0.0;         // mean sequences per step since start
+  double host_overhead = 0.0;      // share of step wall time not covered by backend work
   std::uint64_t profile_version = 0;
   SparsityProfile profile;
   // K+V bytes of one page (one layer, 16 slots, the rank's KV heads).
@@ -84,6 +85,18 @@ struct EngineStats {
   // sequences run; null before the first. Shared: a snapshot copy does not copy it.
   std::shared_ptr<const std::vector<LayerUsage>> layers;
   StepTimings timings;
+  // The quality guardrail (docs/sparsity.md "Quality guardrail"). Replays are not requests:
+  // they are in no request counter, in neither `preemptions` nor `running`; steps counts the
+  // steps they ran in.
+  struct Replays {
+    std::uint64_t sampled = 0;    // finished sequences chosen for a replay
+    std::uint64_t dropped = 0;    // of which never replayed (queue full, never fits, failed)
+    std::uint64_t finished = 0;   // replays whose every position was computed
+    std::uint64_t preempted = 0;  // replay preemptions (they go first)
+    std::uint64_t steps = 0, tokens = 0;  // replay chunks run and their tokens
+  } replays;
+  // The monitor's latest report (Engine::stats() attaches it; null when the monitor is off).
+  std::shared_ptr<const QualityReport> quality;
   // Every interval between two consecutive tokens of one sequence (s), observed by the batcher
   // as the step that sampled the later token completes (preemption gaps included).
   Histogram inter_token_latency_s{inter_token_latency_buckets()};

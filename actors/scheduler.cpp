@@ -52,6 +52,42 @@ class SpareBuffers {
   std::optional<Buffer> carry_;
 };
 
+// The replays' share of the step (lowest priority): what served work left of the budget.
+void schedule_replays(KvCacheManager& cache, const ScheduleInput& in,
+                      std::vector<std::uint64_t>& replays, int n_running, int& budget,
+                      ScheduleOutput& out) {
+  const int chunk = std::max(1, in.replays.chunk);
+  auto run_chunk = [&](std::uint64_t id) {
+    const int n = cache.next_chunk_len(id, std::min(budget, chunk));
+    std::vector<LayerSlots> layers;
+    std::uint64_t serial = 0;
+    const int start = cache.tokens(id);
+    if (n > 0 && cache.prepare_chunk(id, n, &layers, &serial)) {
+      out.steps.push_back({id, true, start, n, std::move(layers), serial});
+      budget -= n;
+    }
+  };
+  for (const auto id : replays) {
+    if (budget < 1) return;
+    if (!cache.prefill_done(id)) run_chunk(id);
+  }
+  const auto served_left = static_cast<std::size_t>(std::max(0, in.replays.served_queued));
+  if (!out.preempted.empty() || served_left > out.admitted.size() + out.rejected.size()) return;
+  for (const auto& c : in.replays.candidates) {
+    if (budget < 1 || n_running + static_cast<int>(replays.size()) >= in.limits.max_num_seqs)
+      return;
+    const AdmitResult ar = cache.can_admit(c.spec);
+    if (ar.never_fits) {
+      out.replays.rejected.push_back(c.seq_id);
+      continue;
+    }
+    if (!ar.ok || !cache.admit(c.seq_id, c.spec)) return;
+    out.replays.admitted.push_back(c.seq_id);
+    replays.push_back(c.seq_id);
+    run_chunk(c.seq_id);
+  }
+}
+
 }  // namespace
 
 ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
@@ -71,6 +107,15 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
   int budget = in.limits.max_num_batched_tokens;
   bool prefill_scheduled = false;
   std::vector<std::uint64_t> running = in.running;
+  // Replays go first when pages or seats are missing (newest first).
+  std::vector<std::uint64_t> replays = in.replays.running;
+  auto preempt_replay = [&] {
+    if (replays.empty()) return false;
+    cache.preempt(replays.back());
+    out.replays.preempted.push_back(replays.back());
+    replays.pop_back();
+    return true;
+  };
 
   // Running sequences, oldest first; preemption victims come from the back.
   for (std::size_t i = 0; i < running.size();) {
@@ -84,6 +129,7 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
       bool self_preempted = false;
       Buffer b = spares.take(id);
       while (!cache.prepare_decode(id, &b.layers, &b.serial)) {
+        if (preempt_replay()) continue;
         const auto victim = running.back();
         cache.preempt(victim);
         out.preempted.push_back(victim);
@@ -128,10 +174,12 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
   int n_running = static_cast<int>(running.size());
   for (const auto& c : in.candidates) {
     if (!out.preempted.empty()) break;
+    if (n_running + static_cast<int>(replays.size()) >= in.limits.max_num_seqs) preempt_replay();
     if (n_running >= in.limits.max_num_seqs || budget < 1) break;
     AdmitResult ar;
     try {
       ar = cache.can_admit(c.spec);
+      while (!ar.ok && !ar.never_fits && preempt_replay()) ar = cache.can_admit(c.spec);
     } catch (const std::exception& e) {
       out.rejected.emplace_back(c.seq_id, e.what());
       continue;
@@ -163,8 +211,12 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
     }
   }
 
+  schedule_replays(cache, in, replays, n_running, budget, out);
+
   out.released_pages = cache.take_released();
   out.stats = cache.stats();
+  out.profile_sparse = std::any_of(cache.rules().begin(), cache.rules().end(),
+                                   [](const LayerRule& r) { return r.sparse(); });
   if (in.census) out.census = cache.layer_census();
   out.job_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

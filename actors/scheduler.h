@@ -42,6 +42,21 @@ struct SpareTables {
   std::vector<LayerSlots> layers;
 };
 
+// The quality guardrail's full-cache replays (actors/replay_queue.h) ride at the lowest
+// priority: they get only the token budget served work leaves, at most `chunk` tokens per
+// step; a new one is admitted only when no served request waits (in.served_queued counts
+// them all, admitted in this call or not); and a replay is preempted before any served
+// sequence when a served decode needs a page, a served candidate needs pages or a seat.
+struct ReplayInput {
+  std::vector<std::uint64_t> running;  // admitted replays, oldest first
+  std::vector<Candidate> candidates;   // waiting replays, in order
+  int served_queued = 0;               // served sequences waiting or preempted (all of them)
+  int chunk = 256;
+};
+struct ReplayOutput {
+  std::vector<std::uint64_t> admitted, preempted, rejected;  // rejected: never fit the pool
+};
+
 struct ScheduleInput {
   std::vector<std::uint64_t> commit;   // ran in the previous step
   std::vector<std::uint64_t> release;  // finished / aborted: usage reported, then freed
@@ -53,6 +68,7 @@ struct ScheduleInput {
   // sequence that gets back the buffer of its last export gets only what changed since (a
   // decode step of a full-cache sequence: usually nothing but the scalars).
   std::vector<SpareTables> spare_tables;
+  ReplayInput replays;
   // Censuses of kept positions from the previous step (SeqResult::kept), recorded after the
   // commits (KvCacheManager::record_kept); `census` asks for ScheduleOutput::census.
   std::vector<std::pair<std::uint64_t, std::vector<KeptPositions>>> kept;
@@ -78,6 +94,8 @@ struct ScheduleOutput {
   // Per admitted: prompt tokens from the prefix cache (its prefill starts there).
   std::vector<int> admitted_cached;
   CacheStats stats;
+  ReplayOutput replays;            // their steps are in `steps`, after every served one
+  bool profile_sparse = false;     // the current profile (stats.profile_version) has a sparse layer
   std::vector<LayerUsage> census;  // KvCacheManager::layer_census(), when in.census
   double job_ms = 0.0;             // time schedule_step() took (on the cache strand)
 };

@@ -156,9 +156,9 @@ double read_share(const YAML::Node& n, const std::string& key, const char* zero)
 }
 
 void apply_quality_monitor(const YAML::Node& n, QualityMonitorSection& q) {
-  check_keys(n, "quality_monitor",
-             {"sample_rate", "alert_below", "alert_min_samples", "restore_on_alert",
-              "max_pending"});
+  check_keys(
+      n, "quality_monitor",
+      {"sample_rate", "alert_below", "alert_min_samples", "restore_on_alert", "max_pending"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "quality_monitor." + k;

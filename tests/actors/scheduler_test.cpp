@@ -120,5 +120,129 @@ TEST(Scheduler, TableOfScenarios) {
   }
 }
 
+// The guardrail's replays (full-cache sequences with no client) at the lowest priority.
+Candidate replay(std::uint64_t id, int prompt) {
+  Candidate c = cand(id, prompt, 1);
+  c.spec.sparsity = SparsityProfile{};
+  return c;
+}
+
+std::vector<Step> steps_of(const ScheduleOutput& out) {
+  std::vector<Step> v;
+  for (const auto& s : out.steps) v.push_back({s.seq_id, s.prefill, s.start, s.n_tokens});
+  return v;
+}
+
+constexpr std::uint64_t R = 9;
+
+TEST(Scheduler, ReplaysTakeOnlyWhatServedWorkLeavesInChunks) {
+  const KvLayout layout{2, 64, 2};
+  KvCacheManager cache(1, layout, 100, SparsityProfile{});
+  ScheduleInput in;
+  in.limits = {4, 40, true};
+  in.candidates = {cand(A, 30)};
+  in.replays.candidates = {replay(R, 600)};
+  in.replays.served_queued = 2;  // A and one more the batcher did not pass: R waits
+  auto out = schedule_step(cache, in);
+  EXPECT_EQ(steps_of(out), (std::vector<Step>{{A, P, 0, 30}}));
+  EXPECT_TRUE(out.replays.admitted.empty());
+
+  ScheduleInput in2;
+  in2.limits = {4, 300, true};
+  in2.commit = {A};
+  in2.running = {A};
+  in2.replays.candidates = {replay(R, 600)};
+  in2.replays.chunk = 256;
+  out = schedule_step(cache, in2);  // nothing served waits: R gets the rest, at most 256
+  EXPECT_EQ(steps_of(out), (std::vector<Step>{{A, Dec, 30, 1}, {R, P, 0, 256}}));
+  EXPECT_EQ(out.replays.admitted, (std::vector<std::uint64_t>{R}));
+  ScheduleInput in3;
+  in3.limits = {4, 100, true};
+  in3.commit = {A, R};
+  in3.running = {A};
+  in3.replays.running = {R};
+  out = schedule_step(cache, in3);
+  EXPECT_EQ(steps_of(out), (std::vector<Step>{{A, Dec, 31, 1}, {R, P, 256, 99}}));
+  cache.check_invariants();
+}
+
+TEST(Scheduler, ReplaysArePreemptedBeforeAnyServedSequence) {
+  const KvLayout layout{2, 64, 2};
+  {
+    // A decode that needs a page takes it from the replay, not from a served sequence.
+    KvCacheManager cache(1, layout, 5, SparsityProfile{});
+    ScheduleInput in;
+    in.limits = {4, 64, true};
+    in.candidates = {cand(A, 32)};
+    in.replays.candidates = {replay(R, 48)};
+    in.replays.served_queued = 1;
+    in.replays.chunk = 16;
+    auto out = schedule_step(cache, in);
+    EXPECT_EQ(steps_of(out), (std::vector<Step>{{A, P, 0, 32}, {R, P, 0, 16}}));
+    ScheduleInput in2;
+    in2.limits = in.limits;
+    in2.commit = {A, R};
+    in2.running = {A};
+    in2.replays.running = {R};
+    in2.replays.chunk = 16;
+    out = schedule_step(cache, in2);  // A's token 32 opens a third page: the pool is full
+    EXPECT_EQ(steps_of(out), (std::vector<Step>{{A, Dec, 32, 1}}));
+    EXPECT_EQ(out.replays.preempted, (std::vector<std::uint64_t>{R}));
+    EXPECT_TRUE(out.preempted.empty());
+    EXPECT_FALSE(cache.contains(R));
+    cache.check_invariants();
+  }
+  {
+    // A served candidate that does not fit beside the replay gets its pages.
+    KvCacheManager cache(1, layout, 5, SparsityProfile{});
+    ScheduleInput in;
+    in.limits = {4, 64, true};
+    in.replays.candidates = {replay(R, 48)};
+    in.replays.chunk = 16;
+    auto out = schedule_step(cache, in);
+    EXPECT_EQ(steps_of(out), (std::vector<Step>{{R, P, 0, 16}}));
+    ScheduleInput in2;
+    in2.limits = in.limits;
+    in2.commit = {R};
+    in2.candidates = {cand(B, 48)};
+    in2.replays.running = {R};
+    in2.replays.served_queued = 1;
+    in2.replays.chunk = 16;
+    out = schedule_step(cache, in2);
+    EXPECT_EQ(steps_of(out), (std::vector<Step>{{B, P, 0, 48}}));
+    EXPECT_EQ(out.admitted, (std::vector<std::uint64_t>{B}));
+    EXPECT_EQ(out.replays.preempted, (std::vector<std::uint64_t>{R}));
+    cache.check_invariants();
+  }
+  {
+    // ... and a seat: a replay never holds one a served request wants.
+    KvCacheManager cache(1, layout, 100, SparsityProfile{});
+    ScheduleInput in;
+    in.limits = {1, 64, true};
+    in.replays.candidates = {replay(R, 48)};
+    schedule_step(cache, in);
+    ScheduleInput in2;
+    in2.limits = in.limits;
+    in2.commit = {R};
+    in2.candidates = {cand(B, 8)};
+    in2.replays.running = {R};
+    in2.replays.served_queued = 1;
+    const auto out = schedule_step(cache, in2);
+    EXPECT_EQ(out.admitted, (std::vector<std::uint64_t>{B}));
+    EXPECT_EQ(out.replays.preempted, (std::vector<std::uint64_t>{R}));
+    EXPECT_EQ(steps_of(out), (std::vector<Step>{{B, P, 0, 8}}));
+  }
+  {
+    // A replay larger than the pool is given up, never waited for.
+    KvCacheManager cache(1, layout, 4, SparsityProfile{});
+    ScheduleInput in;
+    in.limits = {4, 64, true};
+    in.replays.candidates = {replay(R, 100)};
+    const auto out = schedule_step(cache, in);
+    EXPECT_EQ(out.replays.rejected, (std::vector<std::uint64_t>{R}));
+    EXPECT_TRUE(out.steps.empty());
+  }
+}
+
 }  // namespace
 }  // namespace strata::actors

@@ -26,7 +26,10 @@ class PromptParityTest : public ::testing::Test {
  protected:
   void SetUp() override {
     probe_ = std::make_shared<test::StepProbe>();
-    engine_ = Engine::create(test::tiny_config(), test::probe_factory(probe_));
+    // The prompt is read back from the prefill steps: no prefix-cache hit may skip a part.
+    Config cfg = test::tiny_config();
+    cfg.cache.prefix_cache = false;
+    engine_ = Engine::create(cfg, test::probe_factory(probe_));
     ServerOptions o;
     o.server.port = 0;
     o.model_name = "tiny";

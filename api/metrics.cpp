@@ -1,5 +1,6 @@
 #include "api/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -71,6 +72,53 @@ std::vector<double> latency_buckets() {
 }
 std::vector<double> token_buckets() {
   return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
+}
+
+// The quality guardrail (docs/sparsity.md "Quality guardrail"): one series per profile version
+// and prompt-length bucket that has finished replays.
+void render_quality(Writer& w, const EngineStats& s) {
+  const QualityReport& q = *s.quality;
+  auto labels = [](const QualityCell& c) {
+    return "profile_version=\"" + std::to_string(c.version) + "\",prompt_len=\"" + c.bucket + "\"";
+  };
+  w.head("strata_quality_argmax_agreement", "gauge",
+         "Share of replayed generated positions where the full cache's argmax equals the sparse "
+         "run's, per profile version and prompt-length bucket.");
+  for (const auto& c : q.cells)
+    w.sample("strata_quality_argmax_agreement", c.agreement(), labels(c));
+  w.head("strata_quality_delta_loglik", "gauge",
+         "Mean log-likelihood per emitted token under the full cache minus under the sparse run "
+         "(nats), per profile version and prompt-length bucket.");
+  for (const auto& c : q.cells) w.sample("strata_quality_delta_loglik", c.delta_mean(), labels(c));
+  w.head("strata_quality_samples_total", "counter",
+         "Finished requests replayed through the full cache, per profile version and bucket.");
+  for (const auto& c : q.cells)
+    w.sample("strata_quality_samples_total", static_cast<double>(c.samples), labels(c));
+  w.head("strata_quality_positions_total", "counter",
+         "Generated positions compared, per profile version and prompt-length bucket.");
+  for (const auto& c : q.cells)
+    w.sample("strata_quality_positions_total", static_cast<double>(c.positions), labels(c));
+  w.head("strata_quality_alert", "gauge",
+         "1 when the version's agreement interval lies below quality_monitor.alert_below.");
+  for (const auto v : q.versions()) {
+    const bool on = std::any_of(q.alerts.begin(), q.alerts.end(),
+                                [&](const QualityAlert& a) { return a.version == v; });
+    w.sample("strata_quality_alert", on ? 1 : 0, "profile_version=\"" + std::to_string(v) + "\"");
+  }
+  w.head("strata_quality_replays_total", "counter",
+         "Guardrail replays by outcome: sampled, finished, dropped (queue full, never fits, "
+         "failed).");
+  w.sample("strata_quality_replays_total", static_cast<double>(s.replays.sampled),
+           "outcome=\"sampled\"");
+  w.sample("strata_quality_replays_total", static_cast<double>(s.replays.finished),
+           "outcome=\"finished\"");
+  w.sample("strata_quality_replays_total", static_cast<double>(s.replays.dropped),
+           "outcome=\"dropped\"");
+  w.counter("strata_quality_replay_preemptions_total",
+            "Guardrail replays preempted to make room for served requests (they go first).",
+            static_cast<double>(s.replays.preempted));
+  w.counter("strata_quality_replay_tokens_total", "Tokens the guardrail's replays computed.",
+            static_cast<double>(s.replays.tokens));
 }
 
 }  // namespace
@@ -206,6 +254,7 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
                  "layer=\"" + std::to_string(l) + "\",policy=\"" + to_string(r.policy) + "\"");
       }
     }
+    if (s.quality) render_quality(w, s);
     w.head("strata_kv_layer_pages", "gauge", "KV pages held per layer.");
     for (std::size_t l = 0; l < s.pages_per_layer.size(); ++l) {
       const bool sparse = in.rules && l < in.rules->size() && (*in.rules)[l].sparse();

@@ -31,6 +31,7 @@ constexpr std::array kRoutes = {
   Route{"/admin/api/profile",   false, kGetHeadPostPut, kAdmin,  kEngine,  handle_admin_profile},
   Route{"/admin/api/stats",     false, kGetHead,        kAdmin,  kEngine,  handle_admin_stats},
   Route{"/admin/api/config",    false, kGetHead,        kAdmin,  kEngine,  handle_admin_config},
+  Route{"/admin/api/quality",   false, kGetHead,        kAdmin,  kEngine,  handle_admin_quality},
   // An event stream: GET only (a HEAD would have to end a stream that never ends).
   Route{"/admin/api/stream",    false, kGet,            kAdmin,  kEngine,  handle_admin_stream},
 };

@@ -88,5 +88,6 @@ net::awaitable<bool> handle_admin_profile(Conn& c, Req& req, const RouteArgs& a)
 net::awaitable<bool> handle_admin_stats(Conn& c, Req& req, const RouteArgs& a);
 net::awaitable<bool> handle_admin_config(Conn& c, Req& req, const RouteArgs& a);
 net::awaitable<bool> handle_admin_stream(Conn& c, Req& req, const RouteArgs& a);
+net::awaitable<bool> handle_admin_quality(Conn& c, Req& req, const RouteArgs& a);
 
 }  // namespace strata::api

@@ -38,6 +38,56 @@ TEST(Metrics, HistogramBucketsAreCumulativeInTheText) {
   EXPECT_DOUBLE_EQ(m.recent_ttft_mean_ms(), 1515.0);
 }
 
+TEST(Metrics, QualityGuardrailSeriesPerVersionAndBucket) {
+  ApiMetrics m;
+  EngineStats s;
+  s.profile_version = 3;
+  s.replays.sampled = 5;
+  s.replays.finished = 3;
+  s.replays.dropped = 1;
+  s.replays.preempted = 2;
+  s.replays.tokens = 900;
+  auto q = std::make_shared<QualityReport>();
+  ReplayRecord rec;
+  rec.profile_version = 2;
+  rec.prompt.assign(300, 1);
+  ReplayScore a;
+  a.positions = 10, a.agree = 10;
+  add_replay(*q, rec, a);
+  rec.profile_version = 3;  // a profile change: its own line
+  ReplayScore b;
+  b.positions = 10, b.agree = 5, b.delta_sum = -2.0;
+  add_replay(*q, rec, b);
+  rec.prompt.assign(20, 1);
+  add_replay(*q, rec, b);
+  q->alerts.push_back({3, 0.5, 0.7, 2, false});
+  s.quality = q;
+  MetricsInput in;
+  in.model_name = "tiny";
+  in.stats = &s;
+  const std::string t = render_metrics(m, in);
+  const std::string l = "{model_name=\"tiny\",profile_version=";
+  for (const std::string& want : std::vector<std::string>{
+           "# TYPE strata_quality_argmax_agreement gauge\n",
+           "strata_quality_argmax_agreement" + l + "\"2\",prompt_len=\"256-1023\"} 1\n",
+           "strata_quality_argmax_agreement" + l + "\"3\",prompt_len=\"0-255\"} 0.5\n",
+           "strata_quality_argmax_agreement" + l + "\"3\",prompt_len=\"256-1023\"} 0.5\n",
+           "strata_quality_delta_loglik" + l + "\"3\",prompt_len=\"0-255\"} -0.2\n",
+           "# TYPE strata_quality_samples_total counter\n",
+           "strata_quality_samples_total" + l + "\"2\",prompt_len=\"256-1023\"} 1\n",
+           "strata_quality_positions_total" + l + "\"3\",prompt_len=\"0-255\"} 10\n",
+           "strata_quality_alert" + l + "\"2\"} 0\n",
+           "strata_quality_alert" + l + "\"3\"} 1\n",
+           "strata_quality_replays_total{model_name=\"tiny\",outcome=\"dropped\"} 1\n",
+           "strata_quality_replay_preemptions_total{model_name=\"tiny\"} 2\n",
+           "strata_quality_replay_tokens_total{model_name=\"tiny\"} 900\n",
+       })
+    EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
+  // No monitor: no guardrail series.
+  s.quality.reset();
+  EXPECT_EQ(render_metrics(m, in).find("strata_quality"), std::string::npos);
+}
+
 TEST(Metrics, EngineGaugesAndLayerGroups) {
   ApiMetrics m;
   EngineStats s;

@@ -113,8 +113,10 @@ class FakeEngine : public Engine {
     st.pages_per_layer = {st.running, 0, 0, 0};
     st.profile = profile_;
     st.profile_version = version_;
+    st.quality = quality;
     return st;
   }
+  std::shared_ptr<const QualityReport> quality;  // the guardrail's report stats() carries
   std::uint64_t update_sparsity(const SparsityProfile& p) override {
     p.resolve(model_.num_hidden_layers);
     std::lock_guard<std::mutex> lock(mu_);

@@ -129,6 +129,36 @@ TEST_F(ServerTest, AdminProfileValidatesAndPublishes) {
             std::string::npos);
 }
 
+TEST_F(ServerTest, AdminQualityReportsTheGuardrailPerVersion) {
+  ready();
+  auto s = connect();
+  EXPECT_EQ(request(s, http::verb::get, "/admin/api/quality").result_int(), 401);
+  auto r = request(s, http::verb::get, "/admin/api/quality", "", "secret");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_FALSE(json::parse(r.body()).at("enabled").as_bool());  // no monitor
+  auto q = std::make_shared<QualityReport>();
+  q->sample_rate = 0.5;
+  ReplayRecord rec;
+  rec.profile_version = 1;
+  rec.prompt.assign(10, 1);
+  ReplayScore sc;
+  sc.positions = 8, sc.agree = 6, sc.delta_sum = -0.8;
+  add_replay(*q, rec, sc);
+  engine_->quality = q;
+  r = request(s, http::verb::get, "/admin/api/quality", "", "secret");
+  const auto o = json::parse(r.body()).as_object();
+  EXPECT_TRUE(o.at("enabled").as_bool());
+  const auto& v = o.at("versions").as_array().at(0).as_object();
+  EXPECT_EQ(v.at("profile_version").to_number<std::int64_t>(), 1);
+  EXPECT_TRUE(v.at("published").as_bool());
+  EXPECT_DOUBLE_EQ(v.at("argmax_agreement").as_double(), 0.75);
+  r = request(s, http::verb::get, "/metrics");
+  EXPECT_NE(r.body().find("strata_quality_argmax_agreement{model_name=\"fake\",profile_version="
+                          "\"1\",prompt_len=\"0-255\"} 0.75\n"),
+            std::string::npos)
+      << r.body();
+}
+
 TEST_F(ServerTest, WebSocketEventsAndCancel) {
   ready();
   beast::websocket::stream<tcp::socket> ws(connect());

@@ -406,7 +406,12 @@ function show(s) {
   $("v-pages").textContent = s.pages_used + " / " + s.pages_total;
   $("v-ratio").textContent = fmt(s.compression_ratio, 2);
   $("v-version").textContent = s.profile_version;
-  history.push({t: s.t, s}); if (history.length > MAX_SAMPLES) history.shift();
+  // The history keeps what the time charts read (not the per-layer census: only `last`'s).
+  const keep = {tokens_per_s: s.tokens_per_s, running: s.running, waiting: s.waiting,
+                ttft_ms_recent: s.ttft_ms_recent, pages_by_group: s.pages_by_group,
+                compression_ratio: s.compression_ratio, pages_per_layer: s.pages_per_layer,
+                page_bytes: s.page_bytes};
+  history.push({t: s.t, s: keep}); if (history.length > MAX_SAMPLES) history.shift();
   last = s;
   if (s.quality) quality(s.quality);
   drawAll();

@@ -249,7 +249,15 @@ std::vector<Selector> selectors(const std::string& expr) {
 class DashboardsTest : public ::testing::Test {
  protected:
   void start(double status_interval_s) {
-    engine_ = Engine::create(test::tiny_config());
+    Config c = test::tiny_config();
+    // Sparse, and every finished request replayed: the quality guardrail's series exist.
+    c.sparsity.enabled = true;
+    c.sparsity.full_layers = 1;
+    c.sparsity.capacity = 32;
+    c.sparsity.window = 8;
+    c.sparsity.sinks = 2;
+    c.quality_monitor.sample_rate = 1;
+    engine_ = Engine::create(c);
     ServerOptions o;
     o.server.port = 0;
     o.server.status_log_interval_s = status_interval_s;
@@ -312,6 +320,12 @@ class DashboardsTest : public ::testing::Test {
 TEST_F(DashboardsTest, EveryDashboardExpressionNamesAnExportedSeriesAfterAWorkload) {
   start(0);
   workload();
+  // The workload's 6 sequences are replayed in the background: wait for their scores.
+  for (int i = 0; i < 2000; ++i) {
+    const auto s = engine_->stats();
+    if (s.quality && s.quality->replays_completed >= 6) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   const auto res = call(http::verb::get, "/metrics");
   ASSERT_EQ(res.result_int(), 200);
   const std::string text = res.body();

@@ -83,13 +83,28 @@ struct DecodeAttentionParams {
   int unroll = 0;  // two-pass kernel: keys in flight per thread: 0 (default, 4) or 8
   // Which kernel (DecodeKernel); the default is kDefaultDecodeKernel.
   int kernel = 0;
+  // Tensor-core kernel only, a tuning knob for benchmarks: (warps per block, cp.async stages
+  // per warp) = 0: (4, 3) the default, 1: (2, 3), 2: (4, 2), 3: (2, 4), 4: (4, 4).
+  int mma_shape = 0;
 };
 // kTwoPass: per 256-key chunk a K pass (logits to shared memory), a softmax pass and a V pass,
 // 4-8 loads in flight per thread. kPipelined: one pass, K and V tiles of 32 keys staged into
 // shared memory by a 3-stage cp.async pipeline, each group of head_dim/8 lanes keeps its own
 // online softmax over its keys, the groups merged in a fixed order at the end. Both write the
 // same partial results (the merge kernel is shared) and are deterministic.
-enum DecodeKernel : int { kDecodeDefault = 0, kDecodeTwoPass = 1, kDecodePipelined = 2 };
+// kMma: the GQA group's heads as the rows of one m16 tile, S = Q K^T and O += P V on tensor
+// cores (mma.sync), each warp streaming whole pages (K and V together) through its own cp.async
+// ring, the warps merged in a fixed order.
+enum DecodeKernel : int {
+  kDecodeDefault = 0,
+  kDecodeTwoPass = 1,
+  kDecodePipelined = 2,
+  kDecodeMma = 3
+};
+// The kernel kDecodeDefault runs: kDefaultDecodeKernel, or the environment variable
+// STRATA_DECODE_ATTN=two_pass|pipelined|mma (read once; anything else throws ConfigError).
+inline constexpr int kDefaultDecodeKernel = kDecodeMma;
+int decode_kernel_from_env();
 inline constexpr int kMaxDecodeSplits = 64;
 void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s);
 

@@ -7,11 +7,16 @@
 // order depends on warp timing (issue 9: it made identical steps differ run to run after
 // bf16 rounding of the output).
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/attention.h"
 #include "cuda/cp_async.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/dispatch.h"
+#include "cuda/mma.cuh"
+#include "cuda/prefill_frag.h"
 
 namespace strata::cuda {
 
@@ -20,8 +25,6 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 128, kWarps = kThreads / 32, kChunk = 256,
               kMaxGroup = 8;  // kMaxGroup: GQA ratio limit
-// The kernel launch_decode_attention runs for DecodeAttentionParams::kernel == kDecodeDefault.
-constexpr int kDefaultDecodeKernel = kDecodePipelined;
 
 __device__ __forceinline__ void unpack8(const uint4& u, float* f) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
@@ -379,6 +382,223 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- the tensor-core kernel (kDecodeMma) -------------------------------------------------
+// The GQA group's query heads are the rows of one m16 tile (rows past the group are zero), so
+// S = Q K^T and O += P V run as mma.sync m16n8k16 (bf16 in, fp32 accumulate): no per-element
+// FMAs or shuffle reductions of dot products, which bounded the CUDA-core kernels. Each warp
+// owns whole pages: warp w of a block takes pages w, w + W, w + 2W, ... of the split's key range
+// and streams them through its own S-stage cp.async ring (K and V of a page, 16 keys, together;
+// rows padded by 8 bf16 so ldmatrix is bank-conflict free), so warps never wait on each other;
+// the next page's id is read one page ahead, off the copy's critical path. Keys past the split's
+// end are zero-filled (V too: 0 x NaN in a poisoned tail would be NaN) and masked to -inf. Each
+// warp keeps an online softmax (log2 domain) per query head; P is rounded to bf16 for P V, as
+// in the FA2 prefill kernel. At the end the W warps are merged in index order (deterministic).
+template <int HD>
+struct MmaDecodeSmem {
+  static constexpr int kLd = HD + 8;           // bf16 per padded row
+  static constexpr int kPageElems = 16 * kLd;  // one K (or V) page of one kv head
+  static constexpr int kStageElems = 2 * kPageElems;
+  static constexpr int bytes(int warps, int stages) {
+    const int pipe = warps * stages * kStageElems * 2;
+    const int merge = warps * 8 * (HD + 2) * 4;
+    return pipe > merge ? pipe : merge;
+  }
+};
+
+template <int HD, int W, int S>
+__global__ void __launch_bounds__(W * 32)
+    decode_attention_mma_kernel(const DecodeAttentionParams p) {
+  using L = MmaDecodeSmem<HD>;
+  constexpr int kLd = L::kLd;
+  constexpr int kLpk = HD / 8;                // 16-byte chunks per key row
+  constexpr int kLoads = 2 * 16 * kLpk / 32;  // cp.async per lane per page (K and V)
+  constexpr int kKs = HD / 16;                // k-steps of Q K^T
+  constexpr int kDt = HD / 8;                 // O n-tiles
+  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+  extern __shared__ uint4 smem_raw[];
+  const int b = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+  const int group = p.heads / p.kv_heads;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int qr = lane >> 2, qc = lane & 3;  // fragment row (query head) and column pair
+  bf16* const ring = reinterpret_cast<bf16*>(smem_raw) + warp * S * L::kStageElems;
+  const int len = p.seq_len[b];
+  const int per = len > 0 ? ((len + p.num_splits - 1) / p.num_splits + 15) / 16 * 16 : 0;
+  const int k0 = min(split * per, max(len, 0)), k1 = min(k0 + per, max(len, 0));
+  const int page0 = k0 >> 4, npages = (k1 - k0 + 15) >> 4;
+  const int mine = npages > warp ? (npages - warp + W - 1) / W : 0;  // this warp's pages
+  const float scale_log2 = p.scale * kLog2e;
+
+  // Q as A fragments: row qr = query head g * group + qr (rows >= group and 8..15 are zero).
+  unsigned qa[kKs][2];
+  {
+    const bf16* qrow =
+        p.q + static_cast<long long>(p.q_row[b]) * p.q_stride + (g * group + qr) * HD + 2 * qc;
+#pragma unroll
+    for (int ks = 0; ks < kKs; ++ks) {
+      qa[ks][0] = qr < group ? *reinterpret_cast<const unsigned*>(qrow + ks * 16) : 0u;
+      qa[ks][1] = qr < group ? *reinterpret_cast<const unsigned*>(qrow + ks * 16 + 8) : 0u;
+    }
+  }
+  float o[kDt][4];
+#pragma unroll
+  for (int d = 0; d < kDt; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  float m = -INFINITY, l = 0.0f;  // row qr, log2 units; l: this lane's columns only
+
+  const int* table = p.block_table + static_cast<long long>(b) * p.table_stride + page0;
+  const long long half = p.page_elems / 2;
+  int next_page = mine > 0 ? table[warp] : 0;  // pool page of this warp's next page to issue
+  auto issue = [&](int i) {                    // this warp's i-th page into stage i % S
+    bf16* const dst = ring + (i % S) * L::kStageElems;
+    const int key0 = k0 + (warp + i * W) * 16;
+    const bf16* src = p.kv_pool + static_cast<long long>(next_page) * p.page_elems +
+                      static_cast<long long>(g) * 16 * HD;
+#pragma unroll
+    for (int c = 0; c < kLoads; ++c) {
+      const int chunk = lane + c * 32, part = chunk / (16 * kLpk), cc = chunk % (16 * kLpk);
+      const int key = cc / kLpk, s8 = cc % kLpk;
+      const bool ok = key0 + key < k1;
+      async::cp_async16(dst + part * L::kPageElems + key * kLd + s8 * 8,
+                        ok ? src + part * half + key * HD + s8 * 8 : p.kv_pool, ok);
+    }
+    if (i + 1 < mine) next_page = table[warp + (i + 1) * W];  // used by the next issue
+  };
+#pragma unroll
+  for (int i = 0; i < S - 1; ++i) {
+    if (i < mine) issue(i);
+    async::cp_async_commit();
+  }
+  for (int i = 0; i < mine; ++i) {
+    async::cp_async_wait<S - 2>();
+    __syncwarp();  // page i landed for every lane; page i - 1's stage is free again
+    if (i + S - 1 < mine) issue(i + S - 1);
+    async::cp_async_commit();
+    const bf16* sk = ring + (i % S) * L::kStageElems;
+    const bf16* sv = sk + L::kPageElems;
+    const int key0 = k0 + (warp + i * W) * 16;
+    // S = Q K^T for the page's 16 keys: two n-tiles (keys 0-7, 8-15).
+    float s[2][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kKs; ++ks) {
+      unsigned kb[4];
+      mma::ldmatrix_x4(kb, sk + frag::b_row(lane) * kLd + ks * 16 + frag::b_col(lane));
+      const unsigned a[4] = {qa[ks][0], 0u, qa[ks][1], 0u};
+      mma::mma_bf16(s[0], a, kb[0], kb[1]);
+      mma::mma_bf16(s[1], a, kb[2], kb[3]);
+    }
+    // Row qr's four logits of this lane (keys nt * 8 + 2 qc + e): mask, write, page maximum.
+    if (p.logits && qr < group) {  // streaming stores (read once, by the score update)
+      float* const lrow =
+          p.logits + (static_cast<long long>(b) * p.heads + g * group + qr) * p.logits_stride;
+      const int lim = min(k1, p.logits_stride);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int j = key0 + nt * 8 + 2 * qc;  // even: key0 is a multiple of 16
+        const float2 v = make_float2(s[nt][0] * p.scale, s[nt][1] * p.scale);
+        if (j + 1 < lim && (reinterpret_cast<std::uintptr_t>(lrow + j) & 7) == 0) {
+          __stcs(reinterpret_cast<float2*>(lrow + j), v);
+        } else {
+          if (j < lim) __stcs(lrow + j, v.x);
+          if (j + 1 < lim) __stcs(lrow + j + 1, v.y);
+        }
+      }
+    }
+    float mt = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = key0 + nt * 8 + 2 * qc + e;
+        s[nt][e] = j < k1 ? s[nt][e] * scale_log2 : -INFINITY;
+        mt = fmaxf(mt, s[nt][e]);
+      }
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+    const float m_new = fmaxf(m, mt);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a fully masked page: p = 0
+    const float alpha = mma::fast_exp2(m - m_use);          // m = -inf: 0
+    m = m_new;
+    l *= alpha;
+#pragma unroll
+    for (int d = 0; d < kDt; ++d) o[d][0] *= alpha, o[d][1] *= alpha;
+    unsigned pa[4];
+    {
+      const float p00 = mma::fast_exp2(s[0][0] - m_use), p01 = mma::fast_exp2(s[0][1] - m_use);
+      const float p10 = mma::fast_exp2(s[1][0] - m_use), p11 = mma::fast_exp2(s[1][1] - m_use);
+      l += (p00 + p01) + (p10 + p11);
+      pa[0] = mma::pack_bf16(p00, p01), pa[1] = 0u;
+      pa[2] = mma::pack_bf16(p10, p11), pa[3] = 0u;
+    }
+    // O += P V: V via ldmatrix.trans, two O n-tiles (16 dims) per load.
+#pragma unroll
+    for (int dp = 0; dp < HD / 16; ++dp) {
+      unsigned vb[4];
+      mma::ldmatrix_x4_trans(vb, sv + frag::a_row(lane) * kLd + dp * 16 + frag::a_col(lane));
+      mma::mma_bf16(o[2 * dp], pa, vb[0], vb[1]);
+      mma::mma_bf16(o[2 * dp + 1], pa, vb[2], vb[3]);
+    }
+  }
+  async::cp_async_wait<0>();
+  l += __shfl_xor_sync(0xffffffffu, l, 1);  // row qr's sum over the quad, fixed order
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  __syncthreads();  // every warp is done with its ring: the merge reuses the memory
+
+  float* const sM = reinterpret_cast<float*>(smem_raw);  // [W][8]
+  float* const sL = sM + W * 8;                          // [W][8]
+  float* const sO = sL + W * 8;                          // [W][8][HD]
+  if (qr < group) {
+    if (qc == 0) sM[warp * 8 + qr] = m, sL[warp * 8 + qr] = l;
+#pragma unroll
+    for (int d = 0; d < kDt; ++d) {
+      sO[(warp * 8 + qr) * HD + d * 8 + 2 * qc] = o[d][0];
+      sO[(warp * 8 + qr) * HD + d * 8 + 2 * qc + 1] = o[d][1];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < group * HD; i += W * 32) {
+    const int hh = i / HD, d = i % HD;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, sM[w * 8 + hh]);
+    float acc = 0.0f, lsum = 0.0f;
+    if (mx != -INFINITY)
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        const float mw = sM[w * 8 + hh];
+        if (mw == -INFINITY) continue;
+        const float c = mma::fast_exp2(mw - mx);
+        acc += sO[(w * 8 + hh) * HD + d] * c;
+        lsum += sL[w * 8 + hh] * c;
+      }
+    const float m_nat = mx == -INFINITY ? -INFINITY : mx * kLn2;  // natural log, as merged
+    if (p.num_splits == 1) {  // the final result: the same arithmetic as the merge kernel's
+      const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+      p.out[static_cast<long long>(p.q_row[b]) * p.out_stride + (g * group + hh) * HD + d] =
+          __float2bfloat16_rn(acc * inv);
+      if (p.lse && d == 0)
+        p.lse[static_cast<long long>(b) * p.heads + g * group + hh] =
+            lsum > 0.0f ? m_nat + logf(lsum) : -INFINITY;
+      continue;
+    }
+    const long long idx =
+        (static_cast<long long>(b) * p.heads + g * group + hh) * p.num_splits + split;
+    p.part_o[idx * HD + d] = acc;
+    if (d == 0) {
+      p.part_ml[idx * 2] = m_nat;
+      p.part_ml[idx * 2 + 1] = lsum;
+    }
+  }
+}
+
+template <int HD, int W, int S>
+void launch_mma(const DecodeAttentionParams& p, cudaStream_t s) {
+  constexpr int bytes = MmaDecodeSmem<HD>::bytes(W, S);
+  // Set on every launch: cheap, per device, and safe from several rank threads.
+  CUDA_CHECK(cudaFuncSetAttribute(decode_attention_mma_kernel<HD, W, S>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  decode_attention_mma_kernel<HD, W, S>
+      <<<dim3(p.batch, p.kv_heads, p.num_splits), W * 32, bytes, s>>>(p);
+}
+
 template <int HD>
 __global__ void decode_merge_kernel(const DecodeAttentionParams p) {
   const int b = blockIdx.x, h = blockIdx.y;
@@ -406,6 +626,20 @@ __global__ void decode_merge_kernel(const DecodeAttentionParams p) {
 
 }  // namespace
 
+int decode_kernel_from_env() {
+  static const int k = [] {
+    const char* v = std::getenv("STRATA_DECODE_ATTN");
+    const std::string s = v ? v : "";
+    if (s.empty()) return static_cast<int>(kDefaultDecodeKernel);
+    if (s == "two_pass") return static_cast<int>(kDecodeTwoPass);
+    if (s == "pipelined") return static_cast<int>(kDecodePipelined);
+    if (s == "mma") return static_cast<int>(kDecodeMma);
+    throw ConfigError("STRATA_DECODE_ATTN", "decode attention kernel '" + s +
+                                                "' is not one of: two_pass, pipelined, mma");
+  }();
+  return k;
+}
+
 void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s) {
   if (p.batch == 0) return;
   if (p.kv_heads <= 0 || p.heads % p.kv_heads != 0 || p.heads / p.kv_heads > kMaxGroup)
@@ -419,12 +653,40 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s) {
   if (p.num_splits < 1 || p.num_splits > kMaxDecodeSplits)
     throw InternalError("decode attention: num_splits " + std::to_string(p.num_splits) +
                         " outside 1.." + std::to_string(kMaxDecodeSplits));
-  const int kernel = p.kernel == kDecodeDefault ? kDefaultDecodeKernel : p.kernel;
-  if (kernel != kDecodeTwoPass && kernel != kDecodePipelined)
+  const int kernel = p.kernel == kDecodeDefault ? decode_kernel_from_env() : p.kernel;
+  if (kernel != kDecodeTwoPass && kernel != kDecodePipelined && kernel != kDecodeMma)
     throw InternalError("decode attention: kernel " + std::to_string(p.kernel) +
-                        " (supported: 0 default, 1 two-pass, 2 pipelined)");
+                        " (supported: 0 default, 1 two-pass, 2 pipelined, 3 mma)");
+  if (p.mma_shape < 0 || p.mma_shape > 4)
+    throw InternalError("decode attention: mma_shape " + std::to_string(p.mma_shape) +
+                        " (supported: 0..4)");
   STRATA_DISPATCH_HEAD_DIM(p.head_dim, "decode attention", HD, {
     const dim3 grid(p.batch, p.kv_heads, p.num_splits);
+    if (kernel == kDecodeMma) {
+      switch (p.mma_shape) {  // (warps per block, pipeline stages per warp)
+        case 0:
+          launch_mma<HD, 4, 3>(p, s);
+          break;
+        case 1:
+          launch_mma<HD, 2, 3>(p, s);
+          break;
+        case 2:
+          launch_mma<HD, 4, 2>(p, s);
+          break;
+        case 3:
+          launch_mma<HD, 2, 4>(p, s);
+          break;
+        default:
+          launch_mma<HD, 4, 4>(p, s);
+          break;
+      }
+      CUDA_CHECK_LAUNCH();
+      if (p.num_splits > 1) {  // one split: the kernel wrote the output and LSE itself
+        decode_merge_kernel<HD><<<dim3(p.batch, p.heads), 128, 0, s>>>(p);
+        CUDA_CHECK_LAUNCH();
+      }
+      return;
+    }
     if (kernel == kDecodePipelined) {
       if (p.heads / p.kv_heads <= 4)
         decode_attention_pipelined_kernel<HD, 4>

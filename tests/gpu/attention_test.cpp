@@ -181,7 +181,7 @@ TEST(GpuAttention, PrefillLong4096) {
 
 void run_decode_case(int heads, int kv_heads, int hd, const std::vector<int>& lens, int splits,
                      bool with_logits, std::mt19937_64& rng, const std::string& tag, int unroll = 0,
-                     int repeats = 0, int kernel = kDecodeDefault) {
+                     int repeats = 0, int kernel = kDecodeDefault, int mma_shape = 0) {
   const int B = static_cast<int>(lens.size());
   PagedKv kv = make_kv(lens, kv_heads, hd, rng);
   const int q_stride = (heads + 2 * kv_heads) * hd;
@@ -225,6 +225,7 @@ void run_decode_case(int heads, int kv_heads, int hd, const std::vector<int>& le
                                static_cast<float>(scale),
                                unroll};
   params.kernel = kernel;
+  params.mma_shape = mma_shape;
   launch_decode_attention(params, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   // Determinism (issue 9): the same launch on the same inputs must give the same bits every
@@ -290,8 +291,8 @@ void run_decode_case(int heads, int kv_heads, int hd, const std::vector<int>& le
 }
 
 // Every decode test runs both kernels (cuda/attention.h DecodeKernel).
-const std::pair<int, const char*> kDecodeKernels[] = {{kDecodeTwoPass, ""},
-                                                      {kDecodePipelined, "_pipe"}};
+const std::pair<int, const char*> kDecodeKernels[] = {
+    {kDecodeTwoPass, ""}, {kDecodePipelined, "_pipe"}, {kDecodeMma, "_mma"}};
 
 TEST(GpuAttention, DecodeSweep) {
   REQUIRE_GPU();
@@ -331,6 +332,29 @@ TEST(GpuAttention, DecodeLong4096Batch) {
                   kDecodePipelined);
   run_decode_case(8, 4, 64, {4096, 1, 17, 300}, 1, true, rng, "hd64_g2_len4096_pipe", 0, 0,
                   kDecodePipelined);
+  // The tensor-core kernel on the same shapes.
+  run_decode_case(32, 8, 128, lens, 8, true, rng, "hd128_g4_b16_len4096_mma", 0, 0, kDecodeMma);
+  run_decode_case(32, 8, 128, lens, 1, true, rng, "hd128_g4_b16_len4096_s1_mma", 0, 0, kDecodeMma);
+  run_decode_case(64, 8, 128, {4096, 1, 17, 300}, 3, true, rng, "hd128_g8_len4096_mma", 0, 0,
+                  kDecodeMma);
+  run_decode_case(8, 1, 64, {4096, 1, 17}, 33, false, rng, "hd64_g8_len4096_mma", 0, 0, kDecodeMma);
+  run_decode_case(8, 4, 64, {4096, 1, 17, 300}, 1, true, rng, "hd64_g2_len4096_mma", 0, 0,
+                  kDecodeMma);
+}
+
+// Every (warps, stages) shape of the tensor-core kernel (DecodeAttentionParams::mma_shape) on
+// ragged lengths, with logits, one and several splits.
+TEST(GpuAttention, DecodeMmaShapes) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(26);
+  for (int shape = 0; shape <= 4; ++shape)
+    for (int hd : {64, 128})
+      for (int splits : {1, 5}) {
+        const std::string tag = "mma_shape" + std::to_string(shape) + "_hd" + std::to_string(hd) +
+                                "_s" + std::to_string(splits);
+        run_decode_case(32, 8, hd, {1, 15, 16, 17, 300, 1000, 2049, 64}, splits, true, rng, tag, 0,
+                        3, kDecodeMma, shape);
+      }
 }
 
 // Issue 9: decode attention is bitwise repeatable (every block reduces its key slots'

@@ -95,6 +95,11 @@ std::string describe(const cublasLtMatmulAlgo_t& algo) {
 
 void Gemm::run(const void* x, const __nv_bfloat16* w, void* y, bool f32out, int T, int N, int K) {
   if (T == 0) return;
+  if (skinny_ && skinny_gemm_applies(x, w, y, T, N, K) &&
+      (no_skinny_.empty() || !no_skinny_.count(Key{N, K, T, f32out}))) {
+    launch_skinny_gemm(static_cast<const __nv_bfloat16*>(x), w, y, f32out, T, N, K, stream_);
+    return;
+  }
   // Tuned plans assume the heuristics' default 256-byte pointer alignment.
   const auto aligned = [](const void* p) {
     return (reinterpret_cast<std::uintptr_t>(p) & 255) == 0;
@@ -284,6 +289,27 @@ std::vector<GemmTuneResult> Gemm::autotune(const std::vector<GemmShape>& shapes,
       } else {
         r.best_us = r.default_us;
         destroy(plan);
+      }
+      // The skinny kernel (1..kSkinnyMaxRows rows) competes with the library's best; where it
+      // loses or disagrees, calls of this shape go to the library.
+      if (skinny_ && skinny_gemm_applies(x.get(), s.w, y_try.get(), T, s.N, s.K)) {
+        const auto key = Key{s.N, s.K, T, s.f32out};
+        r.skinny_us = time_us([&] {
+          launch_skinny_gemm(x.get(), s.w, y_try.get(), s.f32out, T, s.N, s.K, stream_);
+          return CUBLAS_STATUS_SUCCESS;
+        });
+        if (rel_l2(s.f32out, n_out) > 1e-2) {
+          ++r.rejected;
+          no_skinny_.insert(key);
+        } else if (r.skinny_us <= r.best_us) {
+          r.best_us = r.skinny_us;
+          r.chosen = "skinny";
+          no_skinny_.erase(key);
+          auto it = plans_.find(key);  // a plan the skinny kernel beat is never used
+          if (it != plans_.end()) destroy(it->second), plans_.erase(it);
+        } else {
+          no_skinny_.insert(key);
+        }
       }
       out.push_back(r);
     }

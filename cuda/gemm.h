@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -37,10 +38,19 @@ struct GemmTuneResult {
   bool f32out = false;
   double default_us = 0.0;  // cublasGemmEx, CUBLAS_GEMM_DEFAULT
   double best_us = 0.0;     // the kept choice (default_us when the default won)
+  double skinny_us = 0.0;   // the skinny kernel (1..kSkinnyMaxRows rows; 0 = not timed)
   int candidates = 0;       // cublasLt algorithms timed
   int rejected = 0;         // candidates that failed to run or disagreed with the default
-  std::string chosen;       // "default" or "lt algo=.. tile=.. stages=.. splitk=.."
+  std::string chosen;       // "default", "skinny" or "lt algo=.. tile=.. stages=.. splitk=.."
 };
+
+// Skinny GEMMs (cuda/gemm_skinny.cu): 1..kSkinnyMaxRows rows (single-stream decode), a kernel of
+// Strata's own that streams W with 16-byte loads and reduces in a fixed order. Applies when
+// K % 8 == 0 and x, w are 16-byte aligned; y is [T, N] bf16 or fp32.
+inline constexpr int kSkinnyMaxRows = 2;
+bool skinny_gemm_applies(const void* x, const void* w, const void* y, int T, int N, int K);
+void launch_skinny_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, bool f32out, int T,
+                        int N, int K, cudaStream_t s);
 
 // sums[0] += sum (a - ref)^2, sums[1] += sum ref^2 over n elements (bf16 or fp32).
 void launch_diff_norms(const void* a, const void* ref, bool f32, long long n, double* sums,
@@ -63,6 +73,10 @@ class Gemm {
   std::vector<GemmTuneResult> autotune(const std::vector<GemmShape>& shapes,
                                        const std::vector<int>& rows, double budget_ms = 1000.0);
   int tuned_count() const { return static_cast<int>(plans_.size()); }
+  // Whether calls with 1..kSkinnyMaxRows rows use the skinny kernel (default: on) instead of
+  // cuBLAS / a tuned cublasLt plan. For benchmarks and tests comparing the two.
+  void set_skinny(bool on) { skinny_ = on; }
+  bool skinny() const { return skinny_; }
 
  private:
   struct LtPlan {
@@ -79,6 +93,8 @@ class Gemm {
   cublasLtHandle_t lt_ = nullptr;
   DeviceArray<unsigned char> workspace_;
   std::map<Key, LtPlan> plans_;
+  bool skinny_ = true;
+  std::set<Key> no_skinny_;  // shapes where autotune() found the library faster
 };
 
 }  // namespace strata::cuda

@@ -65,7 +65,9 @@ void fill_random(bf16* p, std::size_t n, unsigned long long seed) {
   launch_random_fill({p, static_cast<long long>(n), seed, 0x1234567ull, 1.0f, 0.0f}, nullptr);
 }
 
-void bench_decode_attention(int B, int len) {
+// with_logits: also write the scaled logits and the LSE, as a sparse layer's decode does for
+// its fused score update (the bytes counted stay K + V).
+void bench_decode_attention(int B, int len, bool with_logits = false) {
   const int heads = 32, kvh = 8, hd = 128;
   const KvLayout lay{kvh, hd, 2};
   const int ppseq = pages_for_slots(len);
@@ -80,9 +82,12 @@ void bench_decode_attention(int B, int len) {
   CUDA_CHECK(cudaMemcpy(d_len.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(d_rows.get(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
   DeviceArray<bf16> q(static_cast<std::size_t>(B) * heads * hd), out(q.size());
+  DeviceArray<float> logits(with_logits ? static_cast<std::size_t>(B) * heads * len : 0),
+      lse(with_logits ? static_cast<std::size_t>(B) * heads : 0);
   fill_random(q.get(), q.size(), 2);
-  // Two-pass kernel at 4 and 8 keys in flight (unroll), then the pipelined kernel (unroll 0).
-  for (int unroll : {4, 8, 0})
+  // Two-pass kernel at 8 keys in flight (unroll), the pipelined kernel (-1), then the
+  // tensor-core kernel in each (warps, stages) shape (-10 - mma_shape).
+  for (int unroll : {8, -1, -10, -11, -12, -13, -14})
     for (int splits : {1, 2, 4}) {
       DeviceArray<float> po(static_cast<std::size_t>(B) * heads * splits * hd),
           pml(static_cast<std::size_t>(B) * heads * splits * 2);
@@ -100,28 +105,33 @@ void bench_decode_attention(int B, int len) {
                               pml.get(),
                               out.get(),
                               heads * hd,
-                              nullptr,
-                              nullptr,
-                              0,
+                              with_logits ? lse.get() : nullptr,
+                              with_logits ? logits.get() : nullptr,
+                              with_logits ? len : 0,
                               heads,
                               kvh,
                               hd,
                               1.0f / std::sqrt(128.0f),
-                              unroll};
-      p.kernel = unroll == 0 ? kDecodePipelined : kDecodeTwoPass;
+                              unroll > 0 ? unroll : 0};
+      p.kernel = unroll == -1 ? kDecodePipelined : unroll < -1 ? kDecodeMma : kDecodeTwoPass;
+      p.mma_shape = unroll < -1 ? -10 - unroll : 0;
+      const std::string name = unroll == -1  ? std::string("pipelined")
+                               : unroll < -1 ? "mma shape " + std::to_string(p.mma_shape)
+                                             : "two-pass unroll=" + std::to_string(unroll);
+      const std::string tag = unroll == -1  ? std::string("_pipe")
+                              : unroll < -1 ? "_mma" + std::to_string(p.mma_shape)
+                                            : "_u" + std::to_string(unroll);
       const double ms = median_ms([&] { launch_decode_attention(p, nullptr); }, 3, 20);
       const double bytes = static_cast<double>(B) * len * kvh * hd * 2 * 2;
       const double bw = bytes / (ms * 1e-3);
       std::printf(
-          "decode attention B=%d len=%d 32/8 hd128 splits=%d %s: %.3f ms, %.3g GB KV, %.2f "
+          "decode attention B=%d len=%d 32/8 hd128 splits=%d %s%s: %.3f ms, %.3g GB KV, %.2f "
           "TB/s = "
           "%.1f%% of 4.27\n",
-          B, len, splits,
-          unroll == 0 ? "pipelined" : (unroll == 4 ? "two-pass unroll=4" : "two-pass unroll=8"), ms,
-          bytes / 1e9, bw / 1e12, 100 * bw / kCopyBw);
-      figure("bench_decode_attn_b" + std::to_string(B) + "_s" + std::to_string(splits) +
-                 (unroll == 0 ? std::string("_pipe") : "_u" + std::to_string(unroll)) +
-                 "_frac_copy_bw",
+          B, len, splits, name.c_str(), with_logits ? " +logits" : "", ms, bytes / 1e9, bw / 1e12,
+          100 * bw / kCopyBw);
+      figure("bench_decode_attn_b" + std::to_string(B) + "_s" + std::to_string(splits) + tag +
+                 (with_logits ? "_logits" : "") + "_frac_copy_bw",
              bw / kCopyBw);
     }
 }
@@ -186,7 +196,8 @@ void bench_prefill_attention(int B, int len) {
   }
 }
 
-void bench_gemm(int T) {
+// skinny: Gemm's own kernel for 1..kSkinnyMaxRows rows (cuda/gemm_skinny.cu) or cuBLAS.
+void bench_gemm(int T, bool skinny = false) {
   const int H = 4096, I = 14336;
   struct Shape {
     int N, K;
@@ -194,6 +205,7 @@ void bench_gemm(int T) {
   const Shape shapes[] = {{6144, H}, {H, H}, {2 * I, H}, {H, I}};
   cudaStream_t s = nullptr;
   Gemm g(s);
+  g.set_skinny(skinny);
   double bytes = 0;
   std::vector<DeviceArray<bf16>> ws;
   DeviceArray<bf16> x(static_cast<std::size_t>(T) * I), y(static_cast<std::size_t>(T) * 2 * I);
@@ -210,10 +222,10 @@ void bench_gemm(int T) {
       },
       3, 20);
   const double bw = bytes / (ms * 1e-3);
-  std::printf(
-      "layer GEMMs (cuBLAS) T=%d: %.3f ms for %.3g GB of weights, %.2f TB/s = %.1f%% of 4.27\n", T,
-      ms, bytes / 1e9, bw / 1e12, 100 * bw / kCopyBw);
-  figure("bench_layer_gemms_t" + std::to_string(T) + "_frac_copy_bw", bw / kCopyBw);
+  std::printf("layer GEMMs (%s) T=%d: %.3f ms for %.3g GB of weights, %.2f TB/s = %.1f%% of 4.27\n",
+              skinny ? "skinny" : "cuBLAS", T, ms, bytes / 1e9, bw / 1e12, 100 * bw / kCopyBw);
+  figure("bench_layer_gemms_t" + std::to_string(T) + (skinny ? "_skinny" : "") + "_frac_copy_bw",
+         bw / kCopyBw);
 }
 
 // Device sampler (cuda/sampling.h): one launch over batch-64 rows of the Llama-3 vocabulary,
@@ -302,16 +314,18 @@ void bench_gemm_tune() {
   figure("bench_gemm_tune_startup_ms", ms);
   std::map<int, double> layer_def, layer_best;
   for (const auto& r : res) {
-    std::printf("  %-8s N=%-6d K=%-6d T=%-4d default %8.1f us -> %8.1f us  %s (%d cand, %d rej)\n",
-                r.name.c_str(), r.N, r.K, r.T, r.default_us, r.best_us, r.chosen.c_str(),
-                r.candidates, r.rejected);
+    std::printf(
+        "  %-8s N=%-6d K=%-6d T=%-4d default %8.1f us -> %8.1f us  %s (%d cand, %d rej, skinny "
+        "%.1f us)\n",
+        r.name.c_str(), r.N, r.K, r.T, r.default_us, r.best_us, r.chosen.c_str(), r.candidates,
+        r.rejected, r.skinny_us);
     const std::string key = "bench_gemm_tune_" + r.name + "_t" + std::to_string(r.T);
     figure(key + "_default_us", r.default_us);
     figure(key + "_best_us", r.best_us);
     if (r.name != "lm_head") layer_def[r.T] += r.default_us, layer_best[r.T] += r.best_us;
   }
   const double bytes = 2.0 * (6144.0 * H + 1.0 * H * H + 2.0 * I * H + 1.0 * H * I);
-  for (int T : {64, 128}) {
+  for (int T : {1, 2, 4, 8, 64, 128, 256}) {
     if (!layer_def.count(T)) continue;
     const double d = bytes / (layer_def[T] * 1e-6), b = bytes / (layer_best[T] * 1e-6);
     std::printf("layer GEMMs T=%d: default %.1f%% of 4.27 TB/s, tuned %.1f%%\n", T,
@@ -343,53 +357,60 @@ void bench_model() {
       CudaBackendProbe(be).kv_pool_bytes() / 1e9, be.info().num_pages);
   figure("bench_8b_weight_gb", be.info().weight_bytes / 1e9);
   figure("bench_8b_kv_pool_gb", CudaBackendProbe(be).kv_pool_bytes() / 1e9);
-  const int pps = pages_for_slots(ctx + 1);
-  if (static_cast<long long>(B) * pps * L > be.info().num_pages) {
-    std::printf("KV pool too small for the decode benchmark\n");
-    return;
-  }
   SamplingParams greedy;
   greedy.temperature = 0;
   std::vector<std::int32_t> empty;
-  StepPlan plan;
-  int next = 0;
-  for (int b = 0; b < B; ++b) {
-    SeqStep s;
-    s.seq_id = static_cast<std::uint64_t>(b);
-    s.tokens = {b + 1};
-    s.start = ctx - 1;  // attends over ctx slots (the pool's contents stand in for a prompt)
-    s.prompt_len = ctx - 1;
-    s.prefill = false;
-    s.sample = true;
-    s.params = &greedy;
-    s.prompt = &empty;
-    s.output = &empty;
-    for (int l = 0; l < L; ++l) {
-      LayerSlots ls;
-      ls.valid = ctx - 1;
-      for (int i = 0; i < pps; ++i) ls.pages.push_back(next++);
-      s.layers.push_back(ls);
+  // Decode step at batch B (B = 1: a single stream's time per token, issue 18).
+  auto decode_step = [&](int B) {
+    const int pps = pages_for_slots(ctx + 1);
+    if (static_cast<long long>(B) * pps * L > be.info().num_pages) {
+      std::printf("KV pool too small for the decode benchmark\n");
+      return;
     }
-    plan.seqs.push_back(s);
-  }
-  std::vector<double> t;
-  for (int i = 0; i < 13; ++i) {
-    const StepResult r = be.step(plan);
-    if (i >= 3) t.push_back(r.stats.device_ms);
-  }
-  std::sort(t.begin(), t.end());
-  const double ms = t[t.size() / 2];
-  const double kv = static_cast<double>(B) * ctx * L * mc.num_key_value_heads * mc.head_dim * 2 * 2;
-  const double wbytes =
-      static_cast<double>(be.info().weight_bytes) -
-      static_cast<double>(mc.vocab_size) * mc.hidden_size * 2;  // embed: 64 rows only
-  const double floor_ms = (kv + wbytes) / kCopyBw * 1e3;
-  std::printf(
-      "decode step 8B B=64 ctx=4096 (graphs): %.3f ms; HBM floor %.3f ms (%.3g GB weights + %.3g "
-      "GB KV) -> %.2fx floor\n",
-      ms, floor_ms, wbytes / 1e9, kv / 1e9, ms / floor_ms);
-  figure("bench_decode_step_8b_b64_ctx4096_ms", ms);
-  figure("bench_decode_step_8b_b64_ctx4096_x_floor", ms / floor_ms);
+    StepPlan plan;
+    int next = 0;
+    for (int b = 0; b < B; ++b) {
+      SeqStep s;
+      s.seq_id = static_cast<std::uint64_t>(b);
+      s.tokens = {b + 1};
+      s.start = ctx - 1;  // attends over ctx slots (the pool's contents stand in for a prompt)
+      s.prompt_len = ctx - 1;
+      s.prefill = false;
+      s.sample = true;
+      s.params = &greedy;
+      s.prompt = &empty;
+      s.output = &empty;
+      for (int l = 0; l < L; ++l) {
+        LayerSlots ls;
+        ls.valid = ctx - 1;
+        for (int i = 0; i < pps; ++i) ls.pages.push_back(next++);
+        s.layers.push_back(ls);
+      }
+      plan.seqs.push_back(s);
+    }
+    std::vector<double> t;
+    for (int i = 0; i < 13; ++i) {
+      const StepResult r = be.step(plan);
+      if (i >= 3) t.push_back(r.stats.device_ms);
+    }
+    std::sort(t.begin(), t.end());
+    const double ms = t[t.size() / 2];
+    const double kv =
+        static_cast<double>(B) * ctx * L * mc.num_key_value_heads * mc.head_dim * 2 * 2;
+    const double wbytes =
+        static_cast<double>(be.info().weight_bytes) -
+        static_cast<double>(mc.vocab_size) * mc.hidden_size * 2;  // embed: B rows only
+    const double floor_ms = (kv + wbytes) / kCopyBw * 1e3;
+    std::printf(
+        "decode step 8B B=%d ctx=4096 (graphs): %.3f ms; HBM floor %.3f ms (%.3g GB weights + %.3g "
+        "GB KV) -> %.2fx floor\n",
+        B, ms, floor_ms, wbytes / 1e9, kv / 1e9, ms / floor_ms);
+    const std::string tag = "bench_decode_step_8b_b" + std::to_string(B) + "_ctx4096";
+    figure(tag + "_ms", ms);
+    figure(tag + "_x_floor", ms / floor_ms);
+  };
+  decode_step(B);
+  decode_step(1);
 
   // Prefill of one 4000-token prompt.
   StepPlan pp;
@@ -398,14 +419,14 @@ void bench_model() {
   for (int i = 0; i < 4000; ++i) s.tokens.push_back((i * 7919) % mc.vocab_size);
   s.start = 0, s.prompt_len = 4000, s.prefill = true, s.sample = true, s.params = &greedy,
   s.prompt = &empty, s.output = &empty;
-  next = 0;
+  int next = 0;
   for (int l = 0; l < L; ++l) {
     LayerSlots ls;
     for (int i = 0; i < pages_for_slots(4000); ++i) ls.pages.push_back(next++);
     s.layers.push_back(ls);
   }
   pp.seqs.push_back(s);
-  t.clear();
+  std::vector<double> t;
   for (int i = 0; i < 5; ++i) {
     const StepResult r = be.step(pp);
     if (i >= 1) t.push_back(r.stats.device_ms);
@@ -574,13 +595,21 @@ int main(int argc, char** argv) {
   try {
     if (what == "all" || what == "kernels" || what == "decode-attn") {
       bench_decode_attention(64, 4096);
-      bench_decode_attention(256, 512);  // a sparse layer's shape (issue 18)
+      bench_decode_attention(256, 512);        // a sparse layer's shape (issue 18)
+      bench_decode_attention(256, 512, true);  // ... with the fused update's logits
     }
     if (what == "all" || what == "kernels") {
       bench_prefill_attention(1, 4096);
       bench_prefill_attention(8, 4096);
       bench_gemm(64);
       bench_gemm(128);
+      bench_gemm(256);
+    }
+    if (what == "all" || what == "kernels" || what == "gemm-small") {
+      for (int T : {1, 2, 4, 8, 16}) {
+        bench_gemm(T, false);
+        if (T <= kSkinnyMaxRows) bench_gemm(T, true);
+      }
     }
     if (what == "prefill-attn") {  // both prefill attention kernels only (seconds)
       bench_prefill_attention(1, 4096);

@@ -46,12 +46,13 @@ struct StepLimits {
 // Switches that may change between steps (configuration and test hooks).
 struct StepOptions {
   bool graphs = true;          // backend.cuda_graphs (off with host-staged collectives)
-  bool sparse_graphs = false;  // backend.sparse_graphs: graphs for decode touching sparse layers
+  bool sparse_graphs = true;  // backend.sparse_graphs: graphs for decode touching sparse layers
   int forced_splits = 0;       // decode attention splits (0: pick_decode_splits)
 };
 
-// Decode attention split count: enough blocks for ~4 per SM, at least 256 keys per split,
-// 1..kMaxDecodeSplits (cuda/attention.h; 64).
+// Decode attention split count: enough blocks for ~2 per SM (the tensor-core kernel's residency:
+// 104 KB of shared memory per block), at least 256 keys per split, 1..kMaxDecodeSplits
+// (cuda/attention.h; 64). One split skips the merge kernel.
 int pick_decode_splits(int batch, int max_len, int kv_heads, int num_sms);
 
 // Byte offsets of the named sections of one upload image (every section at a fixed offset,

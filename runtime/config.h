@@ -34,9 +34,9 @@ struct BackendSection {
   int tp_size = 1;
   std::vector<int> devices;  // CUDA device ordinals; empty: 0 .. tp_size-1
   bool cuda_graphs = true;
-  // CUDA graphs also for decode steps that touch sparse layers (off: those run eagerly;
-  // graph replay of sparse decode disagrees with eager, docs/cuda-backend.md).
-  bool sparse_graphs = false;
+  // CUDA graphs also for decode steps that touch sparse layers (off: those run eagerly). On by
+  // default since graph replay equals eager bitwise in the sparse model tests (issue 24).
+  bool sparse_graphs = true;
   std::vector<int> graph_batch_sizes;  // decode buckets; empty: backend default
 };
 

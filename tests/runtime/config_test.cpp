@@ -51,8 +51,8 @@ TEST(Config, DefaultsHaveSparsityOff) {
 }
 
 TEST(Config, SparseGraphsDefaultOffAndParsed) {
-  EXPECT_FALSE(parse_config_yaml("model: {path: x}", "t").backend.sparse_graphs);
-  EXPECT_TRUE(parse_config_yaml("backend: {sparse_graphs: true}", "t").backend.sparse_graphs);
+  EXPECT_TRUE(parse_config_yaml("model: {path: x}", "t").backend.sparse_graphs);
+  EXPECT_FALSE(parse_config_yaml("backend: {sparse_graphs: false}", "t").backend.sparse_graphs);
   EXPECT_NE(error_of("backend: {sparse_graphs: maybe}").find("backend.sparse_graphs"),
             std::string::npos);
 }

@@ -48,7 +48,7 @@ bool is_decode_row(const SeqStep& s) {
 }  // namespace
 
 int pick_decode_splits(int batch, int max_len, int kv_heads, int num_sms) {
-  const int by_sms = (4 * num_sms + batch * kv_heads - 1) / std::max(1, batch * kv_heads);
+  const int by_sms = (2 * num_sms + batch * kv_heads - 1) / std::max(1, batch * kv_heads);
   const int by_len = std::max(1, (max_len + 255) / 256);
   return std::clamp(std::min(by_sms, by_len), 1, kMaxSplits);
 }

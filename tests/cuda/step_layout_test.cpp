@@ -218,11 +218,13 @@ TEST(StepLayout, DecodeSplits) {
   };
   const Case cases[] = {
       {1, 4096, 8, 132, 16},    // by length: 4096 / 256
-      {1, 100000, 8, 132, 64},  // capped
-      {64, 4096, 8, 132, 2},    // by SMs: ceil(528 / 512)
+      {1, 100000, 8, 132, 33},  // by SMs: ceil(264 / 8)
+      {1, 100000, 1, 264, 64},  // capped
+      {64, 4096, 8, 132, 1},    // by SMs: ceil(264 / 512)
+      {32, 4096, 8, 132, 2},    // ceil(264 / 256)
       {256, 4096, 8, 132, 1},   //
       {1, 1, 8, 132, 1},        // at least one
-      {4, 4096, 2, 66, 16},     // ceil(264 / 8) = 33 > 16 by length
+      {4, 4096, 2, 66, 16},     // ceil(132 / 8) = 17 > 16 by length
   };
   for (const Case& c : cases)
     EXPECT_EQ(pick_decode_splits(c.batch, c.max_len, c.kv_heads, c.sms), c.splits)

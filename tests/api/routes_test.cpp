@@ -39,6 +39,7 @@ const std::vector<Expected> kExpected = {
     {"/admin/api/profile", false, "GET, HEAD, POST, PUT", Auth::kAdmin, "/admin/api/profile"},
     {"/admin/api/stats", false, "GET, HEAD", Auth::kAdmin, "/admin/api/stats"},
     {"/admin/api/config", false, "GET, HEAD", Auth::kAdmin, "/admin/api/config"},
+    {"/admin/api/quality", false, "GET, HEAD", Auth::kAdmin, "/admin/api/quality"},
     {"/admin/api/stream", false, "GET", Auth::kAdmin, "/admin/api/stream"},
 };
 

@@ -30,6 +30,14 @@ const std::vector<std::int32_t>& BatcherActor::source(const Seq& s) const {
   return s.recompute.empty() ? s.req->in->prompt : s.recompute;
 }
 
+std::shared_ptr<const std::vector<BlockHash>> BatcherActor::output_names(const Seq& s) const {
+  if (s.output.empty()) return nullptr;
+  std::vector<std::int32_t> all = s.req->in->prompt;
+  all.insert(all.end(), s.output.begin(), s.output.end());
+  return std::make_shared<const std::vector<BlockHash>>(block_hashes(
+      prefix_root(deps_.model_identity, s.req->in->cache_salt), all.data(), all.size()));
+}
+
 std::shared_ptr<const std::vector<BlockHash>> BatcherActor::block_names(Seq& s) const {
   if (!deps_.prefix_cache) return nullptr;
   if (!s.block_hashes) {
@@ -341,6 +349,11 @@ asio::awaitable<void> BatcherActor::kick() {
   ScheduleInput in;
   in.commit = std::exchange(commit_, {});
   in.release = std::exchange(release_, {});
+  if (deps_.prefix_cache)  // (the manager caches generated blocks only with sparsity off)
+    for (const auto id : in.release) {
+      auto it = seqs_.find(id);
+      in.release_names.push_back(it == seqs_.end() ? nullptr : output_names(*it->second));
+    }
   in.running = running_;
   in.limits = deps_.limits;
   replay_input(in);

@@ -168,6 +168,8 @@ class BatcherActor final : public Actor<BatcherMsg> {
   const std::vector<std::int32_t>& source(const Seq& s) const;
   // The prefix-cache names of source()'s full blocks, computed once per source (null: off).
   std::shared_ptr<const std::vector<BlockHash>> block_names(Seq& s) const;
+  // The same over its prompt + generated tokens (null: nothing generated), at its release.
+  std::shared_ptr<const std::vector<BlockHash>> output_names(const Seq& s) const;
   // The guardrail: sample a finished request's sequences for replay; a replay chunk done.
   void maybe_replay(const Req& r);
   void replay_input(ScheduleInput& in);

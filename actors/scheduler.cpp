@@ -98,10 +98,11 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
     if (cache.contains(id)) cache.commit_step(id);
   }
   for (auto& [id, kept] : in.kept) cache.record_kept(id, std::move(kept));
-  for (const auto id : in.release) {
+  for (std::size_t i = 0; i < in.release.size(); ++i) {
+    const auto id = in.release[i];
     if (!cache.contains(id)) continue;
     out.released.emplace_back(id, cache.usage(id));
-    cache.free(id);
+    cache.free(id, i < in.release_names.size() ? in.release_names[i].get() : nullptr);
   }
 
   int budget = in.limits.max_num_batched_tokens;

@@ -60,6 +60,9 @@ struct ReplayOutput {
 struct ScheduleInput {
   std::vector<std::uint64_t> commit;   // ran in the previous step
   std::vector<std::uint64_t> release;  // finished / aborted: usage reported, then freed
+  // Per release (same order, may be shorter, null: none): the names of the full blocks of its
+  // prompt + generated tokens, for the prefix cache (KvCacheManager::free).
+  std::vector<std::shared_ptr<const std::vector<BlockHash>>> release_names;
   std::vector<std::uint64_t> running;  // admitted, oldest admission first
   std::vector<Candidate> candidates;   // preempted first, then waiting (FCFS)
   SchedulerLimits limits;

@@ -1,6 +1,7 @@
 #include "cache/kv_cache_manager.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "runtime/error.h"
@@ -149,10 +150,14 @@ bool KvCacheManager::admit(std::uint64_t seq_id, const SeqSpec& spec) {
   return true;
 }
 
-bool KvCacheManager::free(std::uint64_t seq_id) {
+bool KvCacheManager::free(std::uint64_t seq_id, const std::vector<BlockHash>* names) {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return false;
   Seq& s = it->second;
+  if (names && s.cacheable && s.tokens >= s.spec.prompt_len &&
+      std::none_of(s.layers.begin(), s.layers.end(),
+                   [](const Layer& l) { return l.slots.rule.sparse(); }))
+    insert_blocks(s, s.tokens, names);  // decode K/V of full layers = a dense prefill's
   reserved_total_ -= outstanding(s);
   for (std::size_t l = 0; l < s.layers.size(); ++l) {
     auto& slots = s.layers[l].slots;
@@ -284,8 +289,8 @@ std::int32_t KvCacheManager::alloc_page() {
   return id;
 }
 
-void KvCacheManager::insert_blocks(Seq& s, int end) {
-  const auto& hashes = *s.spec.block_hashes;
+void KvCacheManager::insert_blocks(Seq& s, int end, const std::vector<BlockHash>* names) {
+  const auto& hashes = names ? *names : *s.spec.block_hashes;
   const int last = std::min(end / kBlockSize, static_cast<int>(hashes.size()));
   for (int b = s.cached_blocks; b < last; ++b) {
     const auto& h = hashes[static_cast<std::size_t>(b)];
@@ -297,7 +302,7 @@ void KvCacheManager::insert_blocks(Seq& s, int end) {
       }
     if (prefix_opts_.max_pages >= 0 &&
         prefix_.pages_held() + num_layers_ > prefix_opts_.max_pages) {
-      s.cached_blocks = static_cast<int>(hashes.size());  // budget full of blocks in use: stop
+      s.cached_blocks = std::numeric_limits<int>::max();  // budget full of blocks in use: stop
       return;
     }
     std::vector<std::int32_t> pages(s.layers.size());

@@ -160,8 +160,12 @@ class KvCacheManager {
   // InternalError when seq_id is already admitted.
   bool admit(std::uint64_t seq_id, const SeqSpec& spec);
   // Finish or abort: every page and reservation of the sequence is returned.
-  // Unknown ids are ignored (returns false).
-  bool free(std::uint64_t seq_id);
+  // Unknown ids are ignored (returns false). `names`: the names of the full blocks of the
+  // sequence's prompt + generated tokens (block_hashes() over them); when every layer of a
+  // cacheable sequence is full (sparsity off), its computed blocks past the prompt are cached
+  // first, as vLLM does (a follow-up turn then hits the answer too). With a sparse layer nothing
+  // generated is cached: the layers above it saw sparse attention's hidden states.
+  bool free(std::uint64_t seq_id, const std::vector<BlockHash>* names = nullptr);
   // Preemption by recompute: same as free(); the batcher re-queues prompt + output and later
   // admits it again with the longer prompt.
   bool preempt(std::uint64_t seq_id) { return free(seq_id); }
@@ -307,9 +311,10 @@ class KvCacheManager {
   // Blocks a cacheable spec would hit (their ids into *ids).
   int hit_blocks(const SeqSpec& spec, const std::vector<LayerRule>& rules,
                  std::vector<int>* ids) const;
-  std::int32_t alloc_page();            // a free page, evicting an unused cached block if none is
-  bool evict_unused();                  // one LRU block's pages back to the pool
-  void insert_blocks(Seq& s, int end);  // the prompt blocks [cached_blocks, end / 16)
+  std::int32_t alloc_page();  // a free page, evicting an unused cached block if none is
+  bool evict_unused();        // one LRU block's pages back to the pool
+  // The blocks [cached_blocks, end / 16) named by `names` (default: the prompt's).
+  void insert_blocks(Seq& s, int end, const std::vector<BlockHash>* names = nullptr);
 
   int num_layers_;
   PagePool pool_;

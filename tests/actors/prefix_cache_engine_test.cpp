@@ -174,5 +174,43 @@ TEST(PrefixCacheEngine, PreemptedSequencesSharingBlocksKeepGreedyOutputs) {
   EXPECT_EQ(st.pages_used, 0);
 }
 
+// A follow-up turn resends prompt + answer + a new message. With sparsity off the answer's
+// blocks were cached at the release (decode K/V of full layers equal a dense prefill's), so
+// the hit covers them too; with a sparse layer only the first prompt's blocks are reused.
+TEST(PrefixCacheEngine, FollowUpTurnsHitTheAnswerOnlyWithSparsityOff) {
+  for (const bool sparse : {false, true}) {
+    SCOPED_TRACE(sparse ? "sparse" : "full");
+    Config cfg = tiny_config();
+    if (sparse) {
+      cfg.sparsity.enabled = true;
+      cfg.sparsity.full_layers = 1;
+      cfg.sparsity.policy = Policy::kScored;
+      cfg.sparsity.capacity = 32;
+      cfg.sparsity.window = 8;
+      cfg.sparsity.sinks = 2;
+    }
+    std::mt19937 rng(21);
+    const auto p1 = random_prompt(rng, 60, 200);
+    Config off = cfg;
+    off.cache.prefix_cache = false;
+    auto ref_engine = Engine::create(off);
+    auto on = Engine::create(cfg);
+    const Out a1 = run(*on, req(p1, 40));
+    const Out r1 = run(*ref_engine, req(p1, 40));
+    ASSERT_EQ(a1.tokens, r1.tokens);
+    auto p2 = p1;
+    p2.insert(p2.end(), a1.tokens.begin(), a1.tokens.end());
+    const auto more = random_prompt(rng, 20, 200);
+    p2.insert(p2.end(), more.begin(), more.end());  // 120 tokens
+    const Out a2 = run(*on, req(p2, 10));
+    const Out r2 = run(*ref_engine, req(p2, 10));
+    EXPECT_EQ(a2.tokens, r2.tokens);
+    EXPECT_TRUE(same_bits(a2.logprobs, r2.logprobs));
+    // Full: 60 + 40 - 1 = 99 positions computed -> 6 blocks (96 tokens) cached at the release.
+    // Sparse: the first prompt's 60 - 8 = 52 -> 3 blocks (48 tokens).
+    EXPECT_EQ(a2.cached, sparse ? 48 : 96);
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -205,7 +205,7 @@ class Workload {
     if (running_.empty() || !chance(0.04)) return;
     auto it = running_.begin();
     std::advance(it, pick(0, static_cast<int>(running_.size()) - 1));
-    EXPECT_TRUE(m_.free(it->first));
+    EXPECT_TRUE(free(it->second));
     running_.erase(it);
     ++c.aborted;
   }
@@ -356,7 +356,7 @@ class Workload {
       if (was_prefill && m_.prefill_done(id) && remaining > 0) ++r.generated;
       if (!was_prefill) ++r.generated;
       if (m_.prefill_done(id) && r.generated == r.max_tokens) {
-        EXPECT_TRUE(m_.free(id));
+        EXPECT_TRUE(free(r));
         running_.erase(id);
         ++c.completed;
       }
@@ -403,6 +403,15 @@ class Workload {
     EXPECT_EQ(st.pages_cached, static_cast<int>(cached.size()));
     EXPECT_LE(st.pages_cached, 360);  // the budget
     EXPECT_EQ(st.sequences, static_cast<int>(running_.size()));
+  }
+
+  // Frees a sequence; with the prefix cache, names its prompt + generated tokens (an all-full
+  // sequence's computed blocks past the prompt are then cached: later reads check them).
+  bool free(const Req& r) {
+    if (!prefix_) return m_.free(r.id);
+    const auto names = block_hashes(prefix_root("model", ""), r.tokens.data(),
+                                    static_cast<std::size_t>(r.prompt + r.generated));
+    return m_.free(r.id, &names);
   }
 
   std::set<std::int32_t> cached_pages() const {
@@ -488,7 +497,7 @@ TEST(KvCacheRandom, PrefixCacheSharingEvictionAndHitsKeepExactAccounting) {
     if (HasFailure()) return;
     const auto& c = w.c;
     const auto st = w.stats();
-    EXPECT_GT(c.admitted, 1000);
+    EXPECT_GT(c.admitted, 800);
     EXPECT_GT(c.completed, 500);
     EXPECT_GT(c.preempted, 10);
     EXPECT_GT(c.aborted, 20);

@@ -158,8 +158,10 @@ TEST(QualityGuardrail, ReplaysCauseNo429AndNoServedPreemption) {
   ASSERT_EQ(first.tokens[0].size(), 16u);
   ASSERT_EQ(e->stats().pages_total, 36);
   {
-    std::unique_lock<std::mutex> l(HoldReplay::mu_);
-    HoldReplay::cv_.wait(l, [] { return HoldReplay::held_; });  // the replay holds its pages
+    std::unique_lock<std::mutex> l(HoldReplay::mu_);  // the replay holds its pages
+    ASSERT_TRUE(HoldReplay::cv_.wait_for(l, std::chrono::seconds(30), [] {
+      return HoldReplay::held_;
+    })) << "the first request's replay never ran";
   }
   // Served work arrives while the replay runs: accepted (the queue has room: the replay is in
   // no queue), admitted at the next step by preempting the replay.

@@ -29,6 +29,14 @@ bool ReplayQueue::push(std::uint64_t id, std::shared_ptr<const ReplayRecord> rec
   return true;
 }
 
+bool ReplayQueue::owns(std::uint64_t id) const {
+  for (const auto& r : q_) {  // the running ones are at the front
+    if (!r.running) return false;
+    if (r.id == id) return true;
+  }
+  return false;
+}
+
 const ReplayQueue::Replay* ReplayQueue::find(std::uint64_t id) const {
   for (const auto& r : q_)
     if (r.id == id) return &r;

@@ -32,7 +32,9 @@ class ReplayQueue {
   // Queues a replay of `rec` under sequence id `id`; false when max_pending replays are
   // queued already (the sample is dropped).
   bool push(std::uint64_t id, std::shared_ptr<const ReplayRecord> rec);
-  bool owns(std::uint64_t id) const { return find(id) != nullptr; }
+  // Is `id` a running replay (one the cache manager holds, which steps can carry)? O(running):
+  // the batcher asks for every sequence of every step.
+  bool owns(std::uint64_t id) const;
   bool empty() const { return q_.empty(); }
 
   // Scheduler inputs: the running replays, and the next waiting one when none runs (one

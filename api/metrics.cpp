@@ -224,6 +224,8 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
             "KV pages held by prefix-cache blocks (shared with sequences or unused and "
             "evictable).",
             s.pages_cached);
+    w.gauge("strata_prefix_cache_bytes", "KV bytes held by prefix-cache blocks.",
+            static_cast<double>(s.pages_cached) * static_cast<double>(s.page_bytes));
     w.gauge("strata_kv_compression_ratio",
             "Full-cache KV bytes over bytes held, over running sequences.", s.compression_ratio);
     w.gauge("strata_sparsity_profile_version", "Version of the published sparsity profile.",

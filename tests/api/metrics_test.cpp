@@ -123,6 +123,27 @@ TEST(Metrics, EngineGaugesAndLayerGroups) {
   EXPECT_EQ(g.at("sparse"), 4);
 }
 
+TEST(Metrics, PrefixCacheCountersAndGauges) {
+  ApiMetrics m;
+  EngineStats s;
+  s.prefix_cache_queries = 400;
+  s.prefix_cache_hits = 96;
+  s.pages_cached = 12;
+  s.page_bytes = 4096;
+  MetricsInput in;
+  in.model_name = "m";
+  in.ready = true;
+  in.stats = &s;
+  const std::string t = render_metrics(m, in);
+  EXPECT_NE(t.find("vllm:prefix_cache_queries_total{model_name=\"m\"} 400\n"), std::string::npos)
+      << t;
+  EXPECT_NE(t.find("vllm:prefix_cache_hits_total{model_name=\"m\"} 96\n"), std::string::npos);
+  EXPECT_NE(t.find("vllm:gpu_prefix_cache_hit_rate{model_name=\"m\"} 0.24\n"), std::string::npos);
+  EXPECT_NE(t.find("strata_kv_pages_cached{model_name=\"m\"} 12\n"), std::string::npos);
+  EXPECT_NE(t.find("strata_prefix_cache_bytes{model_name=\"m\"} 49152\n"), std::string::npos);
+  EXPECT_NE(t.find("# TYPE vllm:prefix_cache_hits_total counter"), std::string::npos);
+}
+
 // vLLM's request phases and max_tokens from the usage, the per-token inter-token latency from
 // the engine (both names), the deprecated KV gauge beside the current one, per-layer capacity.
 TEST(Metrics, VllmPhasesInterTokenLatencyAndLayerCapacity) {

@@ -148,7 +148,26 @@ __global__ void argmax_kernel(const ArgmaxParams p) {
       const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
       if (ov > best || (ov == best && oi < best_i)) best = ov, best_i = oi;
     }
-    if (lane == 0) p.out[blockIdx.x] = best_i == 0x7fffffff ? 0 : best_i;
+    if (lane == 0) {
+      p.out[blockIdx.x] = best_i == 0x7fffffff ? 0 : best_i;
+      sv[0] = best;
+    }
+  }
+  if (p.log_z == nullptr) return;
+  __syncthreads();
+  const float mx = sv[0];
+  // sum exp(x - max): fp32 per thread, fp64 across the block in a fixed order.
+  float z = 0.0f;
+  for (int i = threadIdx.x; i < p.vocab; i += blockDim.x) z += expf(row[i] - mx);
+  for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+  __shared__ double sz[32];
+  __syncthreads();  // sv[0] read by every thread before warp 0 reuses the arrays
+  if (lane == 0) sz[warp] = z;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t += sz[w];
+    p.log_z[blockIdx.x] = static_cast<float>(log(t));
   }
 }
 

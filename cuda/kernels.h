@@ -83,12 +83,15 @@ struct RandomFillParams {
 };
 void launch_random_fill(const RandomFillParams& p, cudaStream_t s);
 
-// Greedy: out[r] = argmax of row r (lowest id on ties). One block per row.
+// Greedy: out[r] = argmax of row r (lowest id on ties). One block per row. With log_z, also
+// log_z[r] = log sum_i exp(row[i] - max) (the argmax token's logprob is -log_z[r]: the quality
+// guardrail records every sampled token's logprob, runtime/sampler.cpp's definition).
 struct ArgmaxParams {
   const float* logits;  // [rows, vocab]
   int* out;             // [rows]
   int rows;
   int vocab;
+  float* log_z = nullptr;  // [rows] or nullptr
 };
 void launch_argmax(const ArgmaxParams& p, cudaStream_t s);
 

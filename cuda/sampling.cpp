@@ -121,7 +121,8 @@ SampleOutput finish_sample(const SampleResultDev& res, const SampleRowDesc& row)
                         ", token " + std::to_string(res.token) + ")");
   SampleOutput o;
   o.token = res.token;
-  if (row.logprobs >= 0) o.logprob = res.logprob;
+  o.logprob = res.logprob;  // always, as sample_row (the quality guardrail records it)
+  o.argmax = res.argmax;
   if (row.logprobs > 0) {
     if (res.num_top != row.logprobs)
       throw InternalError("device sampler: " + std::to_string(res.num_top) +

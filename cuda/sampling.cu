@@ -6,7 +6,7 @@
 //   2. penalties: the history ids are counted into a dense [vocab] scratch row (bit 30: seen
 //      in the prompt, low bits: output count), then one pass applies repetition and
 //      frequency/presence with the host's fp32 operations (no contraction);
-//   3. row max (lowest id on ties); log-partition in fp64 when logprobs are requested;
+//   3. row max (lowest id on ties); log-partition in fp64 (always: every token's logprob);
 //      top-N by a radix select on the (value desc, id asc) order;
 //   4. greedy, or weights exp((l - max) / T) in fp64, top-k (radix select by count), top-p
 //      (radix select by mass over the top-k set), min-p (w >= min_p: w(argmax) = 1);
@@ -330,9 +330,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleKernelPara
   }
   const double lmax = sh.lmax;
 
-  // Logprobs: log_softmax of the row after steps 1-2 (before temperature).
+  // Logprobs: log_softmax of the row after steps 1-2 (before temperature). Always: every
+  // sampled token's logprob is recorded (the quality guardrail), as runtime/sampler.cpp does.
   double log_z = 0.0;
-  if (rd.logprobs >= 0) {
+  {
     double z = 0.0;
     for (int i = tid; i < V; i += kThreads) z += exp(static_cast<double>(row[i]) - lmax);
     z = cub::BlockReduce<double, kThreads>(sh.cub.red_d).Sum(z);
@@ -436,9 +437,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleKernelPara
     out->status = token >= 0 ? kSampleOk : -1;
     out->token = token;
     out->bad_index = -1;
-    out->logprob = rd.logprobs >= 0 && token >= 0
-                       ? static_cast<float>(static_cast<double>(row[token]) - lmax - log_z)
-                       : 0.0f;
+    out->logprob =
+        token >= 0 ? static_cast<float>(static_cast<double>(row[token]) - lmax - log_z) : 0.0f;
+    out->argmax = sh.argmax;
   }
 }
 

@@ -55,9 +55,10 @@ struct SampleEdit {
 // What the kernel writes per row.
 struct SampleResultDev {
   int token = -1;
-  float logprob = 0.0f;
-  int status = 0;      // kSampleOk / kSampleBadLogit / kSampleAllBanned
-  int bad_index = -1;  // kSampleBadLogit: the first NaN/+inf logit
+  float logprob = 0.0f;  // of token, after steps 1-2, before temperature (always)
+  int argmax = -1;       // of the same row, lowest id on ties
+  int status = 0;        // kSampleOk / kSampleBadLogit / kSampleAllBanned
+  int bad_index = -1;    // kSampleBadLogit: the first NaN/+inf logit
   float bad_value = 0.0f;
   int num_top = 0;
   int top_id[kMaxDeviceLogprobs] = {};

@@ -112,6 +112,8 @@ struct CudaBackendImpl {
   DeviceArray<int> d_tokens, d_pos, d_seq_of, d_tables, d_row_start, d_nq, d_qpos0, d_tile_seq,
       d_tile_q0, d_q_row, d_seq_len, d_lm_rows, d_argmax;
   PinnedArray<int> h_argmax;
+  DeviceArray<float> d_logz;  // [logit_rows] log-partition of greedy rows (their logprob)
+  PinnedArray<float> h_logz;
   PinnedArray<float> h_logits;
   std::size_t activation_bytes = 0;
 

@@ -209,7 +209,12 @@ void CudaBackendImpl::forward(const ForwardArgs& a) {
                  stream);
   lm_logits(n);
   if (a.argmax)
-    launch_argmax({.logits = logits.get(), .out = d_argmax.get(), .rows = n, .vocab = V}, stream);
+    launch_argmax({.logits = logits.get(),
+                   .out = d_argmax.get(),
+                   .rows = n,
+                   .vocab = V,
+                   .log_z = d_logz.get()},
+                  stream);
 }
 
 }  // namespace strata::cuda

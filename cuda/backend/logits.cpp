@@ -38,7 +38,7 @@ namespace {
 // Copies the host-bound logits rows of one chunk into the sequence's return_logits and draws
 // its token (the chunk holding its last lm row).
 void collect_seq(const SeqStep& s, const LmSlot& slot, const LmChunk& c, SampleRoute route,
-                 bool graph, int V, const float* h_logits, const int* h_argmax,
+                 bool graph, int V, const float* h_logits, const int* h_argmax, const float* h_logz,
                  const SampleOutput* dev_out, const std::vector<std::int32_t>& eos_ids,
                  SeqResult& out) {
   static const std::vector<std::int32_t> empty;
@@ -53,10 +53,15 @@ void collect_seq(const SeqStep& s, const LmSlot& slot, const LmChunk& c, SampleR
   }
   if (!s.sample || last < base || last >= base + n) return;
   if (route == SampleRoute::kDeviceArgmax) {
+    // The row is unprocessed (no bias, bans or penalties): the token is its argmax and its
+    // logprob is -log_z (what sample_row reports).
     out.token = h_argmax[last - base];
+    out.argmax = out.token;
+    out.logprob = -h_logz[last - base];
   } else if (route == SampleRoute::kDeviceSampler) {
     out.token = dev_out->token;
     out.logprob = dev_out->logprob;
+    out.argmax = dev_out->argmax;
     out.top = dev_out->top;
   } else {
     std::vector<float> row_copy(h_logits + static_cast<std::size_t>(last - base) * V,
@@ -67,7 +72,7 @@ void collect_seq(const SeqStep& s, const LmSlot& slot, const LmChunk& c, SampleR
                    s.output ? *s.output : empty, p.ignore_eos ? empty : eos_ids);
     out.token = so.token;
     out.logprob = so.logprob;
-    out.argmax = so.argmax;  // (the device routes leave it -1: the guardrail skips them)
+    out.argmax = so.argmax;
     out.top = so.top;
   }
 }
@@ -92,9 +97,16 @@ void CudaBackendImpl::sample_and_collect(const StepPlan& plan, StepResult& resul
                       .eps = static_cast<float>(mc.rms_norm_eps)},
                      stream);
       lm_logits(n);
-      launch_argmax({.logits = logits.get(), .out = d_argmax.get(), .rows = n, .vocab = V}, stream);
+      launch_argmax({.logits = logits.get(),
+                     .out = d_argmax.get(),
+                     .rows = n,
+                     .vocab = V,
+                     .log_z = d_logz.get()},
+                    stream);
     }
     CUDA_CHECK(cudaMemcpyAsync(h_argmax.get(), d_argmax.get(), n * sizeof(int),
+                               cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaMemcpyAsync(h_logz.get(), d_logz.get(), n * sizeof(float),
                                cudaMemcpyDeviceToHost, stream));
     // The rows the device sampler draws in this chunk (plan order).
     std::vector<SampleRequest> dev_reqs;
@@ -134,7 +146,7 @@ void CudaBackendImpl::sample_and_collect(const StepPlan& plan, StepResult& resul
       if (j >= 0)
         dev_out = finish_sample(sampler.results()[j], dev_batch.rows[static_cast<std::size_t>(j)]);
       collect_seq(s, slot, c, layout.route[static_cast<std::size_t>(i)], graph, V, h_logits.get(),
-                  h_argmax.get(), j >= 0 ? &dev_out : nullptr, mc.eos_token_ids, out);
+                  h_argmax.get(), h_logz.get(), j >= 0 ? &dev_out : nullptr, mc.eos_token_ids, out);
     }
   }
   if (layout.run_lm_rows == 0) {

@@ -129,6 +129,8 @@ void CudaBackendImpl::allocate_workspace() {
   dev(d_lm_rows, T);
   dev(d_argmax, logit_rows);
   h_argmax = PinnedArray<int>(logit_rows);
+  d_logz = DeviceArray<float>(static_cast<std::size_t>(logit_rows));
+  h_logz = PinnedArray<float>(static_cast<std::size_t>(logit_rows));
   h_logits = PinnedArray<float>(static_cast<std::size_t>(logit_rows) * V);
   // The step's upload image (cuda/step_layout.h): one pinned buffer, sections per device array.
   const StepImageLayout image_at = StepImageLayout::for_limits(step_limits());

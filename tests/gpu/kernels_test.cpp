@@ -211,10 +211,29 @@ TEST(GpuKernels, ArgmaxLowestIdOnTies) {
   }
   auto d_l = to_device(logits);
   DeviceArray<int> d_out(rows);
+  DeviceArray<float> d_logz(rows);
   poison(d_out);
   launch_argmax({d_l.get(), d_out.get(), rows, V}, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_EQ(to_host(d_out), expect);
+  // With log_z: the same argmax, and log sum exp(row - max) against fp64 (the greedy token's
+  // logprob is -log_z, recorded for the quality guardrail).
+  poison(d_out);
+  poison(d_logz);
+  launch_argmax(
+      {.logits = d_l.get(), .out = d_out.get(), .rows = rows, .vocab = V, .log_z = d_logz.get()},
+      nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(to_host(d_out), expect);
+  const auto lz = to_host(d_logz);
+  for (int r = 0; r < rows; ++r) {
+    double mx = -INFINITY, z = 0.0;
+    for (int i = 0; i < V; ++i)
+      mx = std::max(mx, static_cast<double>(logits[static_cast<std::size_t>(r) * V + i]));
+    for (int i = 0; i < V; ++i)
+      z += std::exp(static_cast<double>(logits[static_cast<std::size_t>(r) * V + i]) - mx);
+    EXPECT_NEAR(lz[static_cast<std::size_t>(r)], std::log(z), 1e-5) << "row " << r;
+  }
 }
 
 }  // namespace

@@ -129,8 +129,9 @@ int compare_with_host(const std::vector<float>& logits, int vocab, const std::ve
       ADD_FAILURE() << "token " << got.token << " outside the vocabulary";
       continue;
     }
-    if (c.p.logprobs >= 0) {
-      // The logprob of the token each side drew.
+    {
+      // The logprob of the token each side drew and the processed row's argmax: on every row,
+      // whatever logprobs asks (the quality guardrail records them for every sampled token).
       const auto& hr = host_rows[static_cast<std::size_t>(r)];
       double mx = -INFINITY, z = 0.0;
       for (float v : hr) mx = std::max(mx, static_cast<double>(v));
@@ -138,9 +139,12 @@ int compare_with_host(const std::vector<float>& logits, int vocab, const std::ve
       const double lp =
           static_cast<double>(hr[static_cast<std::size_t>(got.token)]) - mx - std::log(z);
       EXPECT_NEAR(got.logprob, lp, 1e-4);
+      EXPECT_EQ(got.argmax, want.argmax);
       if (got.token == want.token) {
         EXPECT_NEAR(got.logprob, want.logprob, 1e-4);
       }
+    }
+    if (c.p.logprobs >= 0) {
       EXPECT_EQ(got.top.size(), want.top.size());
       if (got.top.size() != want.top.size()) continue;
       for (std::size_t i = 0; i < want.top.size(); ++i) {

@@ -189,9 +189,11 @@ TEST(SamplingPrep, FinishMapsResultsAndErrors) {
   ASSERT_EQ(o.top.size(), 2u);
   EXPECT_EQ(o.top[1].token, 7);
   EXPECT_EQ(o.top[1].logprob, -1.25f);
-  row.logprobs = -1;  // no logprobs requested: none reported
-  o = finish_sample(r, row);
-  EXPECT_EQ(o.logprob, 0.0f);
+  r.argmax = 9;
+  row.logprobs = -1;          // no logprobs requested: no top-N, but the token's logprob and the
+  o = finish_sample(r, row);  // argmax always (the quality guardrail records them)
+  EXPECT_EQ(o.logprob, -0.5f);
+  EXPECT_EQ(o.argmax, 9);
   EXPECT_TRUE(o.top.empty());
   row.logprobs = 3;  // the kernel returned fewer than asked
   EXPECT_THROW(finish_sample(r, row), InternalError);

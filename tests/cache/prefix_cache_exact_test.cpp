@@ -1,0 +1,183 @@
+// A sequence that shares cached blocks and is preempted (recompute) computes the same bits as
+// the same schedule without the prefix cache, for the full cache and each sparse policy: the
+// cache manager and the CPU backend driven directly (the engine's scheduler cannot place a
+// preemption at the same point in both runs, since the cache changes the free pages). Both
+// admissions of the shared sequence hit (its prompt's blocks, then prompt + output's).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "cache/block_hash.h"
+#include "cache/kv_cache_manager.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/model/make_model.h"
+#include "runtime/model/model_loader.h"
+
+namespace strata {
+namespace {
+
+const std::string& model_dir() {
+  static const std::string dir = [] {
+    const std::string d = ::testing::TempDir() + "/strata_prefix_exact_" +
+                          std::to_string(static_cast<long>(::getpid()));
+    std::filesystem::remove_all(d);
+    MakeModelOptions o;
+    o.out_dir = d;
+    o.preset = "tiny";
+    o.layers = 3;
+    o.hidden = 64;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.head_dim = 16;
+    o.intermediate = 128;
+    o.dtype = DType::kF32;
+    make_model(o);
+    return d;
+  }();
+  return dir;
+}
+
+struct Out {
+  std::vector<std::int32_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<int> cached;  // cached tokens at each admission
+};
+
+class Driver {
+ public:
+  Driver(const SparsityProfile& profile, bool cache) {
+    CpuBackendOptions o;
+    o.threads = 1;
+    o.kv_bytes = 8ull << 20;
+    backend_ = make_cpu_backend(ModelWeights::load(model_dir()), o);
+    m_ = std::make_unique<KvCacheManager>(backend_->model().num_hidden_layers,
+                                          backend_->info().layout, backend_->info().num_pages,
+                                          profile, PrefixCacheOptions{cache, -1});
+  }
+
+  // Greedy generation of max_tokens; preempted (freed, re-admitted with prompt + output) once
+  // when `preempt_at` tokens are out. Prefill chunks of at most `chunk` tokens.
+  Out generate(std::uint64_t id, const std::vector<std::int32_t>& prompt, int max_tokens,
+               int preempt_at, int chunk) {
+    Out out;
+    SamplingParams params;
+    params.temperature = 0.0f;
+    params.max_tokens = max_tokens;
+    params.ignore_eos = true;
+    params.logprobs = 0;
+    bool preempted = false;
+    for (;;) {
+      std::vector<std::int32_t> src = prompt;
+      src.insert(src.end(), out.tokens.begin(), out.tokens.end());
+      SeqSpec spec{static_cast<int>(src.size()), max_tokens - static_cast<int>(out.tokens.size()),
+                   true, std::nullopt};
+      spec.block_hashes = std::make_shared<const std::vector<BlockHash>>(
+          block_hashes(prefix_root("tiny", ""), src.data(), src.size()));
+      EXPECT_TRUE(m_->admit(id, spec));
+      out.cached.push_back(m_->cached_tokens(id));
+      bool stop = false;
+      while (!stop) {
+        if (!preempted && static_cast<int>(out.tokens.size()) == preempt_at) {
+          preempted = true;
+          m_->preempt(id);
+          break;
+        }
+        StepPlan plan;
+        plan.step_id = step_++;
+        SeqStep st;
+        st.seq_id = id;
+        st.prompt_len = spec.prompt_len;
+        st.start = m_->tokens(id);
+        st.params = &params;
+        st.prompt = &prompt;
+        st.output = &out.tokens;
+        if (!m_->prefill_done(id)) {
+          const int n = m_->next_chunk_len(id, chunk);
+          EXPECT_GT(n, 0);
+          EXPECT_TRUE(m_->prepare_chunk(id, n, &st.layers));
+          st.tokens.assign(src.begin() + st.start, src.begin() + st.start + n);
+          st.prefill = true;
+          st.sample = st.start + n == spec.prompt_len;
+        } else {
+          EXPECT_TRUE(m_->prepare_decode(id, &st.layers));
+          st.tokens = {out.tokens.back()};
+          st.prefill = false;
+          st.sample = true;
+        }
+        plan.released_pages = m_->take_released();
+        plan.seqs.push_back(std::move(st));
+        const StepResult r = backend_->step(plan);
+        m_->commit_step(id);
+        m_->check_invariants();
+        if (r.seqs[0].token >= 0) {
+          out.tokens.push_back(r.seqs[0].token);
+          out.logprobs.push_back(r.seqs[0].logprob);
+          stop = static_cast<int>(out.tokens.size()) == max_tokens;
+        }
+      }
+      if (stop) break;
+    }
+    m_->free(id);
+    return out;
+  }
+
+ private:
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<KvCacheManager> m_;
+  std::uint64_t step_ = 1;
+};
+
+struct Case {
+  const char* name;
+  bool sparse;
+  Policy policy;
+};
+
+class PrefixCacheExact : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PrefixCacheExact, APreemptedSequenceSharingBlocksEqualsTheCacheOffRunBitwise) {
+  const Case c = GetParam();
+  SparsityProfile p;
+  p.enabled = c.sparse;
+  p.full_layers = 1;
+  p.policy = c.policy;
+  p.capacity = 32;
+  p.window = 8;
+  p.sinks = 2;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> tok(10, 199);
+  std::vector<std::int32_t> shared(70), tail(25);
+  for (auto& t : shared) t = tok(rng);
+  for (auto& t : tail) t = tok(rng);
+  auto prompt = shared;
+  prompt.insert(prompt.end(), tail.begin(), tail.end());  // 95 tokens
+
+  Driver off(p, false), on(p, true);
+  const Out ref = off.generate(1, prompt, 20, /*preempt_at=*/7, /*chunk=*/24);
+  (void)on.generate(1, shared, 4, -1, 40);  // fills the cache with the shared blocks
+  const Out hit = on.generate(2, prompt, 20, 7, 24);
+  EXPECT_EQ(hit.tokens, ref.tokens);
+  ASSERT_EQ(hit.logprobs.size(), ref.logprobs.size());
+  EXPECT_EQ(
+      std::memcmp(hit.logprobs.data(), ref.logprobs.data(), ref.logprobs.size() * sizeof(float)),
+      0);
+  ASSERT_EQ(hit.cached.size(), 2u);
+  // First admission: the shared 70 tokens' 4 full blocks (64); after the preemption the
+  // re-admission (95 + 7 tokens) hits its own prompt's 5 blocks (80; a preemption inserts no
+  // generated block, and the window leaves 102 - 8 = 94 -> 80 anyway).
+  EXPECT_EQ(hit.cached[0], 64);
+  EXPECT_EQ(hit.cached[1], 80);
+  EXPECT_EQ(ref.cached, (std::vector<int>{0, 0}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, PrefixCacheExact,
+                         ::testing::Values(Case{"Full", false, Policy::kScored},
+                                           Case{"Window", true, Policy::kWindow},
+                                           Case{"SnapKv", true, Policy::kSnapKv},
+                                           Case{"Scored", true, Policy::kScored}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace strata

@@ -139,12 +139,21 @@ async function consoleChecks(page) {
       `kept positions: sinks, middle and recent all drawn (${widths.map((w) => w.toFixed(0)).join(", ")} px)`);
     check(drawn.note.startsWith("census of"), "kept-position note: " + drawn.note);
     // The guardrail's place: its report when the server has /admin/api/quality, else the label.
-    const qr = await fetch(`${s.base}/admin/api/quality`, { headers: { Authorization: `Bearer ${s.token}` } });
+    const getQuality = () => fetch(`${s.base}/admin/api/quality`, { headers: { Authorization: `Bearer ${s.token}` } });
+    const qr = await getQuality();
     if (qr.ok) {
-      const q = await qr.json();
+      let q = await qr.json();
       await page.waitForFunction(() => document.querySelector("#quality-body .note") !== null, null, { timeout: 5000 });
-      const shown = await page.evaluate(() => ({ note: document.querySelector("#quality-body .note").textContent,
+      const drawnQuality = () => page.evaluate(() => ({ note: document.querySelector("#quality-body .note").textContent,
         rows: document.querySelectorAll("#quality-body tr.version").length }));
+      let shown = await drawnQuality();
+      // Replays finish in the background and the page polls every 2 s: give it two polls to
+      // catch up with the report fetched here.
+      for (let i = 0; i < 25 && q.enabled !== false && shown.rows !== (q.versions || []).length; ++i) {
+        await new Promise((r) => setTimeout(r, 200));
+        q = await (await getQuality()).json();
+        shown = await drawnQuality();
+      }
       check(q.enabled === false ? shown.note.startsWith("off") : shown.rows === (q.versions || []).length,
         `quality guardrail report drawn: ${shown.rows} version row(s), '${shown.note.slice(0, 60)}'`);
     } else {

@@ -78,26 +78,30 @@ TEST(QualityGuardrail, AgreementIsExactlyOneWhenCapacityCoversTheContext) {
 TEST(QualityGuardrail, AgreementDropsWhenTheProfileDropsNeededContext) {
   // Prompt 160 tokens, C = 8 (2 sinks + a 4-token window + 2 selected): the two sparse layers
   // of three see almost nothing of the prompt.
-  auto e = Engine::create(guarded(profile(8, 4, 2, Policy::kWindow)));
-  const auto ps = prompts(4, 160, 11);
-  for (const auto& p : ps) drain(*e->submit(greedy_request(p, 24)));
-  const EngineStats s = wait_replays(*e, ps.size());
-  ASSERT_TRUE(s.quality);
-  const QualityCell t = s.quality->version_total(s.profile_version);
-  EXPECT_EQ(t.samples, ps.size());
-  EXPECT_EQ(t.positions, ps.size() * 24);
-  const Interval ci = t.agreement_interval();
-  std::printf(
-      "C = 8 at 160 + 24 tokens: agreement %.4f [%.4f, %.4f] over %llu positions, delta "
-      "loglik %.4f\n",
-      t.agreement(), ci.lo, ci.hi, static_cast<unsigned long long>(t.positions), t.delta_mean());
-  EXPECT_LT(ci.hi, 1.0);  // measurably below 100 %
-  EXPECT_NE(t.delta_mean(), 0.0);
-  // The first generated token comes from the (dense) prefill: it always agrees.
-  EXPECT_GE(t.agree, t.samples);
-  // One cell per (version, bucket): 160 tokens is in "0-255".
-  ASSERT_EQ(s.quality->cells.size(), 1u);
-  EXPECT_EQ(s.quality->cells[0].bucket, "0-255");
+  for (const Policy policy : {Policy::kWindow, Policy::kScored}) {
+    SCOPED_TRACE(to_string(policy));
+    auto e = Engine::create(guarded(profile(8, 4, 2, policy)));
+    const auto ps = prompts(4, 160, 11);
+    for (const auto& p : ps) drain(*e->submit(greedy_request(p, 24)));
+    const EngineStats s = wait_replays(*e, ps.size());
+    ASSERT_TRUE(s.quality);
+    const QualityCell t = s.quality->version_total(s.profile_version);
+    EXPECT_EQ(t.samples, ps.size());
+    EXPECT_EQ(t.positions, ps.size() * 24);
+    const Interval ci = t.agreement_interval();
+    std::printf(
+        "%s C = 8 at 160 + 24 tokens: agreement %.4f [%.4f, %.4f] over %llu positions, "
+        "delta loglik %.4f\n",
+        to_string(policy), t.agreement(), ci.lo, ci.hi,
+        static_cast<unsigned long long>(t.positions), t.delta_mean());
+    EXPECT_LT(ci.hi, 1.0);  // measurably below 100 %
+    EXPECT_NE(t.delta_mean(), 0.0);
+    // The first generated token comes from the (dense) prefill: it always agrees.
+    EXPECT_GE(t.agree, t.samples);
+    // One cell per (version, bucket): 160 tokens is in "0-255".
+    ASSERT_EQ(s.quality->cells.size(), 1u);
+    EXPECT_EQ(s.quality->cells[0].bucket, "0-255");
+  }
 }
 
 // Holds the first step that runs a replay chunk, so the test can submit served work while a

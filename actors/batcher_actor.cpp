@@ -329,8 +329,16 @@ void BatcherActor::on_step_done(RankCompletion c) {
     finish_seq(s, fin, std::move(ev));
   }
   if (error.empty()) {
-    device_ms_total_ += rank0_->result.stats.device_ms;
-    tm.device_ms += rank0_->result.stats.device_ms;
+    const StepStats& ss = rank0_->result.stats;
+    device_ms_total_ += ss.device_ms;
+    tm.device_ms += ss.device_ms;
+    // GPU idle (issue 24 item 4): the device gap before this step counts when the previous
+    // step left sequences running (the engine had work and the device waited for the host);
+    // a gap after the engine ran dry is the server waiting for requests, not overhead.
+    if (ss.device_gap_ms >= 0.0) {
+      gpu_busy_ms_total_ += ss.device_ms;
+      if (prev_step_left_work_) gpu_gap_ms_total_ += ss.device_gap_ms, ++gpu_gap_steps_;
+    }
   }
   const auto end = Clock::now();
   wall_ms_total_ += ms_between(step_started_, end);
@@ -339,6 +347,7 @@ void BatcherActor::on_step_done(RankCompletion c) {
   ++tm.steps;
   rank0_.reset();
   ++stats_.steps;
+  prev_step_left_work_ = !running_.empty();
   batch_seqs_total_ += plan->seqs.size();
   // Every rank has dropped its reference before completing (RankExecutor::run): recycle.
   if (plan.use_count() == 1) spare_plan_ = std::move(plan);
@@ -596,6 +605,10 @@ void BatcherActor::publish(const CacheStats& cs) {
   st->mean_batch = stats_.steps > 0 ? static_cast<double>(batch_seqs_total_) / stats_.steps : 0.0;
   st->host_overhead =
       wall_ms_total_ > 0 ? std::max(0.0, 1.0 - device_ms_total_ / wall_ms_total_) : 0.0;
+  st->gpu_idle_steps = gpu_gap_steps_;
+  st->gpu_idle_ratio = gpu_gap_ms_total_ + gpu_busy_ms_total_ > 0
+                           ? gpu_gap_ms_total_ / (gpu_gap_ms_total_ + gpu_busy_ms_total_)
+                           : 0.0;
   st->profile_version = cs.profile_version;
   deps_.publish_stats(std::move(st));
 }

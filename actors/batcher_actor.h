@@ -209,6 +209,10 @@ class BatcherActor final : public Actor<BatcherMsg> {
   EngineStats stats_;
   std::uint64_t batch_seqs_total_ = 0;
   double device_ms_total_ = 0.0, wall_ms_total_ = 0.0;
+  // GPU idle between steps (StepStats::device_gap_ms), counted while work was running.
+  double gpu_gap_ms_total_ = 0.0, gpu_busy_ms_total_ = 0.0;
+  std::uint64_t gpu_gap_steps_ = 0;
+  bool prev_step_left_work_ = false;
   ReplayQueue replays_;
   bool replay_queued_ = false;  // since the last scheduling call
   bool take_replay_queued() { return std::exchange(replay_queued_, false); }

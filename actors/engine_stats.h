@@ -77,6 +77,12 @@ struct EngineStats {
   double compression_ratio = 1.0;  // global: full-cache bytes / bytes held (running sequences)
   double mean_batch = 0.0;         // mean sequences per step since start
   double host_overhead = 0.0;      // share of step wall time not covered by backend work
+  // GPU idle between steps on the device timeline (issue 24: the host-overhead ratio means
+  // nothing once the host runs ahead): gaps / (gaps + device time) since start, over steps that
+  // followed a step with sequences still running. gpu_idle_steps == 0: not measured (the CPU
+  // backend reports no gaps), the metric is not exported.
+  double gpu_idle_ratio = 0.0;
+  std::uint64_t gpu_idle_steps = 0;
   std::uint64_t profile_version = 0;
   SparsityProfile profile;
   // K+V bytes of one page (one layer, 16 slots, the rank's KV heads).

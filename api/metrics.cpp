@@ -235,6 +235,11 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
     w.gauge("strata_batch_size_mean", "Mean sequences per engine step since start.", s.mean_batch);
     w.gauge("strata_host_overhead_ratio", "Share of step wall time not covered by backend work.",
             s.host_overhead);
+    if (s.gpu_idle_steps > 0)
+      w.gauge("strata_gpu_idle_ratio",
+              "Share of device time idle between engine steps while sequences ran (device "
+              "timeline).",
+              s.gpu_idle_ratio);
     if (in.rules) {
       w.head("strata_kv_group_pages", "gauge", "KV pages held per layer group (full / sparse).");
       for (const auto& [g, n] : pages_by_group(s.pages_per_layer, *in.rules))

@@ -27,16 +27,16 @@ enum class LayerAction : std::uint8_t {
 
 // KV state of one sequence in one layer, as it is BEFORE this step.
 struct LayerSlots {
-  LayerRule rule;                    // policy, capacity, ring, sinks, window of this sequence
-  std::int32_t valid = 0;            // slots holding tokens (same count for every KV head)
-  std::int32_t ring_pos = 0;         // ring full: oldest ring token at capacity-ring+ring_pos
-  std::vector<std::int32_t> pages;   // page table; covers every slot this step writes
+  LayerRule rule;                   // policy, capacity, ring, sinks, window of this sequence
+  std::int32_t valid = 0;           // slots holding tokens (same count for every KV head)
+  std::int32_t ring_pos = 0;        // ring full: oldest ring token at capacity-ring+ring_pos
+  std::vector<std::int32_t> pages;  // page table; covers every slot this step writes
   // Sparse layer, prompt longer than capacity, prefill not finished: the prompt's full K/V,
   // laid out like a full layer (token position p at slot p). Empty with kSelect in a step
   // that holds the whole prompt: the backend uses its own scratch.
   std::vector<std::int32_t> temp_pages;
   LayerAction action = LayerAction::kNone;
-  std::int32_t shrink_to = 0;        // kShrink only
+  std::int32_t shrink_to = 0;  // kShrink only
 
   // Does this layer hold the prompt position-by-position (full layer, or a sparse layer
   // whose prompt fits its capacity)? Otherwise prompt K/V go to temp pages/scratch.
@@ -71,9 +71,9 @@ struct SeqStep {
   bool report_kept = false;          // fill SeqResult::kept after the step (admin console)
   std::vector<LayerSlots> layers;    // one per model layer
   // Sampling inputs (sample == true only).
-  const SamplingParams* params = nullptr;            // owned by the engine, outlives the step
-  const std::vector<std::int32_t>* prompt = nullptr; // for repetition penalty
-  const std::vector<std::int32_t>* output = nullptr; // tokens generated so far
+  const SamplingParams* params = nullptr;             // owned by the engine, outlives the step
+  const std::vector<std::int32_t>* prompt = nullptr;  // for repetition penalty
+  const std::vector<std::int32_t>* output = nullptr;  // tokens generated so far
 };
 
 struct StepPlan {
@@ -113,13 +113,13 @@ struct KeptPositions {
 
 struct SeqResult {
   std::uint64_t seq_id = 0;
-  std::int32_t token = -1;            // sampled token, -1 when the step did not sample
-  float logprob = 0.0f;               // of `token`, whatever params->logprobs asks
+  std::int32_t token = -1;  // sampled token, -1 when the step did not sample
+  float logprob = 0.0f;     // of `token`, whatever params->logprobs asks
   // Argmax of the sampled row after penalties (lowest id on ties), -1 when not recorded (the
   // quality guardrail compares it with the full cache's).
   std::int32_t argmax = -1;
-  std::vector<TopLogprob> top;        // top-N alternatives, descending
-  std::vector<float> logits;          // return_logits: [tokens.size()][vocab], fp32
+  std::vector<TopLogprob> top;  // top-N alternatives, descending
+  std::vector<float> logits;    // return_logits: [tokens.size()][vocab], fp32
   // report_kept: one per model layer; empty when not asked or when the backend records no
   // positions (the CUDA backend today).
   std::vector<KeptPositions> kept;
@@ -128,7 +128,10 @@ struct SeqResult {
 struct StepStats {
   double device_ms = 0.0;  // time the backend spent computing (device time on GPUs)
   double host_ms = 0.0;    // host time inside step() outside device work
-  std::int64_t tokens = 0; // input tokens processed
+  // Device idle since the previous step's last device work, on the device's own timeline (the
+  // gap the host leaves between steps, issue 24); -1: not measured (CPU backend, first step).
+  double device_gap_ms = -1.0;
+  std::int64_t tokens = 0;  // input tokens processed
 };
 
 struct StepResult {

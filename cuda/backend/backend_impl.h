@@ -165,6 +165,9 @@ struct CudaBackendImpl {
   int tap_rows = 0, tap_dec_rows = 0;
   bool tap_has_lse = false;
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
+  // The previous step's ev1 (the two are swapped at each step): the device gap before ev0.
+  cudaEvent_t ev1_prev = nullptr;
+  bool have_prev_end = false;
 
   // Tensor parallelism (docs/tensor-parallel.md): this rank's shard; `mc` holds the rank's
   // LOCAL head and intermediate counts (full vocabulary and hidden size), full_mc the model.

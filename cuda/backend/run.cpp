@@ -124,6 +124,7 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
       image, layout);
   if (layout.num_seqs == 0) return result;
   const std::vector<LayerSparseWork> work = upload_sparse_work();
+  std::swap(ev1, ev1_prev);  // ev1_prev: the previous step's last device work
   CUDA_CHECK(cudaEventRecord(ev0, stream));
   upload_step();
   const int bucket = layout.graph.bucket;
@@ -149,6 +150,12 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
   const double wall =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
   result.stats.device_ms = ms;
+  if (have_prev_end) {  // both events completed: the previous step synchronised, this one too
+    float gap = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&gap, ev1_prev, ev0));
+    result.stats.device_gap_ms = std::max(0.0f, gap);
+  }
+  have_prev_end = true;
   result.stats.host_ms = std::max(0.0, wall - ms);
   result.stats.tokens = layout.rows;
   return result;

@@ -39,6 +39,7 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreate(&ev0));
   CUDA_CHECK(cudaEventCreate(&ev1));
+  CUDA_CHECK(cudaEventCreate(&ev1_prev));
   gemm = std::make_unique<Gemm>(stream);
   build_weights();
   check_head_dim(mc.head_dim, "CUDA backend");
@@ -75,6 +76,7 @@ CudaBackendImpl::~CudaBackendImpl() {
   for (auto& [k, g] : graphs) cudaGraphExecDestroy(g);
   if (ev0) cudaEventDestroy(ev0);
   if (ev1) cudaEventDestroy(ev1);
+  if (ev1_prev) cudaEventDestroy(ev1_prev);
   gemm.reset();
   if (stream) cudaStreamDestroy(stream);
 }

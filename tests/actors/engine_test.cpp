@@ -462,5 +462,56 @@ TEST(Engine, UpdateSparsityValidatesAndVersions) {
   EXPECT_GT(c.usage->compression_ratio, 1.2);
 }
 
+// ---- GPU idle between steps (issue 24 item 4) ---------------------------------------------
+
+// A backend reporting a fixed device time and device gap per step, as the CUDA backend measures
+// them with events (StepStats::device_gap_ms).
+class GapBackend final : public Backend {
+ public:
+  explicit GapBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  const BackendInfo& info() const override { return inner_->info(); }
+  const ModelConfig& model() const override { return inner_->model(); }
+  StepResult step(const StepPlan& plan) override {
+    StepResult r = inner_->step(plan);
+    r.stats.device_ms = 3.0;
+    r.stats.device_gap_ms = 1.0;
+    return r;
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+TEST(Engine, GpuIdleCountsGapsOnlyWhileSequencesRun) {
+  const BackendFactory gaps = [](const Config& c) {
+    std::shared_ptr<const ModelWeights> w = ModelWeights::load(c.model.path);
+    CpuBackendOptions o;
+    o.threads = c.backend.threads;
+    o.kv_bytes = c.cache.cpu_kv_bytes;
+    std::vector<std::unique_ptr<Backend>> v;
+    v.push_back(std::make_unique<GapBackend>(make_cpu_backend(w, o)));
+    return v;
+  };
+  auto e = Engine::create(tiny_config(), gaps);
+  // Two requests one after the other: the engine runs dry between them, and the gap before the
+  // second one's first step is the server waiting for work, not overhead.
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(drain(*e->submit(greedy_request({5, 6, 7, 8}, 6))).tokens[0].size(), 6u);
+  const EngineStats st = wait_stats(
+      *e, [](const EngineStats& s) { return s.running == 0 && s.requests_finished == 2; });
+  ASSERT_GE(st.steps, 4u);
+  EXPECT_EQ(st.gpu_idle_steps, st.steps - 2) << "one uncounted gap per busy period";
+  const double gaps_ms = static_cast<double>(st.gpu_idle_steps), busy_ms = 3.0 * st.steps;
+  EXPECT_DOUBLE_EQ(st.gpu_idle_ratio, gaps_ms / (gaps_ms + busy_ms));
+
+  // The CPU backend measures no device gaps: nothing is counted (the metric is not exported).
+  auto plain = Engine::create(tiny_config());
+  drain(*plain->submit(greedy_request({5, 6, 7, 8}, 3)));
+  const EngineStats ps = wait_stats(
+      *plain, [](const EngineStats& s) { return s.running == 0 && s.requests_finished == 1; });
+  EXPECT_EQ(ps.gpu_idle_steps, 0u);
+  EXPECT_EQ(ps.gpu_idle_ratio, 0.0);
+}
+
 }  // namespace
 }  // namespace strata

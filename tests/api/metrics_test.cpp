@@ -123,6 +123,25 @@ TEST(Metrics, EngineGaugesAndLayerGroups) {
   EXPECT_EQ(g.at("sparse"), 4);
 }
 
+// strata_gpu_idle_ratio (issue 24 item 4) only where the backend measures device gaps.
+TEST(Metrics, GpuIdleRatioOnlyWhenMeasured) {
+  ApiMetrics m;
+  EngineStats s;
+  s.host_overhead = 0.5;
+  MetricsInput in;
+  in.model_name = "m";
+  in.ready = true;
+  in.stats = &s;
+  std::string t = render_metrics(m, in);
+  EXPECT_EQ(t.find("strata_gpu_idle_ratio"), std::string::npos) << "exported without a gap";
+  EXPECT_NE(t.find("strata_host_overhead_ratio{model_name=\"m\"} 0.5\n"), std::string::npos);
+  s.gpu_idle_steps = 10;
+  s.gpu_idle_ratio = 0.125;
+  t = render_metrics(m, in);
+  EXPECT_NE(t.find("strata_gpu_idle_ratio{model_name=\"m\"} 0.125\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("# TYPE strata_gpu_idle_ratio gauge"), std::string::npos);
+}
+
 TEST(Metrics, PrefixCacheCountersAndGauges) {
   ApiMetrics m;
   EngineStats s;

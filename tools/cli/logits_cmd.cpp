@@ -96,13 +96,18 @@ int run(int argc, char** argv) {
   if (a.flag("help")) {
     std::printf(
         "strata logits --model DIR (--ids 1,2,3 | --ids-file FILE) [--out FILE.npy]\n"
-        "  [--sparsity PROFILE.yaml] [--prefill N] [--threads N]\n"
+        "  [--sparsity PROFILE.yaml] [--prefill N] [--threads N] [--quantization none|fp8]\n"
         "Teacher-forced logits on the CPU reference backend: one prefill over the ids (or a\n"
         "prefill of the first N ids then one decode step per remaining id), fp32 logits\n"
-        "[n][vocab] written as .npy. Without --out, prints each position's argmax.\n");
+        "[n][vocab] written as .npy. Without --out, prints each position's argmax.\n"
+        "--quantization fp8: the linear layers in e4m3, W8A8 (docs/cpu-backend.md \"FP8\").\n");
     return 0;
   }
-  a.expect_only({"help", "model", "ids", "ids-file", "out", "sparsity", "prefill", "threads"});
+  a.expect_only({"help", "model", "ids", "ids-file", "out", "sparsity", "prefill", "threads",
+                 "quantization"});
+  const auto quant = a.get_or("quantization", "none");
+  if (quant != "none" && quant != "fp8")
+    throw ConfigError("--quantization", "got '" + quant + "' (allowed: none, fp8)");
   const auto dir = a.get_or("model", "");
   if (dir.empty()) throw ConfigError("--model", "required: the model directory");
   std::vector<std::int32_t> ids;
@@ -128,6 +133,7 @@ int run(int argc, char** argv) {
   const KvLayout layout{mc.num_key_value_heads, mc.head_dim, 4};
   CpuBackendOptions opts;
   opts.threads = threads;
+  opts.quantization = quant == "fp8" ? Quantization::kFp8 : Quantization::kNone;
   opts.kv_bytes = static_cast<std::uint64_t>(pages) * layout.page_bytes();
   auto backend = make_cpu_backend(weights, opts);
   weights.reset();

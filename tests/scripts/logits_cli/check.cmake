@@ -45,3 +45,25 @@ execute_process(COMMAND ${STRATA} logits --model ${WORK}/m --ids 1,999999
 if(rc EQUAL 0 OR NOT err MATCHES "outside the vocabulary")
   message(FATAL_ERROR "out-of-vocabulary id: rc ${rc}, stderr: ${err}")
 endif()
+
+# --quantization fp8 (W8A8, runtime/cpu/fp8_matmul.h): it runs, changes the logits (the .npy
+# bytes differ from the unquantized run's), and a bad value is refused before any work.
+run_ok(q8 ${STRATA} logits --model ${WORK}/m --ids ${ids} --quantization fp8)
+string(REGEX MATCH "\"argmax\": \\[[0-9, ]+\\]" a8 "${q8}")
+string(REGEX MATCHALL "[0-9]+" positions8 "${a8}")
+list(LENGTH positions8 n8)
+if(NOT n8 EQUAL 13)
+  message(FATAL_ERROR "fp8: expected 13 argmax entries, got ${n8}: ${q8}")
+endif()
+run_ok(ignored ${STRATA} logits --model ${WORK}/m --ids-file ${WORK}/ids.txt --out ${WORK}/q.npy
+       --quantization fp8)
+file(SHA256 ${WORK}/x.npy h_none)
+file(SHA256 ${WORK}/q.npy h_fp8)
+if(h_none STREQUAL h_fp8)
+  message(FATAL_ERROR "--quantization fp8 gave the same logits as none: is it applied?")
+endif()
+execute_process(COMMAND ${STRATA} logits --model ${WORK}/m --ids 1,2 --quantization int4
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "--quantization")
+  message(FATAL_ERROR "--quantization int4: rc ${rc}, stderr: ${err}")
+endif()

@@ -84,10 +84,11 @@ class EngineImpl final : public Engine {
     std::int64_t max_len = config_.model.max_model_len > 0 ? config_.model.max_model_len
                                                            : model_.max_position_embeddings;
     SparsityProfile initial = config_.sparsity;
-    // Prefix cache: at most prefix_cache_fraction of the pool in cached blocks.
+    // Prefix cache: cached blocks hold at most prefix_cache_fraction of the pool and at most
+    // prefix_cache_bytes.
     PrefixCacheOptions pc;
     pc.enabled = config_.cache.prefix_cache;
-    pc.max_pages = static_cast<int>(config_.cache.prefix_cache_fraction * num_pages);
+    pc.max_pages = config_.cache.prefix_cache_pages(num_pages, layout.page_bytes());
     auto manager =
         std::make_unique<KvCacheManager>(model_.num_hidden_layers, layout, num_pages, initial, pc);
     initial.version = manager->profile_version();

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -87,7 +89,7 @@ void apply_scheduler(const YAML::Node& n, SchedulerSection& s) {
 void apply_cache(const YAML::Node& n, CacheSection& c) {
   check_keys(n, "cache",
              {"kv_bytes", "kv_fraction", "cpu_kv_bytes", "shrink_running", "prefix_cache",
-              "prefix_cache_fraction"});
+              "prefix_cache_fraction", "prefix_cache_bytes"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "cache." + k;
@@ -103,8 +105,11 @@ void apply_cache(const YAML::Node& n, CacheSection& c) {
       c.prefix_cache = read_bool(kv.second, key);
     else if (k == "prefix_cache_fraction")
       c.prefix_cache_fraction = read_double(kv.second, key, 0.001, 1.0);
+    else if (k == "prefix_cache_bytes")
+      c.prefix_cache_bytes = read_bytes(kv.second, key);
   }
 }
+
 
 void apply_server(const YAML::Node& n, ServerSection& s) {
   check_keys(n, "server",
@@ -283,6 +288,14 @@ SparsityProfile load_sparsity_file(const std::string& path) {
   } catch (const ConfigError& e) {
     throw ConfigError(e.key(), path + ": " + e.what());
   }
+}
+
+int CacheSection::prefix_cache_pages(int num_pages, std::size_t page_bytes) const {
+  std::int64_t pages = static_cast<std::int64_t>(prefix_cache_fraction * num_pages);
+  if (prefix_cache_bytes > 0 && page_bytes > 0)
+    pages =
+        std::min<std::int64_t>(pages, static_cast<std::int64_t>(prefix_cache_bytes / page_bytes));
+  return static_cast<int>(std::clamp<std::int64_t>(pages, 0, num_pages));
 }
 
 }  // namespace strata

@@ -56,7 +56,11 @@ struct CacheSection {
   // Automatic prefix caching (docs/sparsity.md "Prefix cache"): full prompt blocks stay in the
   // pool, shared by later requests with the same prefix, evicted LRU when pages are needed.
   bool prefix_cache = true;
-  double prefix_cache_fraction = 1.0;  // most of the pool cached blocks may hold (0 ... 1]
+  double prefix_cache_fraction = 1.0;    // most of the pool cached blocks may hold (0 ... 1]
+  std::uint64_t prefix_cache_bytes = 0;  // most KV bytes cached blocks may hold (0: no byte cap)
+  // Pages cached blocks may hold in a pool of num_pages pages of page_bytes each: the smaller of
+  // the fraction's and the byte cap's (at least 0).
+  int prefix_cache_pages(int num_pages, std::size_t page_bytes) const;
 };
 
 struct ServerSection {

@@ -50,7 +50,7 @@ TEST(Config, DefaultsHaveSparsityOff) {
   EXPECT_EQ(c.server.host, "127.0.0.1");
 }
 
-TEST(Config, SparseGraphsDefaultOffAndParsed) {
+TEST(Config, SparseGraphsDefaultOnAndParsed) {
   EXPECT_TRUE(parse_config_yaml("model: {path: x}", "t").backend.sparse_graphs);
   EXPECT_FALSE(parse_config_yaml("backend: {sparse_graphs: false}", "t").backend.sparse_graphs);
   EXPECT_NE(error_of("backend: {sparse_graphs: maybe}").find("backend.sparse_graphs"),
@@ -73,6 +73,24 @@ TEST(Config, QuantizationDefaultsToNoneParsesFp8AndRejectsTheRest) {
   EXPECT_EQ(c.model.quantization, Quantization::kFp8);
   c.set("model.quantization", "none");
   EXPECT_EQ(c.model.quantization, Quantization::kNone);
+}
+
+// The prefix cache's budget: the smaller of the pool fraction and the byte cap, in pages.
+TEST(Config, PrefixCacheBudgetIsTheSmallerOfFractionAndBytes) {
+  const Config d = parse_config_yaml("model: {path: x}", "t");
+  EXPECT_EQ(d.cache.prefix_cache_bytes, 0u);
+  EXPECT_EQ(d.cache.prefix_cache_pages(1000, 4096), 1000);  // whole pool, no byte cap
+  const Config c =
+      parse_config_yaml("cache: {prefix_cache_fraction: 0.5, prefix_cache_bytes: 1MiB}", "t");
+  EXPECT_EQ(c.cache.prefix_cache_bytes, 1u << 20);
+  EXPECT_EQ(c.cache.prefix_cache_pages(1000, 4096), 256);    // 1 MiB / 4 KiB < 500
+  EXPECT_EQ(c.cache.prefix_cache_pages(400, 4096), 200);     // half of 400 < 256
+  EXPECT_EQ(c.cache.prefix_cache_pages(1000, 8u << 20), 0);  // a page larger than the cap
+  Config s;
+  s.set("cache.prefix_cache_bytes", "2GiB");
+  EXPECT_EQ(s.cache.prefix_cache_bytes, 2ull << 30);
+  EXPECT_THROW(s.set("cache.prefix_cache_bytes", "lots"), ConfigError);
+  EXPECT_EQ(s.cache.prefix_cache_bytes, 2ull << 30);
 }
 
 TEST(Config, RejectsUnknownKeysNamingThemAndTheAllowedOnes) {

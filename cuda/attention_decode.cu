@@ -35,6 +35,36 @@ __device__ __forceinline__ void unpack8(const uint4& u, float* f) {
   }
 }
 
+// Keys [k0, k1) of split `split` of batch entry b: num_splits ranges of equal length rounded up
+// to a whole page (16 slots), the last one short; empty past the sequence's end.
+struct KeyRange {
+  int k0, k1;
+};
+__device__ __forceinline__ KeyRange split_keys(const DecodeAttentionParams& p, int b, int split) {
+  const int len = max(p.seq_len[b], 0);
+  const int per = len > 0 ? ((len + p.num_splits - 1) / p.num_splits + 15) / 16 * 16 : 0;
+  const int k0 = min(split * per, len);
+  return {k0, min(k0 + per, len)};
+}
+
+// The CUDA-core kernels' query: this lane's 8 dims (sub) of every query head of KV group g as
+// fp32; heads past the group are zero.
+template <int HD, int MAXG>
+__device__ __forceinline__ void load_q_group(const DecodeAttentionParams& p, int b, int g,
+                                             int group, int sub, float (&q)[MAXG][8]) {
+  const bf16* qrow = p.q + static_cast<long long>(p.q_row[b]) * p.q_stride;
+#pragma unroll
+  for (int hh = 0; hh < MAXG; ++hh) {
+    if (hh < group) {
+      const uint4 u = *reinterpret_cast<const uint4*>(qrow + (g * group + hh) * HD + sub * 8);
+      unpack8(u, q[hh]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) q[hh][e] = 0.0f;
+    }
+  }
+}
+
 // MAXG: the group size rounded up to 4 or 8 (registers for q and the accumulators).
 template <int HD, int MAXG, int kUnroll>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const DecodeAttentionParams p) {
@@ -49,23 +79,12 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Decode
   const int group = p.heads / p.kv_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int sub = lane % kLpk, kslot = warp * kKpw + lane / kLpk;
-  const int len = p.seq_len[b];
-  const int per = len > 0 ? ((len + p.num_splits - 1) / p.num_splits + 15) / 16 * 16 : 0;
-  const int k0 = min(split * per, max(len, 0)), k1 = min(k0 + per, max(len, 0));
+  const KeyRange keys = split_keys(p, b, split);
+  const int k0 = keys.k0, k1 = keys.k1;
 
   // This lane's 8 dims of every query head of the group.
   float q[MAXG][8];
-  const bf16* qrow = p.q + static_cast<long long>(p.q_row[b]) * p.q_stride;
-#pragma unroll
-  for (int hh = 0; hh < MAXG; ++hh) {
-    if (hh < group) {
-      const uint4 u = *reinterpret_cast<const uint4*>(qrow + (g * group + hh) * HD + sub * 8);
-      unpack8(u, q[hh]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) q[hh][e] = 0.0f;
-    }
-  }
+  load_q_group<HD, MAXG>(p, b, g, group, sub, q);
   float acc[MAXG][8];
 #pragma unroll
   for (int hh = 0; hh < MAXG; ++hh)
@@ -226,22 +245,11 @@ __global__ void __launch_bounds__(kThreads)
   const int b = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int group = p.heads / p.kv_heads;
   const int tid = threadIdx.x, kg = tid / kLpk, sub = tid % kLpk;
-  const int len = p.seq_len[b];
-  const int per = len > 0 ? ((len + p.num_splits - 1) / p.num_splits + 15) / 16 * 16 : 0;
-  const int k0 = min(split * per, max(len, 0)), k1 = min(k0 + per, max(len, 0));
+  const KeyRange keys = split_keys(p, b, split);
+  const int k0 = keys.k0, k1 = keys.k1;
 
   float q[MAXG][8];
-  const bf16* qrow = p.q + static_cast<long long>(p.q_row[b]) * p.q_stride;
-#pragma unroll
-  for (int hh = 0; hh < MAXG; ++hh) {
-    if (hh < group) {
-      const uint4 u = *reinterpret_cast<const uint4*>(qrow + (g * group + hh) * HD + sub * 8);
-      unpack8(u, q[hh]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) q[hh][e] = 0.0f;
-    }
-  }
+  load_q_group<HD, MAXG>(p, b, g, group, sub, q);
   float m[MAXG], l[MAXG], acc[MAXG][8];
 #pragma unroll
   for (int hh = 0; hh < MAXG; ++hh) {
@@ -421,9 +429,8 @@ __global__ void __launch_bounds__(W * 32)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int qr = lane >> 2, qc = lane & 3;  // fragment row (query head) and column pair
   bf16* const ring = reinterpret_cast<bf16*>(smem_raw) + warp * S * L::kStageElems;
-  const int len = p.seq_len[b];
-  const int per = len > 0 ? ((len + p.num_splits - 1) / p.num_splits + 15) / 16 * 16 : 0;
-  const int k0 = min(split * per, max(len, 0)), k1 = min(k0 + per, max(len, 0));
+  const KeyRange keys = split_keys(p, b, split);
+  const int k0 = keys.k0, k1 = keys.k1;
   const int page0 = k0 >> 4, npages = (k1 - k0 + 15) >> 4;
   const int mine = npages > warp ? (npages - warp + W - 1) / W : 0;  // this warp's pages
   const float scale_log2 = p.scale * kLog2e;

@@ -210,6 +210,9 @@ struct CudaBackendImpl {
   void copy_layer_taps(int l, int T, int S_dec, bool sp_dec);
   // logits.cpp
   void lm_logits(int n);  // lm_head rows -> logits[n][V] (all-gathered when tp > 1)
+  // One lm chunk: the final RMSNorm of lm rows [base, base + n) (residual + the last layer's MLP
+  // output), lm_logits(n), and with `argmax` the greedy argmax and log-partition of each row.
+  void lm_chunk(int base, int n, bool argmax);
   void sample_and_collect(const StepPlan& plan, StepResult& result);
 };
 

@@ -186,8 +186,7 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
 
 void CudaBackendImpl::forward(const ForwardArgs& a) {
   const int T = a.rows;
-  const int H = mc.hidden_size, V = mc.vocab_size, L = mc.num_hidden_layers;
-  const float eps = static_cast<float>(mc.rms_norm_eps);
+  const int H = mc.hidden_size, L = mc.num_hidden_layers;
   launch_embedding({.tokens = d_tokens.get(),
                     .embed = embed,
                     .resid = resid.get(),
@@ -197,24 +196,7 @@ void CudaBackendImpl::forward(const ForwardArgs& a) {
   for (int l = 0; l < L; ++l) forward_layer(l, a);
   // Final norm only for the rows whose logits are needed (first chunk; logits.cpp runs the
   // others).
-  const int n = std::min(a.lm_rows, logit_rows);
-  launch_rmsnorm({.resid = resid.get(),
-                  .delta = delta.get(),
-                  .weight = final_norm,
-                  .out = lm_normed.get(),
-                  .rows = d_lm_rows.get(),
-                  .num_rows = n,
-                  .hidden = H,
-                  .eps = eps},
-                 stream);
-  lm_logits(n);
-  if (a.argmax)
-    launch_argmax({.logits = logits.get(),
-                   .out = d_argmax.get(),
-                   .rows = n,
-                   .vocab = V,
-                   .log_z = d_logz.get()},
-                  stream);
+  lm_chunk(0, std::min(a.lm_rows, logit_rows), a.argmax);
 }
 
 }  // namespace strata::cuda

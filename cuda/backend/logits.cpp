@@ -33,6 +33,26 @@ void CudaBackendImpl::lm_logits(int n) {
                           n, stream);
 }
 
+void CudaBackendImpl::lm_chunk(int base, int n, bool argmax) {
+  launch_rmsnorm({.resid = resid.get(),
+                  .delta = delta.get(),
+                  .weight = final_norm,
+                  .out = lm_normed.get(),
+                  .rows = d_lm_rows.get() + base,
+                  .num_rows = n,
+                  .hidden = mc.hidden_size,
+                  .eps = static_cast<float>(mc.rms_norm_eps)},
+                 stream);
+  lm_logits(n);
+  if (argmax)
+    launch_argmax({.logits = logits.get(),
+                   .out = d_argmax.get(),
+                   .rows = n,
+                   .vocab = mc.vocab_size,
+                   .log_z = d_logz.get()},
+                  stream);
+}
+
 namespace {
 
 // Copies the host-bound logits rows of one chunk into the sequence's return_logits and draws
@@ -84,26 +104,9 @@ void CudaBackendImpl::sample_and_collect(const StepPlan& plan, StepResult& resul
   const bool graph = layout.graph.bucket > 0;
   for (const LmChunk& c : layout.chunks) {
     const int base = c.base, n = c.rows;
-    if (base > 0) {
-      // forward() added the last layer's MLP output to the first chunk's rows only; each row
-      // is in exactly one chunk, so these rows get it here.
-      launch_rmsnorm({.resid = resid.get(),
-                      .delta = delta.get(),
-                      .weight = final_norm,
-                      .out = lm_normed.get(),
-                      .rows = d_lm_rows.get() + base,
-                      .num_rows = n,
-                      .hidden = mc.hidden_size,
-                      .eps = static_cast<float>(mc.rms_norm_eps)},
-                     stream);
-      lm_logits(n);
-      launch_argmax({.logits = logits.get(),
-                     .out = d_argmax.get(),
-                     .rows = n,
-                     .vocab = V,
-                     .log_z = d_logz.get()},
-                    stream);
-    }
+    // forward() ran the first chunk (inside the graph when replaying); each row is in exactly
+    // one chunk, so the others run here.
+    if (base > 0) lm_chunk(base, n, true);
     CUDA_CHECK(cudaMemcpyAsync(h_argmax.get(), d_argmax.get(), n * sizeof(int),
                                cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaMemcpyAsync(h_logz.get(), d_logz.get(), n * sizeof(float),

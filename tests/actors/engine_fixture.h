@@ -17,29 +17,13 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/model/make_model.h"
 #include "runtime/model/model_loader.h"
+#include "tests/runtime/cpu_test_util.h"
 
 namespace strata::test {
 
-// A small random Llama (2 layers) written once per test binary.
+// A small random Llama (3 layers) written once per test binary (tests/runtime/cpu_test_util.h).
 inline const std::string& tiny_model_dir() {
-  static const std::string dir = [] {
-    const std::string d = ::testing::TempDir() + "/strata_actors_model_" +
-                          std::to_string(static_cast<long>(::getpid()));
-    std::filesystem::remove_all(d);
-    MakeModelOptions o;
-    o.out_dir = d;
-    o.preset = "tiny";
-    o.layers = 3;
-    o.hidden = 64;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.head_dim = 16;
-    o.intermediate = 128;
-    o.dtype = DType::kF32;
-    make_model(o);
-    return d;
-  }();
-  return dir;
+  return tiny3_model_dir();
 }
 
 inline Config tiny_config() {
@@ -70,12 +54,34 @@ struct StepProbe {
   }
 };
 
-class ProbeBackend final : public Backend {
+// A backend decorator: forwards everything to the wrapped backend; decorators override step().
+class ForwardingBackend : public Backend {
  public:
-  ProbeBackend(std::unique_ptr<Backend> inner, std::shared_ptr<StepProbe> probe)
-      : inner_(std::move(inner)), probe_(std::move(probe)) {}
+  explicit ForwardingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
   const BackendInfo& info() const override { return inner_->info(); }
   const ModelConfig& model() const override { return inner_->model(); }
+  StepResult step(const StepPlan& plan) override { return inner_->step(plan); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+// The engine's CPU backend for a config (cpu_backend_options, as the engine builds it) wrapped by
+// the decorator D, constructed with the backend and `args`.
+template <typename D, typename... Args>
+BackendFactory decorated_cpu_factory(Args... args) {
+  return [=](const Config& c) {
+    std::vector<std::unique_ptr<Backend>> v;
+    v.push_back(std::make_unique<D>(
+        make_cpu_backend(ModelWeights::load(c.model.path), cpu_backend_options(c)), args...));
+    return v;
+  };
+}
+
+class ProbeBackend final : public ForwardingBackend {
+ public:
+  ProbeBackend(std::unique_ptr<Backend> inner, std::shared_ptr<StepProbe> probe)
+      : ForwardingBackend(std::move(inner)), probe_(std::move(probe)) {}
   StepResult step(const StepPlan& plan) override {
     {
       std::unique_lock<std::mutex> l(probe_->mu);
@@ -88,24 +94,15 @@ class ProbeBackend final : public Backend {
         probe_->cv.wait(l, [&] { return probe_->released; });
       }
     }
-    return inner_->step(plan);
+    return ForwardingBackend::step(plan);
   }
 
  private:
-  std::unique_ptr<Backend> inner_;
   std::shared_ptr<StepProbe> probe_;
 };
 
 inline BackendFactory probe_factory(std::shared_ptr<StepProbe> probe) {
-  return [probe](const Config& c) {
-    std::shared_ptr<const ModelWeights> w = ModelWeights::load(c.model.path);
-    CpuBackendOptions o;
-    o.threads = c.backend.threads;
-    o.kv_bytes = c.cache.cpu_kv_bytes;
-    std::vector<std::unique_ptr<Backend>> v;
-    v.push_back(std::make_unique<ProbeBackend>(make_cpu_backend(w, o), probe));
-    return v;
-  };
+  return decorated_cpu_factory<ProbeBackend>(std::move(probe));
 }
 
 struct Collected {

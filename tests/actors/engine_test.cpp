@@ -466,33 +466,19 @@ TEST(Engine, UpdateSparsityValidatesAndVersions) {
 
 // A backend reporting a fixed device time and device gap per step, as the CUDA backend measures
 // them with events (StepStats::device_gap_ms).
-class GapBackend final : public Backend {
+class GapBackend final : public ForwardingBackend {
  public:
-  explicit GapBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
-  const BackendInfo& info() const override { return inner_->info(); }
-  const ModelConfig& model() const override { return inner_->model(); }
+  using ForwardingBackend::ForwardingBackend;
   StepResult step(const StepPlan& plan) override {
-    StepResult r = inner_->step(plan);
+    StepResult r = ForwardingBackend::step(plan);
     r.stats.device_ms = 3.0;
     r.stats.device_gap_ms = 1.0;
     return r;
   }
-
- private:
-  std::unique_ptr<Backend> inner_;
 };
 
 TEST(Engine, GpuIdleCountsGapsOnlyWhileSequencesRun) {
-  const BackendFactory gaps = [](const Config& c) {
-    std::shared_ptr<const ModelWeights> w = ModelWeights::load(c.model.path);
-    CpuBackendOptions o;
-    o.threads = c.backend.threads;
-    o.kv_bytes = c.cache.cpu_kv_bytes;
-    std::vector<std::unique_ptr<Backend>> v;
-    v.push_back(std::make_unique<GapBackend>(make_cpu_backend(w, o)));
-    return v;
-  };
-  auto e = Engine::create(tiny_config(), gaps);
+  auto e = Engine::create(tiny_config(), decorated_cpu_factory<GapBackend>());
   // Two requests one after the other: the engine runs dry between them, and the gap before the
   // second one's first step is the server waiting for work, not overhead.
   for (int i = 0; i < 2; ++i)

@@ -16,7 +16,9 @@
 namespace strata {
 namespace {
 
+using test::decorated_cpu_factory;
 using test::drain;
+using test::ForwardingBackend;
 using test::greedy_request;
 using test::random_prompt;
 using test::tiny_config;
@@ -106,11 +108,9 @@ TEST(QualityGuardrail, AgreementDropsWhenTheProfileDropsNeededContext) {
 
 // Holds the first step that runs a replay chunk, so the test can submit served work while a
 // replay holds its pages.
-class HoldReplay final : public Backend {
+class HoldReplay final : public ForwardingBackend {
  public:
-  explicit HoldReplay(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
-  const BackendInfo& info() const override { return inner_->info(); }
-  const ModelConfig& model() const override { return inner_->model(); }
+  using ForwardingBackend::ForwardingBackend;
   StepResult step(const StepPlan& plan) override {
     bool replay = false;
     for (const auto& s : plan.seqs) replay = replay || (s.prefill && s.prompt_len == kReplayLen);
@@ -122,15 +122,12 @@ class HoldReplay final : public Backend {
         cv_.wait(l, [&] { return released_; });
       }
     }
-    return inner_->step(plan);
+    return ForwardingBackend::step(plan);
   }
   static constexpr int kReplayLen = 100 + 16 - 1;  // prompt + the generated tokens but the last
   static std::mutex mu_;
   static std::condition_variable cv_;
   static bool held_, released_;
-
- private:
-  std::unique_ptr<Backend> inner_;
 };
 std::mutex HoldReplay::mu_;
 std::condition_variable HoldReplay::cv_;
@@ -143,19 +140,10 @@ TEST(QualityGuardrail, ReplaysCauseNo429AndNoServedPreemption) {
   Config c = guarded(profile(128, 8, 2));
   c.scheduler.max_waiting = 1;  // one waiting request at a time: a replay in the queue would 429
   c.scheduler.max_num_batched_tokens = 64;  // replay chunks of 64 tokens: 2 steps
-  const auto factory = [](const Config& cfg) {
-    std::shared_ptr<const ModelWeights> w = ModelWeights::load(cfg.model.path);
-    CpuBackendOptions o;
-    o.threads = cfg.backend.threads;
-    o.kv_bytes = cfg.cache.cpu_kv_bytes;
-    std::vector<std::unique_ptr<Backend>> v;
-    v.push_back(std::make_unique<HoldReplay>(make_cpu_backend(w, o)));
-    return v;
-  };
   // Page bytes of this model: 16 slots x 2 KV heads x 16 dims x K and V x fp32.
   const std::uint64_t page_bytes = 16 * 2 * 16 * 2 * 4;
   c.cache.cpu_kv_bytes = 36 * page_bytes;
-  auto e = Engine::create(c, factory);
+  auto e = Engine::create(c, decorated_cpu_factory<HoldReplay>());
 
   const auto ps = prompts(2, 100, 5);
   const auto first = drain(*e->submit(greedy_request(ps[0], 16)));

@@ -14,30 +14,10 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/model/make_model.h"
 #include "runtime/model/model_loader.h"
+#include "tests/runtime/cpu_test_util.h"
 
 namespace strata {
 namespace {
-
-const std::string& model_dir() {
-  static const std::string dir = [] {
-    const std::string d = ::testing::TempDir() + "/strata_prefix_exact_" +
-                          std::to_string(static_cast<long>(::getpid()));
-    std::filesystem::remove_all(d);
-    MakeModelOptions o;
-    o.out_dir = d;
-    o.preset = "tiny";
-    o.layers = 3;
-    o.hidden = 64;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.head_dim = 16;
-    o.intermediate = 128;
-    o.dtype = DType::kF32;
-    make_model(o);
-    return d;
-  }();
-  return dir;
-}
 
 struct Out {
   std::vector<std::int32_t> tokens;
@@ -51,7 +31,7 @@ class Driver {
     CpuBackendOptions o;
     o.threads = 1;
     o.kv_bytes = 8ull << 20;
-    backend_ = make_cpu_backend(ModelWeights::load(model_dir()), o);
+    backend_ = make_cpu_backend(ModelWeights::load(test::tiny3_model_dir()), o);
     m_ = std::make_unique<KvCacheManager>(backend_->model().num_hidden_layers,
                                           backend_->info().layout, backend_->info().num_pages,
                                           profile, PrefixCacheOptions{cache, -1});

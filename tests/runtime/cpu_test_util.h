@@ -39,6 +39,29 @@ inline std::shared_ptr<const ModelWeights> tiny() {
   return model("tiny", MakeModelOptions{});
 }
 
+// The engine tests' model on disk (3 layers, hidden 64, 4/2 heads of 16, fp32), written once per
+// test binary: the actors' fixture and the cache tests that drive a CPU backend share it.
+inline const std::string& tiny3_model_dir() {
+  static const std::string dir = [] {
+    const std::string d =
+        ::testing::TempDir() + "/strata_tiny3_" + std::to_string(static_cast<long>(::getpid()));
+    std::filesystem::remove_all(d);
+    MakeModelOptions o;
+    o.out_dir = d;
+    o.preset = "tiny";
+    o.layers = 3;
+    o.hidden = 64;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.head_dim = 16;
+    o.intermediate = 128;
+    o.dtype = DType::kF32;
+    make_model(o);
+    return d;
+  }();
+  return dir;
+}
+
 // Hands out page ids from a (possibly shuffled) permutation of the pool.
 class PageAlloc {
  public:

@@ -61,6 +61,17 @@ double median_ms(const std::function<void()>& f, int warm, int runs) {
   return t[t.size() / 2];
 }
 
+// Median StepStats::device_ms of `runs` steps of the same plan after `warm` untimed ones.
+double median_step_ms(Backend& be, const StepPlan& plan, int warm, int runs) {
+  std::vector<double> t;
+  for (int i = 0; i < warm + runs; ++i) {
+    const StepResult r = be.step(plan);
+    if (i >= warm) t.push_back(r.stats.device_ms);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 void fill_random(bf16* p, std::size_t n, unsigned long long seed) {
   launch_random_fill({p, static_cast<long long>(n), seed, 0x1234567ull, 1.0f, 0.0f}, nullptr);
 }
@@ -388,13 +399,7 @@ void bench_model() {
       }
       plan.seqs.push_back(s);
     }
-    std::vector<double> t;
-    for (int i = 0; i < 13; ++i) {
-      const StepResult r = be.step(plan);
-      if (i >= 3) t.push_back(r.stats.device_ms);
-    }
-    std::sort(t.begin(), t.end());
-    const double ms = t[t.size() / 2];
+    const double ms = median_step_ms(be, plan, 3, 10);
     const double kv =
         static_cast<double>(B) * ctx * L * mc.num_key_value_heads * mc.head_dim * 2 * 2;
     const double wbytes =
@@ -426,13 +431,7 @@ void bench_model() {
     s.layers.push_back(ls);
   }
   pp.seqs.push_back(s);
-  std::vector<double> t;
-  for (int i = 0; i < 5; ++i) {
-    const StepResult r = be.step(pp);
-    if (i >= 1) t.push_back(r.stats.device_ms);
-  }
-  std::sort(t.begin(), t.end());
-  const double pms = t[t.size() / 2];
+  const double pms = median_step_ms(be, pp, 1, 4);
   const double n = 4000;
   const double lin_params = static_cast<double>(L) *
                             (static_cast<double>(mc.hidden_size) * (mc.q_dim() + 2 * mc.kv_dim()) +
@@ -515,14 +514,8 @@ void bench_sparse() {
       std::printf("KV pool too small: %d pages needed, %d held\n", next, be.info().num_pages);
       return -1.0;
     }
-    std::vector<double> t;
-    for (int i = 0; i < 13; ++i) {
-      const StepResult r = be.step(plan);
-      if (i >= 3) t.push_back(r.stats.device_ms);
-    }
-    std::sort(t.begin(), t.end());
     *kv_read_bytes = kv;
-    return t[t.size() / 2];
+    return median_step_ms(be, plan, 3, 10);
   };
   double kv_sparse = 0, kv_full = 0;
   // The score update recomputing q . k from the kept K (the path before issue 18; the figure

@@ -15,6 +15,7 @@
 #include "runtime/cpu/kv_pool.h"
 #include "runtime/cpu/thread_pool.h"
 #include "runtime/error.h"
+#include "runtime/fp8.h"
 #include "runtime/sampler.h"
 #include "runtime/step_plan_check.h"
 #include "runtime/tp/tp_comm.h"
@@ -45,7 +46,51 @@ struct Slicer {
     }
     return out;
   }
+  // A pre-quantized weight's slice: its e4m3 codes as stored and the scales of the rows the
+  // slice keeps (a column-parallel kRows slice keeps rows [begin, begin+count) of both; a
+  // row-parallel kCols slice keeps every row, so every scale; a per-tensor scale replicates).
+  cpu::Fp8Rows fp8(const Fp8Weight& w) const {
+    const TpSlice sl = tp_slice(cfg, shard, w.codes->name);
+    const auto shape = slice_shape(w.codes->shape, sl);
+    cpu::Fp8Rows r;
+    r.rows = static_cast<int>(shape.at(0));
+    r.cols = static_cast<int>(shape.at(1));
+    r.codes.resize(static_cast<std::size_t>(r.rows) * static_cast<std::size_t>(r.cols));
+    read_slice(*w.codes, sl, reinterpret_cast<std::byte*>(r.codes.data()));
+    r.scale = sl.split == TpSplit::kRows ? w.row_scales(sl.begin, sl.count) : w.row_scales();
+    return r;
+  }
+  // Several pre-quantized slices stacked by rows (each row keeps its own scale, so q/k/v with
+  // three different tensor scales stack into one matrix with per-row scales).
+  cpu::Fp8Rows stack8(std::initializer_list<const Fp8Weight*> parts) const {
+    cpu::Fp8Rows out;
+    for (const auto* p : parts) {
+      auto r = fp8(*p);
+      out.rows += r.rows;
+      out.cols = r.cols;
+      out.codes.insert(out.codes.end(), r.codes.begin(), r.codes.end());
+      out.scale.insert(out.scale.end(), r.scale.begin(), r.scale.end());
+    }
+    return out;
+  }
 };
+
+// The static activation scale of a fused projection whose parts each carry one (q/k/v,
+// gate/up): their maximum, as vLLM does (the parts see the same input, so calibration gives
+// them equal scales unless their observers differed; the largest never clips more).
+float max_input_scale(std::initializer_list<const Fp8Weight*> parts) {
+  float s = 0.0f;
+  for (const auto* p : parts) s = std::max(s, p->static_input_scale());
+  return s;
+}
+
+// A weight-only checkpoint's codes dequantized to fp32: fl(e4m3(code) · s[row]).
+std::vector<float> dequantize(const cpu::Fp8Rows& r) {
+  std::vector<float> out(r.codes.size());
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = e4m3_to_float(r.codes[i]) * r.scale[i / static_cast<std::size_t>(r.cols)];
+  return out;
+}
 
 struct LayerF32 {
   std::vector<float> input_norm;  // [hidden]
@@ -54,8 +99,12 @@ struct LayerF32 {
   std::vector<float> post_norm;   // [hidden]
   std::vector<float> gate_up;     // [2 intermediate][hidden]: gate rows, then up rows
   std::vector<float> down;        // [hidden][intermediate]
-  // quantization fp8: the four matrices above in e4m3 (those fp32 vectors are then empty).
+  // W8A8 (quantization fp8, or a pre-quantized checkpoint): the four matrices above in e4m3
+  // (those fp32 vectors are then empty).
   cpu::Fp8Rows qkv8, o8, gate_up8, down8;
+  // Static per-tensor activation scales of the four GEMM inputs (a pre-quantized checkpoint
+  // with input_scale); 0: dynamic per-token scales.
+  float qkv_in = 0, o_in = 0, gate_up_in = 0, down_in = 0;
 };
 
 // Moves an fp32 [out][in] matrix into per-output-channel e4m3.
@@ -78,17 +127,44 @@ class CpuBackend final : public Backend {
     if (!c.tie_word_embeddings || shard_.size > 1)  // a tied head's vocabulary slice is cut
       lm_head_ = read_slice_f32(w->lm_head(), tp_slice(c, shard_, "lm_head.weight"));
     final_norm_ = to_f32(w->final_norm());
+    // A pre-quantized checkpoint runs as it says, whatever opts.quantization is
+    // (docs/cpu-backend.md "FP8"): W8A8 with its codes and scales, or weight-only.
+    const auto& cq = w->quantization();
+    const bool weight_only = cq.prequantized && cq.activations == ActivationScales::kNone;
+    fp8_ = cq.prequantized ? !weight_only : opts.quantization == Quantization::kFp8;
     layers_.resize(static_cast<std::size_t>(c.num_hidden_layers));
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       const auto& s = w->layer(l);
       auto& d = layers_[static_cast<std::size_t>(l)];
       d.input_norm = to_f32(*s.input_norm);
+      d.post_norm = to_f32(*s.post_norm);
+      if (cq.prequantized) {
+        const auto& f = s.fp8;
+        d.qkv8 = to_f32.stack8({&f.q, &f.k, &f.v});
+        d.o8 = to_f32.fp8(f.o);
+        d.gate_up8 = to_f32.stack8({&f.gate, &f.up});
+        d.down8 = to_f32.fp8(f.down);
+        if (cq.activations == ActivationScales::kStaticTensor) {
+          d.qkv_in = max_input_scale({&f.q, &f.k, &f.v});
+          d.o_in = f.o.static_input_scale();
+          d.gate_up_in = max_input_scale({&f.gate, &f.up});
+          d.down_in = f.down.static_input_scale();
+        }
+        if (weight_only) {
+          for (auto [w8, f32] :
+               {std::pair{&d.qkv8, &d.qkv}, std::pair{&d.o8, &d.o},
+                std::pair{&d.gate_up8, &d.gate_up}, std::pair{&d.down8, &d.down}}) {
+            *f32 = dequantize(*w8);
+            *w8 = cpu::Fp8Rows{};
+          }
+        }
+        continue;
+      }
       d.qkv = to_f32.stack({s.q, s.k, s.v});
       d.o = to_f32(*s.o);
-      d.post_norm = to_f32(*s.post_norm);
       d.gate_up = to_f32.stack({s.gate, s.up});
       d.down = to_f32(*s.down);
-      if (opts.quantization == Quantization::kFp8) {
+      if (fp8_) {
         d.qkv8 = to_e4m3(d.qkv, c.hidden_size);
         d.o8 = to_e4m3(d.o, shard_.q_heads * c.head_dim);
         d.gate_up8 = to_e4m3(d.gate_up, c.hidden_size);
@@ -120,7 +196,8 @@ class CpuBackend final : public Backend {
         fp8_bytes += q->codes.size() + q->scale.size() * sizeof(float);
     }
     info_.name = shard_.size == 1 ? "cpu" : "cpu-tp" + std::to_string(shard_.size);
-    if (opts.quantization == Quantization::kFp8) info_.name += "-fp8";
+    if (fp8_) info_.name += "-fp8";
+    if (weight_only) info_.name += "-fp8-weight-only";
     info_.layout = layout;
     info_.num_pages = static_cast<int>(pages);
     info_.tp_size = shard_.size;
@@ -133,12 +210,14 @@ class CpuBackend final : public Backend {
 
  private:
   void forward(const StepPlan& plan, std::vector<float>& x);
-  // y[rows][out] = x[rows][in] · wᵀ: fp32 (`w`) or, with quantization fp8, e4m3 W8A8 (`w8`,
-  // x quantized per row here).
+  // y[rows][out] = x[rows][in] · wᵀ: fp32 (`w`) or, in W8A8 (fp8_), e4m3 (`w8`) with x
+  // quantized here per row (x_scale 0) or with the static per-tensor scale x_scale.
   void linear(const std::vector<float>& x, int rows, const std::vector<float>& w,
-              const cpu::Fp8Rows& w8, int in, int out, std::vector<float>& y) {
-    if (opts_.quantization == Quantization::kFp8) {
-      const auto xq = cpu::quantize_rows_e4m3(x.data(), rows, in, pool_.get());
+              const cpu::Fp8Rows& w8, float x_scale, int in, int out, std::vector<float>& y) {
+    if (fp8_) {
+      const auto xq = x_scale > 0.0f
+                          ? cpu::quantize_rows_e4m3_static(x.data(), rows, in, x_scale, pool_.get())
+                          : cpu::quantize_rows_e4m3(x.data(), rows, in, pool_.get());
       cpu::matmul_e4m3(*pool_, xq, w8, y.data());
     } else {
       cpu::matmul(*pool_, x.data(), rows, w.data(), in, out, y.data());
@@ -151,6 +230,7 @@ class CpuBackend final : public Backend {
 
   ModelConfig cfg_;
   CpuBackendOptions opts_;
+  bool fp8_ = false;  // W8A8 linears (quantization fp8 or a pre-quantized W8A8 checkpoint)
   TpShard shard_;
   std::shared_ptr<cpu::Collectives> comm_;
   BackendInfo info_;
@@ -197,7 +277,7 @@ void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
       for (auto t = b; t < e; ++t)
         cpu::rms_norm(&x[t * H], w.input_norm.data(), H, c.rms_norm_eps, &xn[t * H]);
     });
-    linear(xn, T, w.qkv, w.qkv8, H, qkvd, qkv);
+    linear(xn, T, w.qkv, w.qkv8, w.qkv_in, H, qkvd, qkv);
     pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
       for (auto t = b; t < e; ++t) {
         float* row = &qkv[t * qkvd];
@@ -237,19 +317,19 @@ void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
         cpu::attend(*kv_, g, a);
       }
     });
-    linear(attn, T, w.o, w.o8, qd, H, tmp);
+    linear(attn, T, w.o, w.o8, w.o_in, qd, H, tmp);
     all_reduce(tmp);
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += tmp[j];
     pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
       for (auto t = b; t < e; ++t)
         cpu::rms_norm(&x[t * H], w.post_norm.data(), H, c.rms_norm_eps, &xn[t * H]);
     });
-    linear(xn, T, w.gate_up, w.gate_up8, H, 2 * I, gu);
+    linear(xn, T, w.gate_up, w.gate_up8, w.gate_up_in, H, 2 * I, gu);
     pool_->parallel_for(T, 16, [&](std::int64_t b, std::int64_t e) {
       for (auto t = b; t < e; ++t)
         cpu::silu_mul(&gu[t * 2 * I], &gu[t * 2 * I + I], I, &act[t * I]);
     });
-    linear(act, T, w.down, w.down8, I, H, tmp);
+    linear(act, T, w.down, w.down8, w.down_in, I, H, tmp);
     all_reduce(tmp);
     for (std::size_t j = 0; j < x.size(); ++j) x[j] += tmp[j];
   }

@@ -23,8 +23,10 @@ struct CpuBackendOptions {
   std::uint64_t kv_bytes = 512ull << 20;  // page pool size: num_pages = kv_bytes / page_bytes
   bool fp64_scores = true;                // SnapKV selection scores in fp64 (else fp32)
   // kFp8: the linear layers in e4m3, W8A8 (runtime/cpu/fp8_matmul.h, docs/cpu-backend.md
-  // "FP8"); at tp_size > 1 each rank quantizes its own slices. Callers copy it from
-  // Config::model.quantization.
+  // "FP8"), quantized at load; at tp_size > 1 each rank quantizes its own slices. Callers copy
+  // it from Config::model.quantization (cpu_backend_options). A pre-quantized checkpoint
+  // (ModelWeights::quantization().prequantized) ignores it: it runs with its own codes and
+  // scales as its quantization_config says (W8A8 dynamic or static, or weight-only).
   Quantization quantization = Quantization::kNone;
 };
 

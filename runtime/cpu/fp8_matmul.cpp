@@ -48,6 +48,27 @@ Fp8Rows quantize_rows_e4m3(const float* x, int rows, int cols, ThreadPool* pool)
   return q;
 }
 
+Fp8Rows quantize_rows_e4m3_static(const float* x, int rows, int cols, float scale,
+                                  ThreadPool* pool) {
+  if (!(scale > 0.0f) || !std::isfinite(scale))
+    throw InternalError("quantize_rows_e4m3_static: scale " + std::to_string(scale) +
+                        " (must be finite and > 0)");
+  Fp8Rows q;
+  q.rows = rows;
+  q.cols = cols;
+  q.codes.resize(static_cast<std::size_t>(rows) * cols);
+  q.scale.assign(static_cast<std::size_t>(rows), scale);
+  const auto body = [&](std::int64_t b, std::int64_t e) {
+    for (auto i = b * cols; i < e * cols; ++i)
+      q.codes[static_cast<std::size_t>(i)] = float_to_e4m3(x[i] / scale);
+  };
+  if (pool)
+    pool->parallel_for(rows, 16, body);
+  else
+    body(0, rows);
+  return q;
+}
+
 // Why the fp64 sum is exact: every e4m3 value is an integer multiple of 2^−9 of magnitude
 // ≤ 448 < 2^9, so every product is a multiple of 2^−18 below 448² < 2^17.62, and every
 // partial sum of K ≤ 2^17 products is a multiple of 2^−18 below 2^34.62 — 53 bits hold it.

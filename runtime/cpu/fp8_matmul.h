@@ -24,6 +24,13 @@ struct Fp8Rows {
 // (parallel over rows when `pool` is given).
 Fp8Rows quantize_rows_e4m3(const float* x, int rows, int cols, ThreadPool* pool = nullptr);
 
+// Static per-tensor quantization with a given scale s (a pre-quantized checkpoint's
+// input_scale, finite and > 0): code = float_to_e4m3(x / s) (fp32 division, then RNE with
+// saturation: |x| beyond 448·s clips to ±448), every row's scale = s. Needs no amax, so a
+// fused kernel can quantize without a pass over the row first.
+Fp8Rows quantize_rows_e4m3_static(const float* x, int rows, int cols, float scale,
+                                  ThreadPool* pool = nullptr);
+
 // y[t][o] = fl(fl(fl(S[t][o]) · x.scale[t]) · w.scale[o]), S[t][o] = Σ_k x̂[t][k]·ŵ[o][k]
 // over the e4m3 values (x̂, ŵ the decoded codes, unscaled). Each product is exact in fp32
 // (4 × 4 significant bits) and the sum is exact (fp64; see the .cpp for why no rounding

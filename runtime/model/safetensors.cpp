@@ -12,22 +12,41 @@
 #include <fstream>
 
 #include "runtime/error.h"
+#include "runtime/fp8.h"
 
 namespace strata {
 namespace json = boost::json;
 
 const char* to_string(DType d) {
   switch (d) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }
 
-std::size_t dtype_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
+std::size_t dtype_bytes(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kF8E4M3:
+      return 1;
+  }
+  return 0;
+}
 
-float bf16_to_float(std::uint16_t v) { return std::bit_cast<float>(std::uint32_t(v) << 16); }
+float bf16_to_float(std::uint16_t v) {
+  return std::bit_cast<float>(std::uint32_t(v) << 16);
+}
 
 std::uint16_t float_to_bf16(float f) {
   std::uint32_t u = std::bit_cast<std::uint32_t>(f);
@@ -85,6 +104,10 @@ void TensorView::to_float(float* out) const {
         out[i] = fp16_to_float(v);
       }
       break;
+    case DType::kF8E4M3:
+      for (std::int64_t i = 0; i < n; ++i)
+        out[i] = e4m3_to_float(std::to_integer<std::uint8_t>(data[i]));
+      break;
   }
 }
 
@@ -119,8 +142,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     std::uint64_t header_len = 0;
     std::memcpy(&header_len, base, 8);  // little-endian on every supported host
     if (header_len > map_size_ - 8 || header_len > (100u << 20))
-      throw ModelError(path + ": bad header length " + std::to_string(header_len) +
-                       " (file has " + std::to_string(map_size_) + " bytes)");
+      throw ModelError(path + ": bad header length " + std::to_string(header_len) + " (file has " +
+                       std::to_string(map_size_) + " bytes)");
     json::value hv;
     try {
       hv = json::parse(std::string_view(reinterpret_cast<const char*>(base + 8), header_len));
@@ -148,10 +171,16 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       t.name = name;
       t.file = path;
       const std::string ds(dt->as_string());
-      if (ds == "F32") t.dtype = DType::kF32;
-      else if (ds == "F16") t.dtype = DType::kF16;
-      else if (ds == "BF16") t.dtype = DType::kBF16;
-      else throw bad("unsupported dtype " + ds + " (supported: F32, F16, BF16)");
+      if (ds == "F32")
+        t.dtype = DType::kF32;
+      else if (ds == "F16")
+        t.dtype = DType::kF16;
+      else if (ds == "BF16")
+        t.dtype = DType::kBF16;
+      else if (ds == "F8_E4M3")
+        t.dtype = DType::kF8E4M3;
+      else
+        throw bad("unsupported dtype " + ds + " (supported: F32, F16, BF16, F8_E4M3)");
       for (const auto& d : shp->as_array()) {
         if (!d.is_int64() || d.as_int64() < 0) throw bad("bad shape");
         t.shape.push_back(d.as_int64());
@@ -182,7 +211,9 @@ SafetensorsFile::~SafetensorsFile() {
 
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        DType dtype) {
-  if (dtype == DType::kF16) throw ModelError(path + ": writing F16 is not supported (use BF16 or F32)");
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    throw ModelError(path + ": writing " + to_string(dtype) +
+                     " is not supported (use BF16 or F32)");
   json::object header;
   std::size_t offset = 0;
   const std::size_t eb = dtype_bytes(dtype);

@@ -12,8 +12,10 @@
 
 namespace strata {
 
-enum class DType : std::uint8_t { kF32, kF16, kBF16 };
-const char* to_string(DType d);
+// kF8E4M3: safetensors "F8_E4M3", OCP e4m3 codes (runtime/fp8.h), one byte each — the
+// linear weights of a pre-quantized checkpoint (runtime/model/quantization_config.h).
+enum class DType : std::uint8_t { kF32, kF16, kBF16, kF8E4M3 };
+const char* to_string(DType d);  // the safetensors spelling: "F32", "F16", "BF16", "F8_E4M3"
 std::size_t dtype_bytes(DType d);
 
 // A view into mapped memory; valid while its file is alive.
@@ -26,7 +28,9 @@ struct TensorView {
   std::string file;  // for error messages
 
   std::int64_t numel() const;
-  // Converts (any dtype) to fp32: out.size() == numel().
+  // Converts (any dtype) to fp32: out.size() == numel(). Exact for every dtype; an F8_E4M3
+  // tensor gives its decoded codes (e4m3_to_float), *unscaled*: a checkpoint's weight_scale
+  // is applied by its consumer (runtime/model/model_loader.h, Fp8Weight).
   void to_float(float* out) const;
   std::vector<float> to_float() const;
 };
@@ -52,8 +56,8 @@ class SafetensorsFile {
   std::map<std::string, TensorView> tensors_;
 };
 
-// Writes tensors as a safetensors file in `dtype`, streaming: `fill(begin, n, out)` produces
-// elements [begin, begin+n) of the tensor in fp32, so huge models never sit in memory.
+// Writes tensors as a safetensors file in `dtype` (F32 or BF16), streaming: `fill(begin, n, out)`
+// produces elements [begin, begin+n) of the tensor in fp32, so huge models never sit in memory.
 struct TensorToWrite {
   std::string name;
   std::vector<std::int64_t> shape;

@@ -100,7 +100,10 @@ int run(int argc, char** argv) {
         "Teacher-forced logits on the CPU reference backend: one prefill over the ids (or a\n"
         "prefill of the first N ids then one decode step per remaining id), fp32 logits\n"
         "[n][vocab] written as .npy. Without --out, prints each position's argmax.\n"
-        "--quantization fp8: the linear layers in e4m3, W8A8 (docs/cpu-backend.md \"FP8\").\n");
+        "--quantization fp8: the linear layers in e4m3, W8A8 (docs/cpu-backend.md \"FP8\").\n"
+        "A pre-quantized checkpoint (compressed-tensors FP8, docs/checkpoints.md) runs with its\n"
+        "own codes and scales whatever --quantization says. The JSON line names the backend\n"
+        "(\"backend\": cpu, cpu-fp8, cpu-fp8-weight-only) and the checkpoint's quantization.\n");
     return 0;
   }
   a.expect_only({"help", "model", "ids", "ids-file", "out", "sparsity", "prefill", "threads",
@@ -136,6 +139,7 @@ int run(int argc, char** argv) {
   opts.quantization = quant == "fp8" ? Quantization::kFp8 : Quantization::kNone;
   opts.kv_bytes = static_cast<std::uint64_t>(pages) * layout.page_bytes();
   auto backend = make_cpu_backend(weights, opts);
+  const std::string checkpoint_quant = weights->quantization().summary();
   weights.reset();
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -147,9 +151,10 @@ int run(int argc, char** argv) {
     write_npy(*out, logits, ids.size(), vocab);
     std::printf(
         "{\"out\": \"%s\", \"tokens\": %zu, \"vocab\": %zu, \"sparsity\": %s, \"prefill\": %d, "
-        "\"seconds\": %.3f}\n",
+        "\"seconds\": %.3f, \"backend\": \"%s\", \"checkpoint_quantization\": \"%s\"}\n",
         out->c_str(), ids.size(), vocab, profile.enabled ? "true" : "false",
-        prefill == 0 ? static_cast<int>(ids.size()) : prefill, secs);
+        prefill == 0 ? static_cast<int>(ids.size()) : prefill, secs, backend->info().name.c_str(),
+        checkpoint_quant.c_str());
   } else {
     std::printf("{\"tokens\": %zu, \"vocab\": %zu, \"seconds\": %.3f, \"argmax\": [", ids.size(),
                 vocab, secs);

@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 
+#include "runtime/error.h"
 #include "runtime/fp8.h"
 #include "tests/runtime/cpu_test_util.h"
 
@@ -62,6 +63,28 @@ TEST(Fp8Matmul, QuantizeRowsWithinHalfAStepAndAmaxMapsTo448) {
     EXPECT_EQ(amax_code, r == 2 ? 0.0f : 448.0f) << r;
   }
   EXPECT_EQ(q.scale[2], 1.0f);  // the all-zero row
+}
+
+// Static per-tensor quantization (a checkpoint's input_scale): code = e4m3(fl(x / s)) with
+// the given s on every row, saturating at ±448 (|x| ≥ 448·s clips), no amax involved.
+TEST(Fp8Matmul, StaticQuantizationDividesByTheGivenScaleAndSaturates) {
+  const int rows = 5, cols = 203;
+  auto x = random_rows(rows, cols, 6);
+  const float s = 0.0123f;
+  x[7] = 448.0f * s * 3.0f;  // clips
+  x[8] = -1e30f;             // clips
+  const auto q = cpu::quantize_rows_e4m3_static(x.data(), rows, cols, s);
+  cpu::ThreadPool pool(3);
+  const auto qp = cpu::quantize_rows_e4m3_static(x.data(), rows, cols, s, &pool);
+  EXPECT_EQ(q.codes, qp.codes);
+  ASSERT_EQ(q.rows, rows);
+  ASSERT_EQ(q.cols, cols);
+  EXPECT_EQ(q.scale, std::vector<float>(rows, s));
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_EQ(q.codes[i], float_to_e4m3(x[i] / s)) << i;
+  EXPECT_EQ(q.codes[7], 0x7E);
+  EXPECT_EQ(q.codes[8], 0xFE);
+  for (float bad : {0.0f, -1.0f, INFINITY, NAN})
+    EXPECT_THROW(cpu::quantize_rows_e4m3_static(x.data(), rows, cols, bad), InternalError) << bad;
 }
 
 // y = fl(fl(fl(S)·s_x)·s_w) with S exact, so against the exact value S·s_x·s_w it carries

@@ -492,6 +492,8 @@ asio::awaitable<void> BatcherActor::kick() {
     st.prefill = p.prefill;
     st.start = p.start;
     st.layers = std::move(p.layers);
+    st.table_serial = p.serial;
+    st.table_base = p.base;
     table_serials_[i] = p.serial;
     st.prompt_len = static_cast<int>(src.size());
     st.return_logits = false;

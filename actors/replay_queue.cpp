@@ -93,6 +93,8 @@ void ReplayQueue::fill(SeqStep& st, PreparedSeq& p) const {
   st.sample = false;
   st.return_logits = p.start + p.n_tokens > r->next_pos;
   st.layers = std::move(p.layers);
+  st.table_serial = p.serial;
+  st.table_base = p.base;
   st.params = &r->rec->params;
   st.prompt = &r->rec->prompt;
 }

@@ -62,8 +62,9 @@ void schedule_replays(KvCacheManager& cache, const ScheduleInput& in,
     std::vector<LayerSlots> layers;
     std::uint64_t serial = 0;
     const int start = cache.tokens(id);
+    const std::uint64_t base = cache.export_serial(id);
     if (n > 0 && cache.prepare_chunk(id, n, &layers, &serial)) {
-      out.steps.push_back({id, true, start, n, std::move(layers), serial});
+      out.steps.push_back({id, true, start, n, std::move(layers), serial, base});
       budget -= n;
     }
   };
@@ -129,6 +130,7 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
       }
       bool self_preempted = false;
       Buffer b = spares.take(id);
+      const std::uint64_t base = cache.export_serial(id);
       while (!cache.prepare_decode(id, &b.layers, &b.serial)) {
         if (preempt_replay()) continue;
         const auto victim = running.back();
@@ -144,7 +146,7 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
         spares.put_back(std::move(b));
         break;  // it was the newest: nothing after it
       }
-      out.steps.push_back({id, false, cache.tokens(id), 1, std::move(b.layers), b.serial});
+      out.steps.push_back({id, false, cache.tokens(id), 1, std::move(b.layers), b.serial, base});
       budget -= 1;
       ++i;
       continue;
@@ -160,8 +162,9 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
     }
     if (n > 0) {
       Buffer b = spares.take(id);
+      const std::uint64_t base = cache.export_serial(id);
       if (cache.prepare_chunk(id, n, &b.layers, &b.serial)) {
-        out.steps.push_back({id, true, start, n, std::move(b.layers), b.serial});
+        out.steps.push_back({id, true, start, n, std::move(b.layers), b.serial, base});
         budget -= n;
         prefill_scheduled = true;
       } else {
@@ -202,8 +205,9 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
     const int n = c.spec.chunked ? cache.next_chunk_len(c.seq_id, budget) : len - start;
     if (n > 0) {
       Buffer b = spares.take(c.seq_id);
+      const std::uint64_t base = cache.export_serial(c.seq_id);
       if (cache.prepare_chunk(c.seq_id, n, &b.layers, &b.serial)) {
-        out.steps.push_back({c.seq_id, true, start, n, std::move(b.layers), b.serial});
+        out.steps.push_back({c.seq_id, true, start, n, std::move(b.layers), b.serial, base});
         budget -= n;
         prefill_scheduled = true;
       } else {

@@ -85,6 +85,7 @@ struct PreparedSeq {
   int n_tokens = 0;  // input tokens (1 for a decode)
   std::vector<LayerSlots> layers;
   std::uint64_t serial = 0;  // the export `layers` holds (SpareTables::serial next time)
+  std::uint64_t base = 0;    // the sequence's export before it (SeqStep::table_base)
 };
 
 struct ScheduleOutput {

@@ -360,6 +360,8 @@ void KvCacheManager::export_tracked(Seq& s, std::vector<LayerSlots>* out, std::u
     dst.shrink_to = src.shrink_to;
     const std::size_t n = src.pages.size();
     const std::size_t keep = same ? std::min({layer.synced, n, dst.pages.size()}) : 0;
+    // Unchanged since the last tracked export, whatever buffer holds this one.
+    dst.pages_kept = static_cast<std::int32_t>(std::min(layer.synced, n));
     dst.pages.resize(n);
     std::copy(src.pages.begin() + static_cast<std::ptrdiff_t>(keep), src.pages.end(),
               dst.pages.begin() + static_cast<std::ptrdiff_t>(keep));
@@ -585,6 +587,9 @@ std::vector<std::int32_t> KvCacheManager::take_released() {
 
 // ---- accounting -------------------------------------------------------------------------
 
+std::uint64_t KvCacheManager::export_serial(std::uint64_t seq_id) const {
+  return get(seq_id, "export_serial").export_serial;
+}
 int KvCacheManager::tokens(std::uint64_t seq_id) const {
   return get(seq_id, "tokens").tokens;
 }

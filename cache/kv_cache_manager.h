@@ -201,7 +201,9 @@ class KvCacheManager {
   // everything. On success `*serial` names the new export (serials are never reused: a
   // buffer of a freed or preempted sequence never matches again); on failure nothing
   // changes. Either way `*layers` ends up equal to what the two-argument form writes
-  // (which is this form with a null `serial`: a full copy).
+  // (which is this form with a null `serial`: a full copy). Each LayerSlots::pages_kept says
+  // how many leading entries of its pages equal those of the sequence's previous export with a
+  // serial (export_serial() before the call; 0 when there was none).
   bool prepare_chunk(std::uint64_t seq_id, int n_tokens, std::vector<LayerSlots>* layers,
                      std::uint64_t* serial);
   bool prepare_decode(std::uint64_t seq_id, std::vector<LayerSlots>* layers, std::uint64_t* serial);
@@ -213,6 +215,8 @@ class KvCacheManager {
   std::vector<std::int32_t> take_released();
 
   // ---- accounting -------------------------------------------------------------------------
+  // The sequence's last export with a serial (0: none): SeqStep::table_base of its next step.
+  std::uint64_t export_serial(std::uint64_t seq_id) const;
   int tokens(std::uint64_t seq_id) const;      // positions computed
   int prompt_len(std::uint64_t seq_id) const;  // of the spec it was admitted with
   bool prefill_done(std::uint64_t seq_id) const;

@@ -80,6 +80,7 @@ StepImageLayout StepImageLayout::for_limits(const StepLimits& lim) {
   at.slots = section(per_layer, i32);
   at.dec_seqs = section(per_layer, sizeof(sparse::DecodeSeq));
   at.tables = section(per_layer * static_cast<std::size_t>(lim.max_table_pages), i32);
+  at.table_ops = section(TableStore::max_ops(lim.max_seqs, lim.num_layers), sizeof(TableOp));
   at.bytes = end;
   return at;
 }
@@ -98,7 +99,8 @@ StepPlanner::StepPlanner(StepLimits limits)
                               .num_pages = lim_.num_pages,
                               .max_seqs = lim_.max_seqs,
                               .max_tokens = lim_.max_tokens,
-                              .max_positions = lim_.max_table_pages * kBlockSize}) {}
+                              .max_positions = lim_.max_table_pages * kBlockSize}),
+      store_(lim_.max_seqs, lim_.num_layers, lim_.max_table_pages) {}
 
 // The StepPlan contract is checked by the one validator of runtime/step_plan_check.h (with
 // this backend's workspace as its step limits and max_model_len as its positions); what is
@@ -113,12 +115,80 @@ void StepPlanner::build(const StepPlan& plan, const StepOptions& opt, const Step
   if (S == 0) return;
   order_rows(plan, out);
   measure(plan, out);
+  out.table_deltas = opt.device_tables;
+  if (out.table_deltas) {
+    if (!store_synced_) store_.forget();  // whole tables were uploaded since
+    store_synced_ = true;
+    place_table_rows(plan, image, out);
+  } else {
+    store_synced_ = false;
+    out.table_row.resize(static_cast<std::size_t>(S));
+    for (int k = 0; k < S; ++k) out.table_row[static_cast<std::size_t>(k)] = k;
+    out.table_rows = S;
+  }
   std::vector<std::vector<sparse::PrefillInput>> pre(static_cast<std::size_t>(lim_.num_layers));
   stage_rows(plan, image, out, pre);
   collect_lm_rows(plan, image, out);
   choose_launch(opt, image, out);
   plan_sparse_work(plan, pre, out);
   plan_logits(plan, out);
+  if (out.table_deltas) {
+    out.table_ops = store_.num_ops();
+    out.table_data = store_.num_data();
+    const int cap = lim_.table_delta_entries > 0
+                        ? lim_.table_delta_entries
+                        : static_cast<int>(TableStore::max_data(lim_.max_seqs, lim_.num_layers,
+                                                                lim_.max_table_pages));
+    out.table_rounds = store_.rounds(std::max(cap, lim_.max_table_pages));
+    out.table_bytes = store_.bytes();
+    store_.commit();  // (last: a plan that throws leaves the mirror as the device has it)
+  } else {
+    out.table_bytes = static_cast<std::int64_t>(S) * lim_.num_layers * out.table_pages * 4;
+  }
+}
+
+// Device tables: every sequence's row of the resident store (cuda/table_store.h). Decode rows
+// are ordered by their row (= batch index), so the row order follows the store, not the plan.
+void StepPlanner::place_table_rows(const StepPlan& plan, const StepImage& image, StepLayout& out) {
+  const int S = out.num_seqs;
+  keys_.resize(static_cast<std::size_t>(S));
+  for (int i = 0; i < S; ++i) {
+    const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
+    keys_[static_cast<std::size_t>(i)] = {s.seq_id, s.table_serial, s.table_base,
+                                          out.decode_row[static_cast<std::size_t>(i)] != 0};
+  }
+  const StepImageLayout& at = image.layout();
+  store_.begin(
+      keys_,
+      std::span<TableOp>(image.table_ops(), TableStore::max_ops(lim_.max_seqs, lim_.num_layers)),
+      std::span<std::int32_t>(image.tables(), (at.table_ops - at.tables) / 4));
+  int decode = 0;
+  for (int k = 0; k < S; ++k)
+    decode += out.decode_row[static_cast<std::size_t>(out.order[static_cast<std::size_t>(k)])] != 0;
+  std::vector<int> by_row(static_cast<std::size_t>(decode), -1);
+  out.table_row.assign(static_cast<std::size_t>(S), -1);
+  for (int k = 0; k < S; ++k) {
+    const int i = out.order[static_cast<std::size_t>(k)];
+    const int r = store_.row_of(i);
+    if (k < decode) {
+      if (r < 0 || r >= decode || by_row[static_cast<std::size_t>(r)] >= 0)
+        throw InternalError("TableStore: decode row " + std::to_string(r) + " of " +
+                            std::to_string(decode));
+      by_row[static_cast<std::size_t>(r)] = i;
+    } else {
+      out.table_row[static_cast<std::size_t>(k)] = r;
+    }
+  }
+  for (int b = 0; b < decode; ++b) {
+    out.order[static_cast<std::size_t>(b)] = by_row[static_cast<std::size_t>(b)];
+    out.table_row[static_cast<std::size_t>(b)] = b;
+  }
+  out.table_rows = 0;
+  for (int r : out.table_row) out.table_rows = std::max(out.table_rows, r + 1);
+  // Rows of this step that hold no prefill sequence: zero (never read: no tile names them).
+  std::fill(image.row_start(), image.row_start() + out.table_rows, 0);
+  std::fill(image.nq(), image.nq() + out.table_rows, 0);
+  std::fill(image.qpos0(), image.qpos0() + out.table_rows, 0);
 }
 
 void StepPlanner::order_rows(const StepPlan& plan, StepLayout& out) const {
@@ -155,7 +225,7 @@ void StepPlanner::measure(const StepPlan& plan, StepLayout& out) const {
 
 // Rows, tables, prefill tiles and sparse prefill inputs into the image, in row order.
 void StepPlanner::stage_rows(const StepPlan& plan, const StepImage& image, StepLayout& out,
-                             std::vector<std::vector<sparse::PrefillInput>>& pre) const {
+                             std::vector<std::vector<sparse::PrefillInput>>& pre) {
   const int L = lim_.num_layers, S = out.num_seqs, max_pages = out.table_pages;
   int row = 0, scratch_used = 0;
   out.first_row.assign(static_cast<std::size_t>(S), 0);
@@ -164,11 +234,12 @@ void StepPlanner::stage_rows(const StepPlan& plan, const StepImage& image, StepL
     const SeqStep& s = plan.seqs[static_cast<std::size_t>(i)];
     const int n = static_cast<int>(s.tokens.size());
     const bool dec = out.decode_row[static_cast<std::size_t>(i)] != 0;
+    const int trow = out.table_row[static_cast<std::size_t>(k)];
     out.first_row[static_cast<std::size_t>(i)] = row;
     for (int t = 0; t < n; ++t) {
       image.tokens()[row + t] = s.tokens[static_cast<std::size_t>(t)];
       image.pos()[row + t] = s.start + t;
-      image.seq_of()[row + t] = k;
+      image.seq_of()[row + t] = trow;
     }
     // Scratch pages of this sequence (shared by its layers: they run one after another).
     std::vector<std::int32_t> scratch_ids;
@@ -188,13 +259,17 @@ void StepPlanner::stage_rows(const StepPlan& plan, const StepImage& image, StepL
       const bool via_temp = !dec && ls.rule.sparse() && !ls.direct_prefill(s.prompt_len);
       const std::vector<std::int32_t>& tab =
           via_temp ? (ls.temp_pages.empty() ? scratch_ids : ls.temp_pages) : ls.pages;
-      const int cnt = std::min<int>(static_cast<int>(tab.size()), max_pages);
-      int* trow = image.tables() + (static_cast<std::size_t>(k) * L + l) * max_pages;
-      std::memcpy(trow, tab.data(), cnt * sizeof(int));
-      // Entries past the table: page 0, not whatever an earlier step left in the staging (no
-      // kernel reads them: sparse::check_decode_reads and the checks above hold every read
-      // inside [0, cnt)), so the uploaded table is a function of this step's plan only.
-      std::fill(trow + cnt, trow + max_pages, 0);
+      if (out.table_deltas) {
+        store_.stage(i, l, tab, !via_temp, via_temp ? 0 : ls.pages_kept);
+      } else {
+        const int cnt = std::min<int>(static_cast<int>(tab.size()), max_pages);
+        int* tr = image.tables() + (static_cast<std::size_t>(k) * L + l) * max_pages;
+        std::memcpy(tr, tab.data(), cnt * sizeof(int));
+        // Entries past the table: page 0, not whatever an earlier step left in the staging (no
+        // kernel reads them: sparse::check_decode_reads and the checks above hold every read
+        // inside [0, cnt)), so the uploaded table is a function of this step's plan only.
+        std::fill(tr + cnt, tr + max_pages, 0);
+      }
       if (dec || !ls.rule.sparse()) continue;
       if (ls.direct_prefill(s.prompt_len)) {
         sparse::PrefillInput in;
@@ -216,14 +291,14 @@ void StepPlanner::stage_rows(const StepPlan& plan, const StepImage& image, StepL
       }
     }
     // Prefill-only entries; zero for decode rows (never read: no tile names them).
-    image.row_start()[k] = dec ? 0 : row;
-    image.nq()[k] = dec ? 0 : n;
-    image.qpos0()[k] = dec ? 0 : s.start;
+    image.row_start()[trow] = dec ? 0 : row;
+    image.nq()[trow] = dec ? 0 : n;
+    image.qpos0()[trow] = dec ? 0 : s.start;
     if (dec) {
       stage_decode_row(s, k, row, image, out);
     } else {
       for (int q0 = 0; q0 < n; q0 += 64) {
-        image.tile_seq()[out.tiles] = k;
+        image.tile_seq()[out.tiles] = trow;
         image.tile_q0()[out.tiles] = q0;
         ++out.tiles;
       }

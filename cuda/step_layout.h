@@ -10,8 +10,8 @@
 //
 // Room for the step loop (issue 24): the metadata the device buffers receive lives in one
 // contiguous host image (StepImage) whose sections have fixed offsets computed from the limits,
-// so two images can alternate (double-buffered metadata) and a later page-table section can
-// carry deltas instead of whole tables without changing the layout's other fields.
+// so two images can alternate (double-buffered metadata). With StepOptions::device_tables the
+// page tables stay on the device and the tables section carries only a delta (cuda/table_store.h).
 #pragma once
 
 #include <cstddef>
@@ -21,6 +21,7 @@
 
 #include "cuda/sparse/sparse_meta.h"
 #include "cuda/sparse/sparse_plan.h"
+#include "cuda/table_store.h"
 #include "runtime/step_plan.h"
 #include "runtime/step_plan_check.h"
 
@@ -41,13 +42,19 @@ struct StepLimits {
   int head_dim = 0;
   int num_sms = 1;                 // multiprocessors of the device (decode split count)
   std::vector<int> graph_buckets;  // batch sizes with CUDA graphs, ascending, <= max_seqs
+  // Page ids one delta upload of the resident tables carries (the device buffer; >=
+  // max_table_pages); 0: the whole store (a step never needs more).
+  int table_delta_entries = 0;
 };
 
 // Switches that may change between steps (configuration and test hooks).
 struct StepOptions {
-  bool graphs = true;          // backend.cuda_graphs (off with host-staged collectives)
+  bool graphs = true;         // backend.cuda_graphs (off with host-staged collectives)
   bool sparse_graphs = true;  // backend.sparse_graphs: graphs for decode touching sparse layers
-  int forced_splits = 0;       // decode attention splits (0: pick_decode_splits)
+  int forced_splits = 0;      // decode attention splits (0: pick_decode_splits)
+  // backend.device_tables: page tables resident on the device, updated by deltas (off: every
+  // step uploads whole tables in plan order, the path before issue 24).
+  bool device_tables = false;
 };
 
 // Decode attention split count: enough blocks for ~2 per SM (the tensor-core kernel's residency:
@@ -71,7 +78,10 @@ struct StepImageLayout {
   std::size_t seq_len = 0;    // [layers][max_seqs] slots decode attention attends
   std::size_t slots = 0;      // [layers][max_seqs] slot the decode token's K/V goes to
   std::size_t dec_seqs = 0;   // [layers][max_seqs] sparse::DecodeSeq (policy 0: full/padding)
-  std::size_t tables = 0;     // [order index][layer][table_pages] page ids (pitch of the step)
+  // Whole tables: [order index][layer][table_pages] page ids (pitch of the step). Device
+  // tables: the delta's page ids, read by the table ops.
+  std::size_t tables = 0;
+  std::size_t table_ops = 0;  // [TableStore::max_ops] TableOp (device tables)
   std::size_t bytes = 0;      // whole image
   static StepImageLayout for_limits(const StepLimits& lim);
 };
@@ -100,6 +110,7 @@ class StepImage {
     return reinterpret_cast<sparse::DecodeSeq*>(base_ + at_.dec_seqs);
   }
   std::int32_t* tables() const { return i32(at_.tables); }
+  TableOp* table_ops() const { return reinterpret_cast<TableOp*>(base_ + at_.table_ops); }
 
  private:
   std::int32_t* i32(std::size_t off) const { return reinterpret_cast<std::int32_t*>(base_ + off); }
@@ -186,7 +197,12 @@ struct StepLayout {
   bool shrink = false;          // a kShrink in the step
   // Row order: decode-kernel rows (single tokens: decodes and one-token prefill chunks whose
   // sparse layers all hold the prompt directly) in plan order, then prefill chunks.
-  std::vector<int> order;        // order index -> plan index
+  std::vector<int> order;  // order index -> plan index
+  // Order index -> row of the device page tables: the sequence index seq_of, tile_seq, row_start,
+  // nq, qpos0 and the tables use (the order index itself without device tables; decode rows:
+  // always their batch index).
+  std::vector<int> table_row;
+  int table_rows = 0;            // rows [0, table_rows) of row_start / nq / qpos0 uploaded
   std::vector<int> first_row;    // plan index -> its first row
   std::vector<char> decode_row;  // plan index -> 1: runs through the decode kernel
   // Launch.
@@ -198,6 +214,13 @@ struct StepLayout {
   std::vector<SampleRoute> route;  // plan index -> how its token is drawn
   std::vector<LmChunk> chunks;
   SparseWorkLayout sparse;
+  // Page tables. Device tables: the image's table_ops section holds table_ops ops over
+  // table_data page ids in its tables section, uploaded and applied round by round before the
+  // layers run; else the tables section holds whole tables (num_seqs x layers x table_pages).
+  bool table_deltas = false;
+  int table_ops = 0, table_data = 0;
+  std::vector<TableRound> table_rounds;
+  std::int64_t table_bytes = 0;  // host -> device bytes of page tables this step
 };
 
 // Builds layouts for one backend; keeps per-backend scratch between steps (page marks).
@@ -211,12 +234,17 @@ class StepPlanner {
   // the step does not hold) and fills `out` and `image` (whose layout must be
   // StepImageLayout::for_limits(limits())).
   void build(const StepPlan& plan, const StepOptions& opt, const StepImage& image, StepLayout& out);
+  // The device tables may not hold what the planner's mirror says (a step failed after build,
+  // or ran without device tables): the next steps with device tables rewrite whole rows.
+  void forget_tables() { store_.forget(); }
+  const TableStore& table_store() const { return store_; }  // (tests)
 
  private:
   void order_rows(const StepPlan& plan, StepLayout& out) const;
   void measure(const StepPlan& plan, StepLayout& out) const;
+  void place_table_rows(const StepPlan& plan, const StepImage& image, StepLayout& out);
   void stage_rows(const StepPlan& plan, const StepImage& image, StepLayout& out,
-                  std::vector<std::vector<sparse::PrefillInput>>& pre) const;
+                  std::vector<std::vector<sparse::PrefillInput>>& pre);
   void stage_decode_row(const SeqStep& s, int k, int row, const StepImage& image,
                         StepLayout& out) const;
   void collect_lm_rows(const StepPlan& plan, const StepImage& image, StepLayout& out) const;
@@ -227,7 +255,10 @@ class StepPlanner {
   void plan_logits(const StepPlan& plan, StepLayout& out) const;
 
   StepLimits lim_;
-  StepPlanChecker checker_;  // the StepPlan contract (runtime/step_plan_check.h)
+  StepPlanChecker checker_;   // the StepPlan contract (runtime/step_plan_check.h)
+  TableStore store_;          // what the device tables hold (device_tables)
+  bool store_synced_ = true;  // no step since the last forget wrote whole tables
+  std::vector<TableStore::SeqKey> keys_;
 };
 
 }  // namespace strata::cuda

@@ -37,6 +37,10 @@ struct LayerSlots {
   std::vector<std::int32_t> temp_pages;
   LayerAction action = LayerAction::kNone;
   std::int32_t shrink_to = 0;  // kShrink only
+  // Leading entries of `pages` equal to this layer's `pages` in the sequence's export
+  // SeqStep::table_base (0: none known). Backends that keep page tables resident on the device
+  // upload only the rest (cuda/table_store.h).
+  std::int32_t pages_kept = 0;
 
   // Does this layer hold the prompt position-by-position (full layer, or a sparse layer
   // whose prompt fits its capacity)? Otherwise prompt K/V go to temp pages/scratch.
@@ -70,6 +74,11 @@ struct SeqStep {
   bool return_logits = false;        // copy out logits of every input position (teacher forcing)
   bool report_kept = false;          // fill SeqResult::kept after the step (admin console)
   std::vector<LayerSlots> layers;    // one per model layer
+  // The page-table export `layers` holds (KvCacheManager::prepare_* with a serial; 0: untracked,
+  // nothing known) and the sequence's previous tracked export, the one LayerSlots::pages_kept
+  // counts from (0: none). Serials are never reused.
+  std::uint64_t table_serial = 0;
+  std::uint64_t table_base = 0;
   // Sampling inputs (sample == true only).
   const SamplingParams* params = nullptr;             // owned by the engine, outlives the step
   const std::vector<std::int32_t>* prompt = nullptr;  // for repetition penalty
@@ -131,6 +140,9 @@ struct StepStats {
   // Device idle since the previous step's last device work, on the device's own timeline (the
   // gap the host leaves between steps, issue 24); -1: not measured (CPU backend, first step).
   double device_gap_ms = -1.0;
+  // Page-table bytes the step copied host -> device (CUDA: whole tables, or the resident
+  // tables' delta ops and page ids); -1: not measured (CPU backend).
+  std::int64_t table_bytes = -1;
   std::int64_t tokens = 0;  // input tokens processed
 };
 

@@ -59,7 +59,7 @@ struct Req {
 
 struct Counters {
   long prepared = 0, preempted = 0, shrinks = 0, selects = 0, profiles = 0, own_buffer = 0,
-       foreign_buffer = 0, stale_own = 0;
+       foreign_buffer = 0, stale_own = 0, kept_pages = 0, shrunk_tables = 0;
 };
 
 class ExportWorkload {
@@ -166,9 +166,14 @@ class ExportWorkload {
       n = m_.next_chunk_len(id, pick(1, 100));
       if (n == 0) return false;
     }
+    const std::uint64_t base = m_.export_serial(id);
     const bool ok = decode ? m_.prepare_decode(id, &b.layers, &b.serial)
                            : m_.prepare_chunk(id, n, &b.layers, &b.serial);
-    if (!ok) return false;
+    if (!ok) {
+      EXPECT_EQ(m_.export_serial(id), base) << "a failed preparation changed the serial";
+      return false;
+    }
+    expect_kept_since(id, base, b);
     std::vector<LayerSlots> scratch;
     EXPECT_TRUE(decode ? m_.prepare_decode(id, &scratch) : m_.prepare_chunk(id, n, &scratch));
     expect_same_tables(b.layers, scratch, "sequence " + std::to_string(id));
@@ -178,6 +183,34 @@ class ExportWorkload {
     }
     ++c.prepared;
     return true;
+  }
+
+  // pages_kept (what a backend with resident tables trusts): the leading entries of each layer's
+  // pages equal those of the sequence's previous tracked export, whichever buffer held it.
+  void expect_kept_since(std::uint64_t id, std::uint64_t base, const Buffer& b) {
+    EXPECT_EQ(m_.export_serial(id), b.serial);
+    auto& last = exports_[id];
+    const bool known = base != 0 && last.first == base;
+    EXPECT_TRUE(base == 0 || known) << "base " << base << " is not the last export seen";
+    for (std::size_t l = 0; l < b.layers.size(); ++l) {
+      const LayerSlots& ls = b.layers[l];
+      const auto kept = static_cast<std::size_t>(ls.pages_kept);
+      ASSERT_LE(kept, ls.pages.size()) << "sequence " << id << " layer " << l;
+      if (!known) {
+        EXPECT_EQ(kept, 0u) << "sequence " << id << " layer " << l;
+        continue;
+      }
+      const std::vector<std::int32_t>& was = last.second[l];
+      ASSERT_LE(kept, was.size()) << "sequence " << id << " layer " << l;
+      EXPECT_TRUE(
+          std::equal(ls.pages.begin(), ls.pages.begin() + static_cast<long>(kept), was.begin()))
+          << "sequence " << id << " layer " << l;
+      c.kept_pages += static_cast<long>(kept);
+      c.shrunk_tables += ls.pages.size() < was.size();
+    }
+    last.first = b.serial;
+    last.second.clear();
+    for (const LayerSlots& ls : b.layers) last.second.push_back(ls.pages);
   }
 
   void run_step() {
@@ -230,6 +263,9 @@ class ExportWorkload {
   std::map<std::uint64_t, Req> running_;
   std::vector<std::pair<std::uint64_t, Buffer>> spares_;  // (sequence it was last prepared for)
   std::uint64_t next_id_ = 1;
+  // Per sequence id: its last tracked export (serial, pages per layer).
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::vector<std::vector<std::int32_t>>>>
+      exports_;
 };
 
 TEST(KvCacheExport, IncrementalExportEqualsFromScratchExport) {
@@ -247,6 +283,8 @@ TEST(KvCacheExport, IncrementalExportEqualsFromScratchExport) {
     EXPECT_GT(c.profiles, 40);
     EXPECT_GT(c.own_buffer, 3000);
     EXPECT_GT(c.foreign_buffer, 200);
+    EXPECT_GT(c.kept_pages, 10000);  // pages_kept was checked, and said something
+    EXPECT_GT(c.shrunk_tables, 20);  // including tables that lost their tail
     // Most exports reused their buffer, and copied a small part of the tables.
     const auto e = w.manager().export_counters();
     EXPECT_GT(e.incremental, e.exports / 2);

@@ -135,10 +135,10 @@ void StepPlanner::build(const StepPlan& plan, const StepOptions& opt, const Step
   if (out.table_deltas) {
     out.table_ops = store_.num_ops();
     out.table_data = store_.num_data();
-    const int cap = lim_.table_delta_entries > 0
-                        ? lim_.table_delta_entries
-                        : static_cast<int>(TableStore::max_data(lim_.max_seqs, lim_.num_layers,
-                                                                lim_.max_table_pages));
+    const int cap =
+        lim_.table_delta_entries > 0
+            ? lim_.table_delta_entries
+            : TableStore::delta_entries(lim_.max_seqs, lim_.num_layers, lim_.max_table_pages);
     out.table_rounds = store_.rounds(std::max(cap, lim_.max_table_pages));
     out.table_bytes = store_.bytes();
     store_.commit();  // (last: a plan that throws leaves the mirror as the device has it)

@@ -43,7 +43,7 @@ struct StepLimits {
   int num_sms = 1;                 // multiprocessors of the device (decode split count)
   std::vector<int> graph_buckets;  // batch sizes with CUDA graphs, ascending, <= max_seqs
   // Page ids one delta upload of the resident tables carries (the device buffer; >=
-  // max_table_pages); 0: the whole store (a step never needs more).
+  // max_table_pages); 0: TableStore::delta_entries.
   int table_delta_entries = 0;
 };
 

@@ -20,6 +20,12 @@ std::size_t TableStore::max_data(int rows, int layers, int pmax) {
          static_cast<std::size_t>(pmax);
 }
 
+int TableStore::delta_entries(int rows, int layers, int pmax) {
+  const std::size_t cap = std::size_t{1} << 20;
+  return static_cast<int>(
+      std::max<std::size_t>(std::min(max_data(rows, layers, pmax), cap), std::max(pmax, 1)));
+}
+
 TableStore::TableStore(int rows, int layers, int pmax)
     : rows_n_(rows), layers_(layers), pmax_(pmax) {
   if (max_data(rows, layers, pmax) > static_cast<std::size_t>(std::numeric_limits<int>::max()))

@@ -60,6 +60,9 @@ class TableStore {
   // Ops and page ids a step can need at most (every sequence rewritten whole).
   static std::size_t max_ops(int rows, int layers);
   static std::size_t max_data(int rows, int layers, int pmax);
+  // Page ids of one delta round by default (StepLimits::table_delta_entries 0): the whole
+  // store, at most 1 Mi (4 MiB of device buffer; a step needing more runs several rounds).
+  static int delta_entries(int rows, int layers, int pmax);
 
   // Throws ConfigError when the store has more entries than an int32 indexes.
   TableStore(int rows, int layers, int pmax);

@@ -40,7 +40,7 @@ void apply_model(const YAML::Node& n, ModelSection& m) {
 void apply_backend(const YAML::Node& n, BackendSection& b) {
   check_keys(n, "backend",
              {"kind", "threads", "tp_size", "devices", "cuda_graphs", "sparse_graphs",
-              "graph_batch_sizes"});
+              "graph_batch_sizes", "device_tables"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "backend." + k;
@@ -58,6 +58,8 @@ void apply_backend(const YAML::Node& n, BackendSection& b) {
       b.cuda_graphs = read_bool(kv.second, key);
     else if (k == "sparse_graphs")
       b.sparse_graphs = read_bool(kv.second, key);
+    else if (k == "device_tables")
+      b.device_tables = read_bool(kv.second, key);
     else if (k == "graph_batch_sizes") {
       b.graph_batch_sizes.clear();
       for (auto d : read_int_list(kv.second, key, 1, 4096))
@@ -109,7 +111,6 @@ void apply_cache(const YAML::Node& n, CacheSection& c) {
       c.prefix_cache_bytes = read_bytes(kv.second, key);
   }
 }
-
 
 void apply_server(const YAML::Node& n, ServerSection& s) {
   check_keys(n, "server",

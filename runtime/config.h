@@ -38,6 +38,9 @@ struct BackendSection {
   // default since graph replay equals eager bitwise in the sparse model tests (issue 24).
   bool sparse_graphs = true;
   std::vector<int> graph_batch_sizes;  // decode buckets; empty: backend default
+  // CUDA: page tables stay on the device and each step uploads only what changed (issue 24;
+  // off: every step uploads whole tables, the path before).
+  bool device_tables = true;
 };
 
 struct SchedulerSection {

@@ -147,6 +147,15 @@ struct CudaBackendImpl {
   DeviceArray<unsigned char> sp_ws;
   PinnedArray<unsigned char> sp_meta;
 
+  // ---- Resident page tables (issue 24 item 2; cuda/backend/tables.cpp) ----
+  bool device_tables = true;         // backend.device_tables: d_tables kept, deltas uploaded
+  DeviceArray<TableOp> d_table_ops;  // [TableStore::max_ops] one round's ops
+  DeviceArray<int> d_table_data;     // [TableStore::delta_entries] one round's page ids
+  void allocate_device_tables();     // start-up (allocate_workspace)
+  void upload_tables();              // run.cpp: whole tables, or the delta rounds + their kernel
+  void run_layout(const StepPlan& plan, StepResult& result);  // run.cpp: step() after the plan
+  // ---- end resident page tables ----
+
   bool use_graphs = true;
   // Graphs also for decode steps with sparse layers (backend.sparse_graphs; off by default:
   // their replay disagrees with eager, issue 9 in docs/cuda-backend.md).

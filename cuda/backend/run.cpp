@@ -80,7 +80,7 @@ std::vector<LayerSparseWork> CudaBackendImpl::upload_sparse_work() {
 void CudaBackendImpl::upload_step() {
   const StepLayout& s = layout;
   const int L = mc.num_hidden_layers;
-  const int T_run = s.run_rows, S_run = s.run_decode_rows, S = s.num_seqs;
+  const int T_run = s.run_rows, S_run = s.run_decode_rows;
   auto upload = [&](DeviceArray<int>& d, const std::int32_t* h, int n) {
     if (n > 0)
       CUDA_CHECK(cudaMemcpyAsync(d.get(), h, n * sizeof(int), cudaMemcpyHostToDevice, stream));
@@ -99,16 +99,13 @@ void CudaBackendImpl::upload_step() {
   upload_layers(d_slots.get(), image.slots(), sizeof(int));
   upload_layers(d_dec_seqs.get(), image.dec_seqs(), sizeof(sparse::DecodeSeq));
   upload(d_lm_rows, image.lm_rows(), s.run_lm_rows);
-  upload(d_row_start, image.row_start(), S);
-  upload(d_nq, image.nq(), S);
-  upload(d_qpos0, image.qpos0(), S);
+  // By table row (the order index without device tables).
+  upload(d_row_start, image.row_start(), s.table_rows);
+  upload(d_nq, image.nq(), s.table_rows);
+  upload(d_qpos0, image.qpos0(), s.table_rows);
   upload(d_tile_seq, image.tile_seq(), s.tiles);
   upload(d_tile_q0, image.tile_q0(), s.tiles);
-  const int max_pages = s.table_pages;
-  CUDA_CHECK(cudaMemcpy2DAsync(d_tables.get(), static_cast<std::size_t>(pmax) * sizeof(int),
-                               image.tables(), static_cast<std::size_t>(max_pages) * sizeof(int),
-                               max_pages * sizeof(int), static_cast<std::size_t>(S) * L,
-                               cudaMemcpyHostToDevice, stream));
+  upload_tables();  // tables.cpp
 }
 
 StepResult CudaBackendImpl::step(const StepPlan& plan) {
@@ -117,12 +114,26 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
   StepResult result;
   result.step_id = plan.step_id;
   result.seqs.resize(plan.seqs.size());
-  planner->build(
-      plan,
-      StepOptions{
-          .graphs = use_graphs, .sparse_graphs = sparse_graphs, .forced_splits = forced_splits},
-      image, layout);
+  planner->build(plan,
+                 StepOptions{.graphs = use_graphs,
+                             .sparse_graphs = sparse_graphs,
+                             .forced_splits = forced_splits,
+                             .device_tables = device_tables},
+                 image, layout);
   if (layout.num_seqs == 0) return result;
+  try {
+    run_layout(plan, result);
+  } catch (...) {
+    planner->forget_tables();  // the device tables may not hold what the plan assumed
+    throw;
+  }
+  const double wall =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
+  result.stats.host_ms = std::max(0.0, wall - result.stats.device_ms);
+  return result;
+}
+
+void CudaBackendImpl::run_layout(const StepPlan& plan, StepResult& result) {
   const std::vector<LayerSparseWork> work = upload_sparse_work();
   std::swap(ev1, ev1_prev);  // ev1_prev: the previous step's last device work
   CUDA_CHECK(cudaEventRecord(ev0, stream));
@@ -147,8 +158,6 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
   sample_and_collect(plan, result);
   float ms = 0.0f;
   CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-  const double wall =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
   result.stats.device_ms = ms;
   if (have_prev_end) {  // both events completed: the previous step synchronised, this one too
     float gap = 0.0f;
@@ -156,9 +165,8 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
     result.stats.device_gap_ms = std::max(0.0f, gap);
   }
   have_prev_end = true;
-  result.stats.host_ms = std::max(0.0, wall - ms);
   result.stats.tokens = layout.rows;
-  return result;
+  result.stats.table_bytes = layout.table_bytes;
 }
 
 }  // namespace strata::cuda

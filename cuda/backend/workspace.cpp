@@ -112,6 +112,7 @@ void CudaBackendImpl::allocate_workspace() {
   dev(d_pos, T);
   dev(d_seq_of, T);
   dev(d_tables, tables);
+  allocate_device_tables();  // resident page tables' delta buffers (tables.cpp)
   dev(d_row_start, max_seqs);
   dev(d_nq, max_seqs);
   dev(d_qpos0, max_seqs);

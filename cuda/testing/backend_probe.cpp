@@ -31,6 +31,17 @@ void CudaBackendProbe::set_cuda_graphs(bool on) {
 void CudaBackendProbe::set_sparse_graphs(bool on) {
   b_.sparse_graphs = on;
 }
+void CudaBackendProbe::set_device_tables(bool on) {
+  b_.device_tables = on;  // (the planner forgets the resident tables when it comes back on)
+}
+std::vector<int> CudaBackendProbe::read_tables() const {
+  CUDA_CHECK(cudaSetDevice(b_.device));
+  CUDA_CHECK(cudaStreamSynchronize(b_.stream));
+  std::vector<int> out(b_.d_tables.size());
+  CUDA_CHECK(
+      cudaMemcpy(out.data(), b_.d_tables.get(), b_.d_tables.bytes(), cudaMemcpyDeviceToHost));
+  return out;
+}
 void CudaBackendProbe::set_decode_splits(int n) {
   if (n < 0 || n > kMaxDecodeSplits)
     throw InternalError("set_decode_splits: " + std::to_string(n) + " outside 0.." +

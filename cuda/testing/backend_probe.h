@@ -21,6 +21,11 @@ class CudaBackendProbe {
   void set_cuda_graphs(bool on);
   // Graphs also for decode steps touching sparse layers (backend.sparse_graphs).
   void set_sparse_graphs(bool on);
+  // Page tables resident on the device, updated by deltas (backend.device_tables), or whole
+  // tables every step.
+  void set_device_tables(bool on);
+  // The device page tables, [max_seqs][layers][pages per table] (d_tables).
+  std::vector<int> read_tables() const;
   // Decode attention split count for every later step, eager and graph (0: the backend's
   // choice; 1..kMaxDecodeSplits).
   void set_decode_splits(int n);

@@ -50,6 +50,13 @@ TEST(Config, DefaultsHaveSparsityOff) {
   EXPECT_EQ(c.server.host, "127.0.0.1");
 }
 
+TEST(Config, DeviceTablesDefaultOnAndParsed) {
+  EXPECT_TRUE(parse_config_yaml("model: {path: x}", "t").backend.device_tables);
+  EXPECT_FALSE(parse_config_yaml("backend: {device_tables: false}", "t").backend.device_tables);
+  EXPECT_NE(error_of("backend: {device_tables: 2}").find("backend.device_tables"),
+            std::string::npos);
+}
+
 TEST(Config, SparseGraphsDefaultOnAndParsed) {
   EXPECT_TRUE(parse_config_yaml("model: {path: x}", "t").backend.sparse_graphs);
   EXPECT_FALSE(parse_config_yaml("backend: {sparse_graphs: false}", "t").backend.sparse_graphs);

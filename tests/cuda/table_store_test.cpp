@@ -79,6 +79,7 @@ class SimStore {
     }
     for (int o = 0; o < s.table_ops; ++o) {
       if (ops[o].kind != kTableCopy) continue;
+      ++copies;
       for (int e = 0; e < ops[o].count; ++e) {
         ASSERT_FALSE(written[static_cast<std::size_t>(ops[o].arg + e)])
             << "copy of a written entry";
@@ -121,6 +122,7 @@ class SimStore {
         std::copy_n(image.tables() + (static_cast<std::size_t>(k) * L_ + l) * s.table_pages,
                     s.table_pages, v_.begin() + (static_cast<std::ptrdiff_t>(k) * L_ + l) * P_);
   }
+  long copies = 0;  // copy ops seen (tables that moved on the device)
   std::span<const std::int32_t> row(int r, int l) const {
     return {v_.data() + (static_cast<std::size_t>(r) * L_ + l) * P_, static_cast<std::size_t>(P_)};
   }
@@ -271,6 +273,7 @@ Totals run_workload(std::uint64_t seed, const testutil::WorkloadShape& sh, int s
       c.shrinks, c.selects, c.profiles, c.untracked, c.shuffled, static_cast<long long>(tot.dev),
       static_cast<long long>(tot.full));
   if (::testing::Test::HasFailure()) return tot;
+  EXPECT_GT(dev.copies, 0) << "no table moved on the device";
   EXPECT_GT(c.preempted, 0);
   EXPECT_GT(c.dropped, 0);
   EXPECT_GT(c.finished, 10);

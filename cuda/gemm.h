@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cuda/device_buffer.h"
+#include "cuda/fp8.h"
 
 namespace strata::cuda {
 
@@ -66,6 +67,27 @@ class Gemm {
   void linear(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int T, int N,
               int K);
   void linear_f32out(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int T, int N, int K);
+  // FP8 (W8A8, cuda/fp8.h): y[T, N] = bf16((x̂ · Ŵ^T) * x.scale[t] * w.scale[n]) with x̂ [T, K] and
+  // Ŵ [N, K] e4m3. Up to fp8_cores_rows() rows: the CUDA-core skinny FP8 kernel; up to
+  // kSmallFp8MaxRows: the tensor-core small-row kernel; more: cuBLASLt's e4m3 GEMM
+  // with outer-vector (per-row, per-column) fp32 scales and fast accumulation off (partial sums
+  // promoted to fp32, which the K = 14336 reduction needs), one cached plan per (N, K, T). Where
+  // cuBLASLt offers no outer-vector algorithm the product goes to an fp32 buffer in row chunks
+  // and launch_scale_outer applies the scales (fp8_outer_vec() says which ran). K % 16 == 0.
+  void linear_fp8(Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int K);
+  // Allocates the fallback's fp32 buffer (acc_bytes) before any linear_fp8 call: plans are made
+  // at first use, which may be inside a graph capture, where nothing may be allocated.
+  void enable_fp8(std::size_t acc_bytes = 64u << 20);
+  // Whether the last cuBLASLt FP8 plan made had an outer-vector algorithm (true until one lacks
+  // it).
+  bool fp8_outer_vec() const { return fp8_outer_vec_; }
+  // Test hook: force the fallback (scalar-scaled cuBLASLt into fp32, then launch_scale_outer).
+  // Rows (0..kSkinnyFp8MaxRows) that take the CUDA-core FP8 kernel rather than the tensor-core
+  // one (default 1). For benchmarks comparing the two.
+  void set_fp8_cores_rows(int rows) { fp8_cores_rows_ = rows; }
+  int fp8_cores_rows() const { return fp8_cores_rows_; }
+  // Drops the FP8 plans made so far.
+  void set_fp8_fallback(bool on);
 
   // Tunes every shape at every row count of `rows` (outside graph capture; synchronises the
   // stream). Stops early, keeping the defaults, once `budget_ms` of wall time is spent.
@@ -87,6 +109,22 @@ class Gemm {
   using Key = std::tuple<int, int, int, bool>;  // N, K, T, f32out
   void run(const void* x, const __nv_bfloat16* w, void* y, bool f32out, int T, int N, int K);
   static void destroy(LtPlan& p);
+
+  // cuBLASLt e4m3 GEMMs (linear_fp8): per (N, K, T), the outer-vector plan (ok = an algorithm
+  // exists) and the scalar-scaled fallback plan into fp32 over row chunks of fallback_rows.
+  struct Fp8Plan {
+    LtPlan outer, scalar;
+    bool outer_ok = false, scalar_ok = false;
+    int chunk_rows = 0;
+  };
+  using Key3 = std::tuple<int, int, int>;
+  Fp8Plan& fp8_plan(int T, int N, int K);
+  std::map<Key3, Fp8Plan> fp8_plans_;
+  DeviceArray<float> fp8_acc_;  // fallback accumulator (enable_fp8)
+  DeviceArray<float> fp8_one_;  // 1.0f (the fallback's scalar scales)
+  bool fp8_outer_vec_ = true, fp8_force_fallback_ = false;
+  int fp8_cores_rows_ = 1;
+  int num_sms_ = 132;
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t handle_ = nullptr;

@@ -2,6 +2,7 @@
 #include <cfloat>
 
 #include "cuda/cuda_check.h"
+#include "cuda/fp8.cuh"
 #include "cuda/kernels.h"
 
 namespace strata::cuda {
@@ -49,6 +50,11 @@ __global__ void rmsnorm_kernel(const RmsNormParams p) {
   }
   ss = block_sum(ss);
   const float inv = rsqrtf(ss / static_cast<float>(p.hidden) + p.eps);
+  if (p.out8.codes) {
+    fp8::quantize_row([&](int i) { return x[i] * inv * __bfloat162float(p.weight[i]); }, p.hidden,
+                      p.out8.codes + static_cast<long long>(r) * p.hidden, p.out8.scale + r);
+    return;
+  }
   bf16* out = p.out + static_cast<long long>(r) * p.hidden;
   for (int i = threadIdx.x; i < p.hidden; i += blockDim.x)
     out[i] = __float2bfloat16_rn(x[i] * inv * __bfloat162float(p.weight[i]));
@@ -100,6 +106,19 @@ __global__ void swiglu_kernel(const SwigluParams p) {
     const float u = __bfloat162float(p.gu[t * 2 * p.inter + p.inter + j]);
     p.out[i] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
   }
+}
+
+// One block per token row: the row's products twice (amax, then codes).
+__global__ void swiglu_fp8_kernel(const SwigluParams p) {
+  const long long t = blockIdx.x;
+  const bf16* g = p.gu + t * 2 * p.inter;
+  const bf16* u = g + p.inter;
+  fp8::quantize_row(
+      [&](int j) {
+        const float gv = __bfloat162float(g[j]);
+        return gv / (1.0f + __expf(-gv)) * __bfloat162float(u[j]);
+      },
+      p.inter, p.out8.codes + t * p.inter, p.out8.scale + t);
 }
 
 __device__ __forceinline__ unsigned long long splitmix64_dev(unsigned long long x) {
@@ -212,7 +231,10 @@ void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s) {
 void launch_swiglu(const SwigluParams& p, cudaStream_t s) {
   const long long n = static_cast<long long>(p.num_tokens) * p.inter;
   if (n == 0) return;
-  swiglu_kernel<<<grid_for(n, 256), 256, 0, s>>>(p);
+  if (p.out8.codes)
+    swiglu_fp8_kernel<<<p.num_tokens, 512, 0, s>>>(p);
+  else
+    swiglu_kernel<<<grid_for(n, 256), 256, 0, s>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 

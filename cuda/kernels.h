@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "cuda/fp8.h"
+
 namespace strata::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -24,6 +26,8 @@ void launch_embedding(const EmbeddingParams& p, cudaStream_t s);
 
 // If delta: resid += delta. Then out = bf16(resid * rsqrt(mean(resid^2) + eps) * weight).
 // Rows listed in `rows` (or all rows 0..num_rows-1 when rows == nullptr) go to out row i.
+// With out8.codes (FP8 layers, cuda/fp8.h) the fp32 normalized row is quantized per row into
+// out8 instead (the input of an FP8 GEMM; `out` is then unused).
 struct RmsNormParams {
   float* resid;        // [T, hidden]
   const bf16* delta;   // [T, hidden] or nullptr
@@ -33,6 +37,7 @@ struct RmsNormParams {
   int num_rows;
   int hidden;
   float eps;
+  Fp8Rows out8 = {};  // [num_rows, hidden] codes and [num_rows] scales, or none
 };
 void launch_rmsnorm(const RmsNormParams& p, cudaStream_t s);
 
@@ -61,12 +66,14 @@ struct RopeKvParams {
 };
 void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s);
 
-// out = silu(gate) * up with gu = [gate | up] per row.
+// out = silu(gate) * up with gu = [gate | up] per row. With out8.codes the fp32 products are
+// quantized per row into out8 instead (the down GEMM's FP8 input; `out` is then unused).
 struct SwigluParams {
   const bf16* gu;  // [T, 2 * inter]
   bf16* out;       // [T, inter]
   int num_tokens;
   int inter;
+  Fp8Rows out8 = {};  // [T, inter] codes and [T] scales, or none
 };
 void launch_swiglu(const SwigluParams& p, cudaStream_t s);
 

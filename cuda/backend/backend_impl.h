@@ -20,6 +20,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
+#include "cuda/fp8.h"
 #include "cuda/gemm.h"
 #include "cuda/sampling.h"
 #include "cuda/sparse/sparse_kernels.h"
@@ -63,6 +64,9 @@ class PinnedArray {
 
 struct LayerDev {
   bf16 *input_norm, *post_norm, *qkv, *o, *gate_up, *down;
+  // model.quantization fp8 (cuda/fp8.h): the four matrices in e4m3 with per-output-channel
+  // scales; the bf16 pointers qkv, o, gate_up and down are then null.
+  Fp8Rows qkv8, o8, gate_up8, down8;
 };
 
 // Eager sparse work of one layer in one step (device pointers into the step workspace).
@@ -95,7 +99,10 @@ struct CudaBackendImpl {
   DeviceSampler sampler;  // non-greedy rows (cuda/sampling.h)
 
   // Weights (weights.cpp).
-  std::vector<DeviceArray<bf16>> owned;  // every weight allocation
+  bool fp8 = false;                               // model.quantization: fp8 (W8A8 linear layers)
+  std::vector<DeviceArray<bf16>> owned;           // every weight allocation
+  std::vector<DeviceArray<std::uint8_t>> owned8;  // fp8: e4m3 codes
+  std::vector<DeviceArray<float>> owned_f32;      // fp8: their per-channel scales
   bf16 *embed = nullptr, *final_norm = nullptr, *lm_head = nullptr;
   std::vector<LayerDev> layers;
   std::map<std::string, std::pair<const bf16*, std::size_t>> by_name;  // HF name -> (ptr, elems)
@@ -109,6 +116,10 @@ struct CudaBackendImpl {
   DeviceArray<float> resid;
   DeviceArray<bf16> normed, qkv, attn, delta, gu, act, lm_normed;
   DeviceArray<float> logits, part_o, part_ml;
+  // fp8: the e4m3 input of the GEMM being run ([max_tokens][max(hidden, q_dim, intermediate)],
+  // one scale per row), written by RMSNorm, quantize_rows (attention output) and SwiGLU.
+  DeviceArray<std::uint8_t> x8;
+  DeviceArray<float> x8_scale;
   DeviceArray<int> d_tokens, d_pos, d_seq_of, d_tables, d_row_start, d_nq, d_qpos0, d_tile_seq,
       d_tile_q0, d_q_row, d_seq_len, d_lm_rows, d_argmax;
   PinnedArray<int> h_argmax;
@@ -194,6 +205,22 @@ struct CudaBackendImpl {
     return owned.back().get();
   }
   void build_weights();
+  // fp8: rows x cols e4m3 weights with their scales, owned by the backend.
+  Fp8Rows alloc_fp8(std::size_t rows, std::size_t cols) {
+    owned8.emplace_back(rows * cols);
+    owned_f32.emplace_back(rows);
+    return {owned8.back().get(), owned_f32.back().get()};
+  }
+  // fp8: the GEMM input buffer x8 (none without fp8: kernels then write bf16).
+  Fp8Rows x8_rows() const { return fp8 ? Fp8Rows{x8.get(), x8_scale.get()} : Fp8Rows{}; }
+  // One linear layer: y[T, N] = x[T, K] . W^T, bf16 (x, w) or, with fp8, the e4m3 input already
+  // in x8 (w8).
+  void linear(const bf16* x, const bf16* w, Fp8Rows w8, bf16* y, int T, int N, int K) {
+    if (fp8)
+      gemm->linear_fp8({x8.get(), x8_scale.get()}, w8, y, T, N, K);
+    else
+      gemm->linear(x, w, y, T, N, K);
+  }
   void random_tensor(bf16* dst, const std::string& name, std::size_t n, float scale, float offset);
   // workspace.cpp
   void allocate_workspace();

@@ -8,6 +8,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/backend/backend_impl.h"
+#include "cuda/fp8.h"
 #include "cuda/kernels.h"
 #include "cuda/tp/collectives.h"
 #include "cuda/tp/tp_backends.h"
@@ -73,9 +74,10 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                   .rows = nullptr,
                   .num_rows = T,
                   .hidden = H,
-                  .eps = eps},
+                  .eps = eps,
+                  .out8 = x8_rows()},
                  stream);
-  gemm->linear(normed.get(), w.qkv, qkv.get(), T, qkv_dim, H);
+  linear(normed.get(), w.qkv, w.qkv8, qkv.get(), T, qkv_dim, H);
   const std::size_t lrow = static_cast<std::size_t>(l) * max_seqs;
   sparse::DecodeParams dp;
   const bool sp_dec = a.sparse_decode && S_dec > 0;
@@ -167,7 +169,8 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
   // Live shrink after the layer's own work (step 5).
   if (lw && lw->shr.num_seqs > 0) CUDA_CHECK(sparse::launch_sparse_shrink(lw->shr, stream));
   if (taps) copy_layer_taps(l, T, S_dec, sp_dec);
-  gemm->linear(attn.get(), w.o, delta.get(), T, H, q_dim);
+  if (fp8) launch_quantize_rows(attn.get(), q_dim, T, q_dim, x8_rows(), stream);
+  linear(attn.get(), w.o, w.o8, delta.get(), T, H, q_dim);
   if (tp.comm) tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
   launch_rmsnorm({.resid = resid.get(),
                   .delta = delta.get(),
@@ -176,11 +179,13 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                   .rows = nullptr,
                   .num_rows = T,
                   .hidden = H,
-                  .eps = eps},
+                  .eps = eps,
+                  .out8 = x8_rows()},
                  stream);
-  gemm->linear(normed.get(), w.gate_up, gu.get(), T, 2 * I, H);
-  launch_swiglu({.gu = gu.get(), .out = act.get(), .num_tokens = T, .inter = I}, stream);
-  gemm->linear(act.get(), w.down, delta.get(), T, H, I);
+  linear(normed.get(), w.gate_up, w.gate_up8, gu.get(), T, 2 * I, H);
+  launch_swiglu({.gu = gu.get(), .out = act.get(), .num_tokens = T, .inter = I, .out8 = x8_rows()},
+                stream);
+  linear(act.get(), w.down, w.down8, delta.get(), T, H, I);
   if (tp.comm) tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
 }
 

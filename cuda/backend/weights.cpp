@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/backend/backend_impl.h"
+#include "cuda/fp8.h"
 #include "cuda/kernels.h"
 #include "cuda/tp/tp_backends.h"
 #include "runtime/error.h"
@@ -89,6 +90,11 @@ void CudaBackendImpl::build_weights() {
                            by_name[nm] = {d, n};
                          }});
   const float lin = 1.0f / std::sqrt(static_cast<float>(h));
+  // fp8: each layer's four matrices are filled in bf16 into one staging buffer (so a model whose
+  // bf16 weights would not fit, 70B, still loads), then quantized per output channel; the
+  // staging buffer is reused by the next layer once the stream has drained.
+  const std::size_t qkv_n = qkv_dim * h, o_n = h * q_dim, gu_n = 2 * in * h, down_n = h * in;
+  DeviceArray<bf16> stage(fp8 ? qkv_n + o_n + gu_n + down_n : 0);
   embed = alloc_weight(V * h);
   tensor(embed, "model.embed_tokens.weight", V * h, 1.0f, 0.0f);
   for (int l = 0; l < mc.num_hidden_layers; ++l) {
@@ -96,10 +102,18 @@ void CudaBackendImpl::build_weights() {
     LayerDev d{};
     d.input_norm = alloc_weight(h);
     d.post_norm = alloc_weight(h);
-    d.qkv = alloc_weight(qkv_dim * h);
-    d.o = alloc_weight(h * q_dim);
-    d.gate_up = alloc_weight(2 * in * h);
-    d.down = alloc_weight(h * in);
+    if (fp8) {
+      CUDA_CHECK(cudaStreamSynchronize(stream));  // the previous layer's quantization is done
+      d.qkv = stage.get();
+      d.o = d.qkv + qkv_n;
+      d.gate_up = d.o + o_n;
+      d.down = d.gate_up + gu_n;
+    } else {
+      d.qkv = alloc_weight(qkv_n);
+      d.o = alloc_weight(o_n);
+      d.gate_up = alloc_weight(gu_n);
+      d.down = alloc_weight(down_n);
+    }
     tensor(d.input_norm, p + "input_layernorm.weight", h, 0.1f, 1.0f);
     tensor(d.qkv, p + "self_attn.q_proj.weight", q_dim * h, lin, 0.0f);
     tensor(d.qkv + q_dim * h, p + "self_attn.k_proj.weight", kv_dim * h, lin, 0.0f);
@@ -111,6 +125,23 @@ void CudaBackendImpl::build_weights() {
     tensor(d.gate_up + in * h, p + "mlp.up_proj.weight", in * h, lin, 0.0f);
     tensor(d.down, p + "mlp.down_proj.weight", h * in,
            1.0f / std::sqrt(static_cast<float>(full_mc.intermediate_size)), 0.0f);
+    if (fp8) {
+      const auto quantize = [&](const bf16* w, std::size_t rows, std::size_t cols) {
+        const Fp8Rows q = alloc_fp8(rows, cols);
+        launch_quantize_rows(w, static_cast<long long>(cols), static_cast<int>(rows),
+                             static_cast<int>(cols), q, stream);
+        return q;
+      };
+      d.qkv8 = quantize(d.qkv, qkv_dim, h);
+      d.o8 = quantize(d.o, h, q_dim);
+      d.gate_up8 = quantize(d.gate_up, 2 * in, h);
+      d.down8 = quantize(d.down, h, in);
+      d.qkv = d.o = d.gate_up = d.down = nullptr;
+      for (const char* n : {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                            "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                            "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"})
+        by_name.erase(p + n);  // the staging buffer is not kept
+    }
     layers.push_back(d);
   }
   final_norm = alloc_weight(h);
@@ -138,6 +169,8 @@ void CudaBackendImpl::build_weights() {
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::size_t bytes = 0;
   for (const auto& a : owned) bytes += a.bytes();
+  for (const auto& a : owned8) bytes += a.bytes();
+  for (const auto& a : owned_f32) bytes += a.bytes();
   binfo.weight_bytes = bytes;
 }
 

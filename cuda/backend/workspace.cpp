@@ -24,11 +24,7 @@ constexpr int kGraphBucketsDefault[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
 CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
     : cfg(c), device(dev), tp(tp_rank) {
-  // Never run bf16 silently when FP8 was asked for (issue 20: the CPU backend has the oracle).
-  if (c.model.quantization != Quantization::kNone)
-    throw ConfigError("model.quantization",
-                      "fp8 is not implemented on the CUDA backend yet (issue 20); use "
-                      "model.quantization: none, or the CPU backend");
+  fp8 = c.model.quantization == Quantization::kFp8;  // W8A8 linear layers (cuda/fp8.h)
   int n = 0;
   CUDA_CHECK(cudaGetDeviceCount(&n));
   if (dev < 0 || dev >= n)
@@ -101,6 +97,11 @@ void CudaBackendImpl::allocate_workspace() {
   gu = DeviceArray<bf16>(T * 2 * I);
   act = DeviceArray<bf16>(T * I);
   lm_normed = DeviceArray<bf16>(static_cast<std::size_t>(logit_rows) * H);
+  if (fp8) {  // the e4m3 GEMM input (cuda/fp8.h) and the fallback GEMM's fp32 buffer
+    x8 = DeviceArray<std::uint8_t>(T * std::max({H, static_cast<std::size_t>(q_dim), I}));
+    x8_scale = DeviceArray<float>(T);
+    gemm->enable_fp8();
+  }
   logits = DeviceArray<float>(static_cast<std::size_t>(logit_rows) * V);
   part_o = DeviceArray<float>(static_cast<std::size_t>(max_seqs) * mc.num_attention_heads *
                               kMaxDecodeSplits * mc.head_dim);
@@ -158,13 +159,14 @@ void CudaBackendImpl::tune_decode_gemms() {
   if (mode != "1" && binfo.weight_bytes < (1ull << 30)) return;
   const int H = mc.hidden_size, I = mc.intermediate_size, V = mc.vocab_size;
   const LayerDev& w = layers.front();
-  const std::vector<GemmShape> shapes = {
-      {"qkv", qkv_dim, H, false, w.qkv},
-      {"o", H, q_dim, false, w.o},
-      {"gate_up", 2 * I, H, false, w.gate_up},
-      {"down", H, I, false, w.down},
-      // tp > 1: the rank's vocabulary slice of rows
-      {"lm_head", tp.size > 1 ? shard.vocab_slice : V, H, true, lm_head}};
+  std::vector<GemmShape> shapes;
+  if (!fp8)  // fp8 layers run Gemm::linear_fp8, which has no tuning (yet)
+    shapes = {{"qkv", qkv_dim, H, false, w.qkv},
+              {"o", H, q_dim, false, w.o},
+              {"gate_up", 2 * I, H, false, w.gate_up},
+              {"down", H, I, false, w.down}};
+  // tp > 1: the rank's vocabulary slice of rows
+  shapes.push_back({"lm_head", tp.size > 1 ? shard.vocab_slice : V, H, true, lm_head});
   std::vector<int> rows;
   for (int b : buckets)
     if (b <= std::min(max_tokens, logit_rows)) rows.push_back(b);

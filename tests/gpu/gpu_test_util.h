@@ -12,8 +12,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -124,6 +129,38 @@ inline void parallel_for(int n, const std::function<void(int)>& f) {
 inline void figure(const std::string& name, double value) {
   std::printf("FIGURE %s %.6g\n", name.c_str(), value);
   std::fflush(stdout);
+}
+
+// A copy of a model directory whose config.json has another rms_norm_eps (weights linked):
+// a deterministic perturbation of every activation, used to measure how much each policy
+// amplifies a small numerical difference (vs_cpu).
+inline std::string perturbed_dir(const std::string& dir, double eps) {
+  namespace fs = std::filesystem;
+  std::ostringstream name;
+  name << dir << "_eps" << eps;
+  const std::string out = name.str();
+  if (!fs::exists(out + "/config.json")) {
+    fs::create_directories(out);
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const fs::path to = fs::path(out) / e.path().filename();
+      if (e.path().filename() == "config.json" || fs::exists(to)) continue;
+      fs::create_symlink(fs::absolute(e.path()), to);
+    }
+    std::ifstream in(dir + "/config.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string cfg = ss.str();
+    const auto key = cfg.find("\"rms_norm_eps\"");
+    const auto colon = cfg.find(':', key);
+    const auto end = cfg.find_first_of(",}", colon);
+    if (key == std::string::npos || colon == std::string::npos || end == std::string::npos)
+      throw std::runtime_error("no rms_norm_eps in " + dir + "/config.json");
+    std::ostringstream v;
+    v << ' ' << eps;
+    cfg = cfg.substr(0, colon + 1) + v.str() + cfg.substr(end);
+    std::ofstream(out + "/config.json") << cfg;
+  }
+  return out;
 }
 
 }  // namespace strata::gputest

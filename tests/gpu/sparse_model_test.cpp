@@ -289,38 +289,6 @@ TEST(GpuSparseModel, LargeCapacityEqualsFullCache) {
   }
 }
 
-// A copy of a model directory whose config.json has another rms_norm_eps (weights linked):
-// a deterministic perturbation of every activation, used to measure how much each policy
-// amplifies a small numerical difference (vs_cpu).
-std::string perturbed_dir(const std::string& dir, double eps) {
-  namespace fs = std::filesystem;
-  std::ostringstream name;
-  name << dir << "_eps" << eps;
-  const std::string out = name.str();
-  if (!fs::exists(out + "/config.json")) {
-    fs::create_directories(out);
-    for (const auto& e : fs::directory_iterator(dir)) {
-      const fs::path to = fs::path(out) / e.path().filename();
-      if (e.path().filename() == "config.json" || fs::exists(to)) continue;
-      fs::create_symlink(fs::absolute(e.path()), to);
-    }
-    std::ifstream in(dir + "/config.json");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string cfg = ss.str();
-    const auto key = cfg.find("\"rms_norm_eps\"");
-    const auto colon = cfg.find(':', key);
-    const auto end = cfg.find_first_of(",}", colon);
-    if (key == std::string::npos || colon == std::string::npos || end == std::string::npos)
-      throw std::runtime_error("no rms_norm_eps in " + dir + "/config.json");
-    std::ostringstream v;
-    v << ' ' << eps;
-    cfg = cfg.substr(0, colon + 1) + v.str() + cfg.substr(end);
-    std::ofstream(out + "/config.json") << cfg;
-  }
-  return out;
-}
-
 // CUDA sparse vs CPU sparse (the oracle), decode over the sparse KV.
 // window makes no data-dependent decision after the prefill: it must meet kBound. snapkv
 // (top-k selection) and scored (an eviction decision per step and KV head) take decisions

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -20,6 +21,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
+#include "cuda/fp8.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "cuda/sampling.h"
@@ -239,6 +241,71 @@ void bench_gemm(int T, bool skinny = false) {
          bw / kCopyBw);
 }
 
+// FP8 (W8A8, issue 20) layer GEMMs of the 8B shape through Gemm::linear_fp8 beside bf16's
+// Gemm::linear at the same rows: weights read (e4m3 codes + fp32 scales) against the copy
+// ceiling, and TFLOP/s (2 T N K) for the prefill-sized rows. Random weights and activations,
+// quantized on the device.
+void bench_gemm_fp8() {
+  const int H = 4096, I = 14336;
+  struct Shape {
+    int N, K;
+  };
+  const Shape shapes[] = {{6144, H}, {H, H}, {2 * I, H}, {H, I}};
+  cudaStream_t s = nullptr;
+  Gemm g(s);
+  g.enable_fp8();
+  const int max_t = 4000;
+  DeviceArray<bf16> xb(static_cast<std::size_t>(max_t) * I),
+      y(static_cast<std::size_t>(max_t) * 2 * I);
+  fill_random(xb.get(), xb.size(), 5);
+  DeviceArray<std::uint8_t> xc(xb.size());
+  DeviceArray<float> xs(static_cast<std::size_t>(max_t));
+  launch_quantize_rows(xb.get(), I, max_t, I, {xc.get(), xs.get()}, s);
+  std::vector<DeviceArray<bf16>> wb;
+  std::vector<DeviceArray<std::uint8_t>> wc;
+  std::vector<DeviceArray<float>> wsc;
+  double bytes8 = 0, bytes16 = 0, nk = 0;
+  for (const auto& sh : shapes) {
+    wb.emplace_back(static_cast<std::size_t>(sh.N) * sh.K);
+    fill_random(wb.back().get(), wb.back().size(), 6);
+    wc.emplace_back(static_cast<std::size_t>(sh.N) * sh.K);
+    wsc.emplace_back(static_cast<std::size_t>(sh.N));
+    launch_quantize_rows(wb.back().get(), sh.K, sh.N, sh.K, {wc.back().get(), wsc.back().get()}, s);
+    bytes8 += 1.0 * sh.N * sh.K + 4.0 * sh.N;
+    bytes16 += 2.0 * sh.N * sh.K;
+    nk += 1.0 * sh.N * sh.K;
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (int T : {1, 2, 4, 8, 16, 32, 64, 128, 256, 4000}) {
+    const double ms8 = median_ms(
+        [&] {
+          for (std::size_t i = 0; i < 4; ++i)
+            g.linear_fp8({xc.get(), xs.get()}, {wc[i].get(), wsc[i].get()}, y.get(), T, shapes[i].N,
+                         shapes[i].K);
+        },
+        3, T >= 1000 ? 10 : 20);
+    const double ms16 = median_ms(
+        [&] {
+          for (std::size_t i = 0; i < 4; ++i)
+            g.linear(xb.get(), wb[i].get(), y.get(), T, shapes[i].N, shapes[i].K);
+        },
+        3, T >= 1000 ? 10 : 20);
+    const double bw8 = bytes8 / (ms8 * 1e-3), bw16 = bytes16 / (ms16 * 1e-3);
+    const double tf8 = 2.0 * T * nk / (ms8 * 1e-3), tf16 = 2.0 * T * nk / (ms16 * 1e-3);
+    std::printf(
+        "fp8 layer GEMMs T=%d: %.3f ms, weights %.2f TB/s = %.1f%% of 4.27, %.0f TFLOP/s | bf16 "
+        "%.3f ms, %.1f%% of 4.27, %.0f TFLOP/s | fp8 speed-up %.2fx%s\n",
+        T, ms8, bw8 / 1e12, 100 * bw8 / kCopyBw, tf8 / 1e12, ms16, 100 * bw16 / kCopyBw,
+        tf16 / 1e12, ms16 / ms8, T > kSkinnyFp8MaxRows && !g.fp8_outer_vec() ? " (fallback)" : "");
+    const std::string key = "bench_fp8_layer_gemms_t" + std::to_string(T);
+    figure(key + "_frac_copy_bw", bw8 / kCopyBw);
+    figure(key + "_tflops", tf8 / 1e12);
+    figure(key + "_speedup_vs_bf16", ms16 / ms8);
+  }
+  std::printf("cuBLASLt outer-vector FP8 scales: %s\n",
+              g.fp8_outer_vec() ? "yes" : "no (fallback)");
+}
+
 // Device sampler (cuda/sampling.h): one launch over batch-64 rows of the Llama-3 vocabulary,
 // per parameter set (the rows are re-uploaded before each run: the sampler edits in place).
 void bench_sampling() {
@@ -350,6 +417,11 @@ Config llama8b_bench_config() {
   Config c;
   c.model.path = "random:llama3-8b";
   c.model.seed = 1;
+  // STRATA_BENCH_MODEL=random:llama3-70b (say): another shape under the same benchmarks.
+  if (const char* m = std::getenv("STRATA_BENCH_MODEL"); m && *m) c.model.path = m;
+  // STRATA_BENCH_QUANT=fp8: the same benchmarks with FP8 (W8A8) linear layers (issue 20).
+  if (const char* q = std::getenv("STRATA_BENCH_QUANT"); q && std::string(q) == "fp8")
+    c.model.quantization = Quantization::kFp8;
   c.model.max_model_len = 8192;
   c.scheduler.max_num_seqs = 64;
   c.scheduler.max_num_batched_tokens = 4096;
@@ -363,7 +435,8 @@ void bench_model() {
   const ModelConfig& mc = be.model();
   const int L = mc.num_hidden_layers, B = 64, ctx = 4096;
   std::printf(
-      "8B model: weights %.2f GB, activations+workspace %.2f GB, KV pool %.2f GB (%d pages)\n",
+      "8B model%s: weights %.2f GB, activations+workspace %.2f GB, KV pool %.2f GB (%d pages)\n",
+      llama8b_bench_config().model.quantization == Quantization::kFp8 ? " (fp8)" : "",
       be.info().weight_bytes / 1e9, CudaBackendProbe(be).activation_bytes() / 1e9,
       CudaBackendProbe(be).kv_pool_bytes() / 1e9, be.info().num_pages);
   figure("bench_8b_weight_gb", be.info().weight_bytes / 1e9);
@@ -609,6 +682,7 @@ int main(int argc, char** argv) {
       bench_prefill_attention(8, 4096);
     }
     if (what == "all" || what == "gemm-tune") bench_gemm_tune();
+    if (what == "all" || what == "gemm-fp8") bench_gemm_fp8();
     if (what == "all" || what == "sampling") bench_sampling();
     if (what == "all" || what == "model") bench_model();
     if (what == "all" || what == "sparse") bench_sparse();  // issue 9 (well under 60 s)

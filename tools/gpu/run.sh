@@ -48,6 +48,13 @@ if [ -x "$bin/strata" ] && [ "${STRATA_GPU_E2E:-1}" != 0 ]; then
     timeout "${STRATA_GPU_HF_TIMEOUT:-240}" "$here/hf/validate_cpu_reference.sh" /tmp/strata-hf "$bin/strata" >>"$log" 2>&1
     echo "STATUS hf_cpu_reference $?" >>"$log"
   fi
+  if [ -f "$here/fp8/quantize_compressed_tensors.py" ]; then
+    echo "=== hf_fp8_checkpoints (compressed-tensors FP8 checkpoints: CPU backend vs HF transformers)" | tee -a "$log"
+    timeout "${STRATA_GPU_HF_TIMEOUT:-240}" python3 "$here/fp8/quantize_compressed_tensors.py" --check \
+      --strata "$bin/strata" --work /tmp/strata-fp8-check >>"$log" 2>&1
+    echo "STATUS hf_fp8_checkpoints $?" >>"$log"
+    cp /tmp/strata-fp8-check/check.json "$out/fp8-checkpoints.json" 2>/dev/null
+  fi
   if [ -d "$here/configs/bench" ] && [ "${STRATA_GPU_SERVE_BENCH:-1}" != 0 ]; then
     echo "=== serve_bench (strata bench serve, random:llama3-8b, full vs default profile)" | tee -a "$log"
     timeout "${STRATA_GPU_SERVE_TIMEOUT:-300}" "$bin/strata" bench serve \

@@ -608,6 +608,8 @@ void BatcherActor::publish(const CacheStats& cs) {
   st->host_overhead =
       wall_ms_total_ > 0 ? std::max(0.0, 1.0 - device_ms_total_ / wall_ms_total_) : 0.0;
   st->gpu_idle_steps = gpu_gap_steps_;
+  st->gpu_idle_ms = gpu_gap_ms_total_;
+  st->gpu_busy_ms = gpu_busy_ms_total_;
   st->gpu_idle_ratio = gpu_gap_ms_total_ + gpu_busy_ms_total_ > 0
                            ? gpu_gap_ms_total_ / (gpu_gap_ms_total_ + gpu_busy_ms_total_)
                            : 0.0;

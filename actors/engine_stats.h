@@ -83,6 +83,7 @@ struct EngineStats {
   // backend reports no gaps), the metric is not exported.
   double gpu_idle_ratio = 0.0;
   std::uint64_t gpu_idle_steps = 0;
+  double gpu_idle_ms = 0.0, gpu_busy_ms = 0.0;  // the ratio's two sums (ms since start)
   std::uint64_t profile_version = 0;
   SparsityProfile profile;
   // K+V bytes of one page (one layer, 16 slots, the rank's KV heads).

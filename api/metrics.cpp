@@ -240,6 +240,14 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
               "Share of device time idle between engine steps while sequences ran (device "
               "timeline).",
               s.gpu_idle_ratio);
+    if (s.gpu_idle_steps > 0) {  // the ratio's sums: a window's ratio from two scrapes
+      w.counter("strata_gpu_idle_seconds_total",
+                "Device idle time between engine steps while sequences ran.",
+                s.gpu_idle_ms / 1e3);
+      w.counter("strata_gpu_busy_seconds_total",
+                "Device time of engine steps (the idle ratio's denominator less the idle time).",
+                s.gpu_busy_ms / 1e3);
+    }
     if (in.rules) {
       w.head("strata_kv_group_pages", "gauge", "KV pages held per layer group (full / sparse).");
       for (const auto& [g, n] : pages_by_group(s.pages_per_layer, *in.rules))

@@ -37,7 +37,7 @@ void launch_skinny_gemm_fp8(const std::uint8_t* x, const float* xs, const std::u
 // Small-row FP8 GEMMs on tensor cores (cuda/gemm_fp8.cu): the same y for T <= kSmallFp8MaxRows
 // (batched decode), m16n8k32 e4m3 mma.sync fed straight from 16-byte weight loads, K split
 // `splits` ways (small_fp8_splits: enough blocks for every SM) with fp32 partials in `partial`
-// ([splits][T][N], needed when splits > 1) summed in split order. Applies when K % 64 == 0 and
+// ([splits][T][N], needed when splits > 1) summed in split order. Applies when K % 256 == 0 and
 // x, w are 16-byte aligned.
 inline constexpr int kSmallFp8MaxRows = 64;
 bool small_fp8_applies(const void* x, const void* w, int T, int N, int K);

@@ -238,11 +238,27 @@ void Gemm::linear_fp8(Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int 
   if (T == 0) return;
   if (K % 16 != 0)
     throw InternalError("Gemm::linear_fp8: K=" + std::to_string(K) + " is not a multiple of 16");
-  if (skinny_ && T <= fp8_cores_rows_ && skinny_fp8_applies(x.codes, w.codes, T, N, K)) {
+  Fp8Path path = fp8_path_;
+  if (path == Fp8Path::kAuto) {
+    const auto it = fp8_tuned_.find(Key3{N, K, T});
+    path = it != fp8_tuned_.end()  ? it->second
+           : T == 1                ? Fp8Path::kCores
+           : T <= kSmallFp8MaxRows ? Fp8Path::kMma
+                                   : Fp8Path::kLt;
+  }
+  if (!skinny_) path = Fp8Path::kLt;
+  if (path == Fp8Path::kCores && !skinny_fp8_applies(x.codes, w.codes, T, N, K))
+    path = Fp8Path::kMma;
+  if (path == Fp8Path::kMma && !small_fp8_applies(x.codes, w.codes, T, N, K)) path = Fp8Path::kLt;
+  run_fp8(path, x, w, y, T, N, K);
+}
+
+void Gemm::run_fp8(Fp8Path path, Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int K) {
+  if (path == Fp8Path::kCores) {
     launch_skinny_gemm_fp8(x.codes, x.scale, w.codes, w.scale, y, T, N, K, stream_);
     return;
   }
-  if (skinny_ && small_fp8_applies(x.codes, w.codes, T, N, K)) {
+  if (path == Fp8Path::kMma) {
     const int splits = small_fp8_splits(T, N, K, num_sms_, fp8_acc_.size());
     launch_small_gemm_fp8(x.codes, x.scale, w.codes, w.scale, y, T, N, K, fp8_acc_.get(), splits,
                           stream_);
@@ -290,6 +306,76 @@ void Gemm::linear_fp8(Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int 
     launch_scale_outer(fp8_acc_.get(), x.scale + t0, w.scale, y + static_cast<std::size_t>(t0) * N,
                        rows, N, stream_);
   }
+}
+
+std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shapes,
+                                               const std::vector<int>& rows) {
+  std::vector<GemmTuneResult> out;
+  int max_t = 0, max_k = 0, max_n = 0;
+  for (int t : rows) max_t = std::max(max_t, t);
+  for (const auto& sh : shapes) max_k = std::max(max_k, sh.K), max_n = std::max(max_n, sh.N);
+  if (shapes.empty() || max_t <= 0) return out;
+  DeviceArray<__nv_bfloat16> xb(static_cast<std::size_t>(max_t) * max_k),
+      y(static_cast<std::size_t>(max_t) * max_n);
+  DeviceArray<std::uint8_t> xc(xb.size());
+  DeviceArray<float> xs(static_cast<std::size_t>(max_t));
+  launch_random_fill(
+      {xb.get(), static_cast<long long>(xb.size()), 0x7e58ull, 0x9e3779b9ull, 1.0f, 0.0f}, stream_);
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  const auto time_us = [&](Fp8Path path, const Fp8Shape& sh, int T) {
+    const Fp8Rows x{xc.get(), xs.get()};
+    run_fp8(path, x, sh.w, y.get(), T, sh.N, sh.K);  // warm-up (and the Lt plan)
+    std::vector<float> ms(3);
+    for (auto& m : ms) {
+      CUDA_CHECK(cudaEventRecord(e0, stream_));
+      run_fp8(path, x, sh.w, y.get(), T, sh.N, sh.K);
+      CUDA_CHECK(cudaEventRecord(e1, stream_));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
+    }
+    std::sort(ms.begin(), ms.end());
+    return 1e3 * ms[1];
+  };
+  const auto name = [](Fp8Path p) {
+    return p == Fp8Path::kCores ? "cores" : p == Fp8Path::kMma ? "mma" : "lt";
+  };
+  try {
+    for (const auto& sh : shapes) {
+      launch_quantize_rows(xb.get(), sh.K, max_t, sh.K, {xc.get(), xs.get()}, stream_);
+      for (int T : rows) {
+        GemmTuneResult r;
+        r.name = sh.name, r.N = sh.N, r.K = sh.K, r.T = T;
+        const Fp8Path dflt = T == 1                  ? Fp8Path::kCores
+                             : T <= kSmallFp8MaxRows ? Fp8Path::kMma
+                                                     : Fp8Path::kLt;
+        double best = 1e30;
+        Fp8Path choice = Fp8Path::kLt;
+        for (Fp8Path p : {Fp8Path::kCores, Fp8Path::kMma, Fp8Path::kLt}) {
+          if (p == Fp8Path::kCores && !skinny_fp8_applies(xc.get(), sh.w.codes, T, sh.N, sh.K))
+            continue;
+          if (p == Fp8Path::kMma && !small_fp8_applies(xc.get(), sh.w.codes, T, sh.N, sh.K))
+            continue;
+          const double us = time_us(p, sh, T);
+          ++r.candidates;
+          if (p == dflt) r.default_us = us;
+          if (us < best) best = us, choice = p;
+        }
+        r.best_us = best;
+        r.chosen = name(choice);
+        fp8_tuned_[Key3{sh.N, sh.K, T}] = choice;
+        out.push_back(r);
+      }
+    }
+  } catch (...) {
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    throw;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return out;
 }
 
 std::vector<GemmTuneResult> Gemm::autotune(const std::vector<GemmShape>& shapes,

@@ -68,8 +68,9 @@ class Gemm {
               int K);
   void linear_f32out(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int T, int N, int K);
   // FP8 (W8A8, cuda/fp8.h): y[T, N] = bf16((x̂ · Ŵ^T) * x.scale[t] * w.scale[n]) with x̂ [T, K] and
-  // Ŵ [N, K] e4m3. Up to fp8_cores_rows() rows: the CUDA-core skinny FP8 kernel; up to
-  // kSmallFp8MaxRows: the tensor-core small-row kernel; more: cuBLASLt's e4m3 GEMM
+  // Ŵ [N, K] e4m3, through one of three kernels (set_fp8_path): the CUDA-core skinny FP8 kernel
+  // (1..kSkinnyFp8MaxRows rows), the tensor-core small-row kernel (..kSmallFp8MaxRows), or
+  // cuBLASLt's e4m3 GEMM
   // with outer-vector (per-row, per-column) fp32 scales and fast accumulation off (partial sums
   // promoted to fp32, which the K = 14336 reduction needs), one cached plan per (N, K, T). Where
   // cuBLASLt offers no outer-vector algorithm the product goes to an fp32 buffer in row chunks
@@ -82,10 +83,20 @@ class Gemm {
   // it).
   bool fp8_outer_vec() const { return fp8_outer_vec_; }
   // Test hook: force the fallback (scalar-scaled cuBLASLt into fp32, then launch_scale_outer).
-  // Rows (0..kSkinnyFp8MaxRows) that take the CUDA-core FP8 kernel rather than the tensor-core
-  // one (default 1). For benchmarks comparing the two.
-  void set_fp8_cores_rows(int rows) { fp8_cores_rows_ = rows; }
-  int fp8_cores_rows() const { return fp8_cores_rows_; }
+  // Which kernel runs an FP8 call: kAuto = autotune_fp8()'s choice for that (N, K, T), else the
+  // default rule (1 row: CUDA cores; up to kSmallFp8MaxRows: tensor cores; more: cuBLASLt).
+  // The others force a path where it applies (benchmarks and tests).
+  enum class Fp8Path { kAuto, kCores, kMma, kLt };
+  void set_fp8_path(Fp8Path p) { fp8_path_ = p; }
+  // Times every applicable path per shape and row count on the given weights (outside graph
+  // capture; synchronises the stream) and keeps the fastest for later kAuto calls.
+  struct Fp8Shape {
+    std::string name;
+    int N = 0, K = 0;
+    Fp8Rows w;
+  };
+  std::vector<GemmTuneResult> autotune_fp8(const std::vector<Fp8Shape>& shapes,
+                                           const std::vector<int>& rows);
   // Drops the FP8 plans made so far.
   void set_fp8_fallback(bool on);
 
@@ -123,7 +134,9 @@ class Gemm {
   DeviceArray<float> fp8_acc_;  // fallback accumulator (enable_fp8)
   DeviceArray<float> fp8_one_;  // 1.0f (the fallback's scalar scales)
   bool fp8_outer_vec_ = true, fp8_force_fallback_ = false;
-  int fp8_cores_rows_ = 1;
+  Fp8Path fp8_path_ = Fp8Path::kAuto;
+  std::map<Key3, Fp8Path> fp8_tuned_;  // autotune_fp8's choices
+  void run_fp8(Fp8Path path, Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int K);
   int num_sms_ = 132;
 
   cudaStream_t stream_ = nullptr;

@@ -1,7 +1,7 @@
 // Skinny FP8 GEMMs (cuda/fp8.h): y[T, N] = bf16((x̂ · Ŵ^T)[t][n] * xs[t] * ws[n]) for T <=
 // kSkinnyFp8MaxRows, x̂ [T, K] and Ŵ [N, K] e4m3 codes. The bf16 skinny kernel's scheme
-// (cuda/gemm_skinny.cu) over 1-byte weights: one block of 256 threads owns kRows consecutive
-// output columns n and the whole K; thread t streams 16-byte chunks (16 codes) t, t + 256, ... of
+// (cuda/gemm_skinny.cu) over 1-byte weights: one block of 128 threads owns kRows consecutive
+// output columns n and the whole K; thread t streams 16-byte chunks (16 codes) t, t + 128, ... of
 // each of its kRows W rows (kUnroll chunks of every row in flight, L1 bypassed: W is read once)
 // and multiplies them on CUDA cores with the same 16 columns of the T activation rows (decoded
 // from L1-cached codes). Products of two e4m3 values are exact in fp32; the sums are fp32 in a
@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/cp_async.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/fp8.cuh"
 #include "cuda/fp8.h"
@@ -20,7 +21,9 @@
 namespace strata::cuda {
 namespace {
 
-constexpr int kThreads = 256, kWarps = kThreads / 32, kRows = 4, kUnroll = 2;
+// 128 threads: at K = 4096 each thread's kUnroll x kRows loads cover its whole share of K
+// (2 chunks of 16 codes per row), all in flight at once.
+constexpr int kThreads = 128, kWarps = kThreads / 32, kRows = 4, kUnroll = 2;
 
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 r;
@@ -111,16 +114,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---- Small-row FP8 GEMMs on tensor cores (2..kSmallFp8MaxRows rows; cuda/fp8.h) ----
+// ---- Small-row FP8 GEMMs on tensor cores (up to kSmallFp8MaxRows rows; cuda/fp8.h) ----
 // A block of 4 warps owns 64 output channels (16 per warp: one m16 tile of W rows) and one
-// split of K; every warp streams its 16 rows in 64-byte k-chunks (lane (g, t) loads bytes
-// [16t, 16t + 16) of rows g and g + 8: 256 contiguous bytes of each row per iteration of
-// kMmaUnroll chunks in flight, L1 bypassed) straight into m16n8k32 e4m3 fragments, and the
-// tokens' codes (L1-cached, shared by the block's warps) as the n8 tiles. The k order inside a
-// chunk is permuted the same way for A and B (logical k 4t + i of mma m <-> byte 16t + 8m + i,
-// 16 + 4t + i <-> 16t + 8m + 4 + i), which leaves every dot product unchanged. Splits of K write
-// fp32 partials that a second kernel sums in split order (deterministic, no atomics).
-constexpr int kMmaWarps = 4, kMmaRows = 16 * kMmaWarps, kChunk = 64, kMmaUnroll = 4;
+// split of K, walked in stages of 256 bytes of K. Weights go straight from global memory into
+// m16n8k32 e4m3 A fragments: lane (g, t) loads bytes [16t, 16t + 16) of each 64-byte chunk of
+// rows g and g + 8 (L1 bypassed; a warp reads 256 contiguous bytes of each of its rows per stage),
+// and the next stage's weights are loaded before this stage's mma run. The tokens' codes of a
+// stage are copied once per block into shared memory (cp.async, double-buffered, rows padded to
+// 320 bytes: conflict-free 16-byte reads) and read as the n8 B fragments. The k order inside a
+// 64-byte chunk is permuted the same way for A and B (logical k 4t + i of mma m <-> byte
+// 16t + 8m + i, 16 + 4t + i <-> 16t + 8m + 4 + i), which leaves every dot product unchanged.
+// Splits of K write fp32 partials that a second kernel sums in split order (deterministic).
+constexpr int kMmaWarps = 4, kMmaRows = 16 * kMmaWarps, kChunk = 64, kStageChunks = 4,
+              kStage = kChunk * kStageChunks, kXPitch = kStage + 64;
 
 template <int NT, bool kPartial>
 __global__ void __launch_bounds__(32 * kMmaWarps)
@@ -128,42 +134,63 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
                      const std::uint8_t* __restrict__ w, const float* __restrict__ ws,
                      __nv_bfloat16* __restrict__ y, float* __restrict__ partial, int T, int N,
                      int K, int split_bytes) {
-  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const int g = lane >> 2, t = lane & 3;
+  constexpr int TP = 8 * NT;  // token rows staged (rows >= T are zero-filled)
+  __shared__ __align__(16) std::uint8_t xsm[2][TP * kXPitch];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = static_cast<int>(blockIdx.x) * kMmaRows + warp * 16;
-  const long long kb = static_cast<long long>(blockIdx.y) * split_bytes + 16 * t;
-  const std::uint8_t* wa = w + static_cast<long long>(min(row0 + g, N - 1)) * K + kb;
-  const std::uint8_t* wb = w + static_cast<long long>(min(row0 + g + 8, N - 1)) * K + kb;
-  const std::uint8_t* xr[NT];
-  bool xv[NT];
+  const long long k0 = static_cast<long long>(blockIdx.y) * split_bytes;
+  const std::uint8_t* wa = w + static_cast<long long>(min(row0 + g, N - 1)) * K + k0 + 16 * t;
+  const std::uint8_t* wb = w + static_cast<long long>(min(row0 + g + 8, N - 1)) * K + k0 + 16 * t;
+  const int stages = split_bytes / kStage;
+  const auto load_x = [&](int st, int buf) {
+    for (int p = tid; p < TP * (kStage / 16); p += 32 * kMmaWarps) {
+      const int tok = p / (kStage / 16), col = (p % (kStage / 16)) * 16;
+      const bool ok = tok < T;
+      async::cp_async16(&xsm[buf][tok * kXPitch + col],
+                        x + static_cast<long long>(ok ? tok : 0) * K + k0 +
+                            static_cast<long long>(st) * kStage + col,
+                        ok);
+    }
+    async::cp_async_commit();
+  };
+  uint4 ra[kStageChunks], rb[kStageChunks], na[kStageChunks], nb[kStageChunks];
+  const auto load_w = [&](int st, uint4(&a)[kStageChunks], uint4(&b)[kStageChunks]) {
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int tok = 8 * j + g;
-    xv[j] = tok < T;
-    xr[j] = x + static_cast<long long>(min(tok, T - 1)) * K + kb;
-  }
+    for (int u = 0; u < kStageChunks; ++u) {
+      a[u] = load_stream(wa + static_cast<long long>(st) * kStage + u * kChunk);
+      b[u] = load_stream(wb + static_cast<long long>(st) * kStage + u * kChunk);
+    }
+  };
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  const int chunks = split_bytes / kChunk;
-  for (int c0 = 0; c0 < chunks; c0 += kMmaUnroll) {
-    uint4 ra[kMmaUnroll], rb[kMmaUnroll];
-#pragma unroll
-    for (int u = 0; u < kMmaUnroll; ++u) {
-      const bool in = c0 + u < chunks;
-      ra[u] = in ? load_stream(wa + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
-      rb[u] = in ? load_stream(wb + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
+  load_x(0, 0);
+  load_w(0, ra, rb);
+  for (int st = 0; st < stages; ++st) {
+    const bool more = st + 1 < stages;
+    if (more) {
+      load_x(st + 1, (st + 1) & 1);
+      load_w(st + 1, na, nb);
+      async::cp_async_wait<1>();
+    } else {
+      async::cp_async_wait<0>();
     }
+    __syncthreads();
+    const std::uint8_t* xb = xsm[st & 1];
 #pragma unroll
-    for (int u = 0; u < kMmaUnroll; ++u) {
-      if (c0 + u >= chunks) break;
+    for (int u = 0; u < kStageChunks; ++u)
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const uint4 xb = xv[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + (c0 + u) * kChunk))
-                               : make_uint4(0, 0, 0, 0);
-        mma::mma_e4m3(acc[j], ra[u].x, rb[u].x, ra[u].y, rb[u].y, xb.x, xb.y);
-        mma::mma_e4m3(acc[j], ra[u].z, rb[u].z, ra[u].w, rb[u].w, xb.z, xb.w);
+        const uint4 xv =
+            *reinterpret_cast<const uint4*>(xb + (8 * j + g) * kXPitch + u * kChunk + 16 * t);
+        mma::mma_e4m3(acc[j], ra[u].x, rb[u].x, ra[u].y, rb[u].y, xv.x, xv.y);
+        mma::mma_e4m3(acc[j], ra[u].z, rb[u].z, ra[u].w, rb[u].w, xv.z, xv.w);
       }
+    __syncthreads();  // buffer st & 1 is refilled by stage st + 2's copies
+    if (more) {
+#pragma unroll
+      for (int u = 0; u < kStageChunks; ++u) ra[u] = na[u], rb[u] = nb[u];
     }
   }
   // c0, c1: row g, tokens 8j + 2t, + 1; c2, c3: row g + 8.
@@ -235,14 +262,14 @@ bool skinny_fp8_applies(const void* x, const void* w, int T, int N, int K) {
 
 bool small_fp8_applies(const void* x, const void* w, int T, int N, int K) {
   const auto a16 = [](const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15) == 0; };
-  return T >= 1 && T <= kSmallFp8MaxRows && N >= 1 && K >= kChunk && K % kChunk == 0 && a16(x) &&
+  return T >= 1 && T <= kSmallFp8MaxRows && N >= 1 && K >= kStage && K % kStage == 0 && a16(x) &&
          a16(w);
 }
 
 int small_fp8_splits(int T, int N, int K, int num_sms, std::size_t partial_floats) {
-  const int blocks = (N + kMmaRows - 1) / kMmaRows, chunks = K / kChunk;
+  const int blocks = (N + kMmaRows - 1) / kMmaRows, stages = K / kStage;
   int splits = 1;
-  while (blocks * splits < 2 * num_sms && splits < 8 && chunks % (2 * splits) == 0 &&
+  while (blocks * splits < 2 * num_sms && splits < 8 && stages % (2 * splits) == 0 &&
          static_cast<std::size_t>(2 * splits) * T * N <= partial_floats)
     splits *= 2;
   return splits;
@@ -251,12 +278,12 @@ int small_fp8_splits(int T, int N, int K, int num_sms, std::size_t partial_float
 void launch_small_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
                            const float* ws, __nv_bfloat16* y, int T, int N, int K, float* partial,
                            int splits, cudaStream_t s) {
-  if (!small_fp8_applies(x, w, T, N, K) || splits < 1 || (K / kChunk) % splits != 0 ||
+  if (!small_fp8_applies(x, w, T, N, K) || splits < 1 || (K / kStage) % splits != 0 ||
       (splits > 1 && partial == nullptr))
     throw InternalError("small FP8 GEMM: T=" + std::to_string(T) + " N=" + std::to_string(N) +
                         " K=" + std::to_string(K) + " splits=" + std::to_string(splits) +
                         " (needs T in 1.." + std::to_string(kSmallFp8MaxRows) +
-                        ", K a multiple of 64 split evenly, 16-byte aligned x and w)");
+                        ", K a multiple of 256 split evenly, 16-byte aligned x and w)");
   static_assert(kSmallFp8MaxRows == 64, "instantiate every n8 tile count up to 8");
   switch ((T + 7) / 8) {
     case 1:

@@ -160,7 +160,7 @@ void CudaBackendImpl::tune_decode_gemms() {
   const int H = mc.hidden_size, I = mc.intermediate_size, V = mc.vocab_size;
   const LayerDev& w = layers.front();
   std::vector<GemmShape> shapes;
-  if (!fp8)  // fp8 layers run Gemm::linear_fp8, which has no tuning (yet)
+  if (!fp8)  // fp8 layers: Gemm::autotune_fp8 below
     shapes = {{"qkv", qkv_dim, H, false, w.qkv},
               {"o", H, q_dim, false, w.o},
               {"gate_up", 2 * I, H, false, w.gate_up},
@@ -179,6 +179,19 @@ void CudaBackendImpl::tune_decode_gemms() {
     std::fprintf(stderr, "strata cuda: decode GEMM autotune stopped (%s); %d plans kept\n",
                  e.what(), gemm->tuned_count());
     return;
+  }
+  if (fp8) {  // which FP8 kernel (CUDA cores, tensor cores, cuBLASLt) per shape and bucket
+    try {
+      const auto r8 = gemm->autotune_fp8({{"qkv", qkv_dim, H, w.qkv8},
+                                          {"o", H, q_dim, w.o8},
+                                          {"gate_up", 2 * I, H, w.gate_up8},
+                                          {"down", H, I, w.down8}},
+                                         rows);
+      res.insert(res.end(), r8.begin(), r8.end());
+    } catch (const std::exception& e) {
+      cudaGetLastError();
+      std::fprintf(stderr, "strata cuda: FP8 GEMM autotune stopped (%s)\n", e.what());
+    }
   }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -135,10 +135,17 @@ TEST(Metrics, GpuIdleRatioOnlyWhenMeasured) {
   std::string t = render_metrics(m, in);
   EXPECT_EQ(t.find("strata_gpu_idle_ratio"), std::string::npos) << "exported without a gap";
   EXPECT_NE(t.find("strata_host_overhead_ratio{model_name=\"m\"} 0.5\n"), std::string::npos);
+  EXPECT_EQ(t.find("strata_gpu_idle_seconds_total"), std::string::npos);
   s.gpu_idle_steps = 10;
   s.gpu_idle_ratio = 0.125;
+  s.gpu_idle_ms = 250;
+  s.gpu_busy_ms = 1750;
   t = render_metrics(m, in);
   EXPECT_NE(t.find("strata_gpu_idle_ratio{model_name=\"m\"} 0.125\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata_gpu_idle_seconds_total{model_name=\"m\"} 0.25\n"), std::string::npos)
+      << t;
+  EXPECT_NE(t.find("strata_gpu_busy_seconds_total{model_name=\"m\"} 1.75\n"), std::string::npos)
+      << t;
   EXPECT_NE(t.find("# TYPE strata_gpu_idle_ratio gauge"), std::string::npos);
 }
 

@@ -228,17 +228,17 @@ TEST(GpuFp8, GemmsMatchOracle) {
     cuda::Gemm gemm(s);
     gemm.enable_fp8();
     double worst = 0;
-    gemm.set_fp8_cores_rows(cuda::kSkinnyFp8MaxRows);  // the CUDA-core kernel
+    gemm.set_fp8_path(cuda::Gemm::Fp8Path::kCores);  // the CUDA-core kernel
     for (int T : {1, 2, 3, 4}) gemm_vs_oracle(T, 1000, 4096, gemm, true, false, &worst);
     figure("fp8_gemm_skinny_worst_acc_err", worst);
     worst = 0;
-    gemm.set_fp8_cores_rows(0);  // the tensor-core small-row kernel (N = 1000: a partial block)
+    gemm.set_fp8_path(cuda::Gemm::Fp8Path::kMma);  // tensor cores (N = 1000: a partial block)
     for (int T : {1, 2, 3, 5, 8, 9, 16, 33, 64})
       gemm_vs_oracle(T, 1000, 4096, gemm, true, false, &worst);
     gemm_vs_oracle(64, 4096, 14336, gemm, true, false, &worst);
     gemm_vs_oracle(7, 6144, 4096, gemm, true, false, &worst);
     figure("fp8_gemm_small_mma_worst_acc_err", worst);
-    gemm.set_fp8_cores_rows(1);
+    gemm.set_fp8_path(cuda::Gemm::Fp8Path::kAuto);
     worst = 0;
     for (int T : {1, 4, 5, 16, 64, 256, 300})
       gemm_vs_oracle(T, 1024, 4096, gemm, false, false, &worst);

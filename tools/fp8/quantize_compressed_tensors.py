@@ -34,17 +34,22 @@ pre-hooks on the unquantized model, the static_minmax observer) / 448, or --inpu
      (W = e4m3(code) * scale, fp32) as an ordinary fp32 HF directory;
   3. `strata logits` (CPU backend, one prefill over --tokens random ids) on the FP8 checkpoint,
      on the dequantized directory, and with --quantization fp8 on the source;
-  4. HF LlamaForCausalLM (fp32, eager, TF32 off) on the dequantized weights, and the same with
-     Strata's W8A8 arithmetic simulated in every layer linear (activation codes e4m3(x / s_x)
-     with per-token or the static scale, S = exact sum of decoded-code products in fp64,
-     y = fl(fl(fl(S) * s_x) * s_w): docs/cpu-backend.md "FP8").
-  Cases: channel-dynamic with fp32 scales (its codes must be Strata's load-time codes: the
-  strata logits equal `--quantization fp8` on the source bitwise), channel-dynamic with bf16
-  scales (the hub's layout), tensor-static (bf16 scales, calibrated), weight-only (bf16).
-  Pass: weight-only and strata-on-dequantized vs HF-dequantized max rel L2 <= 1e-4 (the CPU
-  reference's HF bound, tools/hf/validate_cpu_reference.sh); W8A8 vs the HF simulation
-  max rel L2 <= --tol-sim; the bitwise case equal. Strata FP8 vs HF on the dequantized weights
-  (no activation quantization) is printed for information: it is FP8's activation error.
+  4. HF LlamaForCausalLM (fp32, eager, TF32 off) on the dequantized weights, and a W8A8
+     reference forward in PyTorch written from docs/cpu-backend.md "FP8" (w8a8_reference:
+     activation codes e4m3(x / s_x) with per-token or the static scale, S = exact sum of
+     decoded-code products in fp64, y = fl(fl(fl(S) * s_x) * s_w); fp64 norms, RoPE, attention).
+  Models: a 4-layer and a 1-layer one (or --model). Cases: channel-dynamic with fp32 scales (its
+  codes must be Strata's load-time codes: the strata logits equal `--quantization fp8` on the
+  source bitwise), channel-dynamic with bf16 scales (the hub's layout), tensor-static (bf16
+  scales, calibrated), weight-only (bf16).
+  Pass: weight-only and strata-on-dequantized vs HF max rel L2 <= 1e-4 (the CPU reference's HF
+  bound, tools/hf/validate_cpu_reference.sh); W8A8 vs the reference <= --tol-w8a8 on the 1-layer
+  model (the same arithmetic; deeper models are reported, not judged: an fp32-level difference
+  can move a value across an e4m3 rounding midpoint, a 2^-4 step the later layers carry and
+  compound); the bitwise case equal. Strata FP8 vs HF on the dequantized weights is printed for information: it is FP8's
+  activation quantization error. (Patching transformers' nn.Linear modules to simulate W8A8
+  was tried first; in dynamic mode it disagreed with both Strata and the CPU reference from
+  position 3 on, as the reference itself does on CUDA; not chased.)
   Prints a table; per-case JSON in WORK/check.json; exit 0 when every check passes.
 """
 
@@ -250,32 +255,87 @@ def dequantize_checkpoint(ckpt, out):
 # ---------------------------------------------------------------------------- checking
 
 
-def simulate_w8a8(model, ckpt, activations):
-    """Replace every layer linear's forward by Strata's W8A8 arithmetic on the checkpoint's codes."""
-    t = load_tensors(ckpt)
+def w8a8_reference(ckpt, ids, device, hf_config_dir):
+    """Strata's W8A8 forward written from docs/cpu-backend.md "FP8" in PyTorch (independent of
+    Strata and of transformers' modules): fp64 RMSNorm statistics, RoPE angles and attention,
+    the linears on the checkpoint's codes and scales — activation codes e4m3(x / s_x) (per-token
+    s_x = amax/448, or the static input_scale, the max over q/k/v and over gate/up), S = exact
+    sum of decoded-code products (fp64), y = fl(fl(fl(S) * s_x) * s_w). Returns [n, vocab].
+    --check runs it on the CPU: there it equals Strata to 5e-7 (1 layer, 256 tokens, dynamic and
+    static); the same code on the H200 (torch 2.11, CUDA) gave 2.6e-2 from position 3 on with
+    dynamic activation scales (static matched; torch's division and float8 cast were exact on
+    both devices) — not chased, so the CPU it is."""
+    import math
+    import compare_logits as cl
+    from transformers import AutoConfig
+    t = {k: v.to(device) for k, v in load_tensors(ckpt).items()}
+    with open(os.path.join(ckpt, "config.json")) as f:
+        cfg = json.load(f)
+    activations = activation_scheme(cfg)
+    _, inv = cl.inv_freq_fp64(AutoConfig.from_pretrained(hf_config_dir))  # RoPE as HF reads it
     f8 = torch.float8_e4m3fn
-    for name, mod in model.named_modules():
-        key = name + ".weight"
-        if key not in t or t[key].dtype != f8:
-            continue
-        dev = mod.weight.device
-        codes = t[key].float().double().to(dev)                     # [out, in], exact
-        ws = t[name + ".weight_scale"].float().reshape(-1).to(dev)   # [out] or [1]
-        xs = t[name + ".input_scale"].float().reshape(()).to(dev) if activations == "static" else None
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    nkv = cfg.get("num_key_value_heads", nh)
+    hd = cfg.get("head_dim") or H // nh
+    eps = cfg.get("rms_norm_eps", 1e-5)
+    n = len(ids)
 
-        def forward(x, codes=codes, ws=ws, xs=xs):
-            x = x.float()
-            if xs is None:
-                amax = x.abs().amax(dim=-1, keepdim=True)
-                s_x = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
-            else:
-                s_x = xs
-            q = (x / s_x).clamp(-E4M3_MAX, E4M3_MAX).to(f8).float().double()
-            acc = (q @ codes.T).float()         # exact in fp64 (docs/cpu-backend.md), one rounding
-            return (acc * s_x) * ws
+    def in_scale(modules):
+        return max(float(t[m + ".input_scale"].float().reshape(-1)[0]) for m in modules)
 
-        mod.forward = forward
-    return model
+    def lin(x, m, s_static):
+        codes = t[m + ".weight"].float().double()
+        ws = t[m + ".weight_scale"].float().reshape(-1)
+        x = x.float()
+        if s_static is None:
+            amax = x.abs().amax(-1, keepdim=True)
+            s_x = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+        else:
+            s_x = torch.tensor(s_static, dtype=torch.float32, device=device)
+        xq = (x / s_x).clamp(-E4M3_MAX, E4M3_MAX).to(f8).float().double()
+        return ((xq @ codes.T).float() * s_x) * ws
+
+    def rms(x, w):
+        var = (x.double() ** 2).mean(-1, keepdim=True)
+        return (x * torch.rsqrt(var + eps).float()) * w.float()
+
+    pos = torch.arange(n, dtype=torch.float64, device=device)[:, None] * \
+        torch.tensor(inv, dtype=torch.float64, device=device)
+    cos = torch.cat([pos.cos()] * 2, -1)[:, None, :]
+    sin = torch.cat([pos.sin()] * 2, -1)[:, None, :]
+    rot = lambda x: torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], -1)  # noqa: E731
+    mask = torch.triu(torch.ones(n, n, dtype=torch.bool, device=device), 1)
+    h = t["model.embed_tokens.weight"].float()[torch.tensor(ids, device=device)]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        qkv = [p + f"self_attn.{x}_proj" for x in "qkv"]
+        gu = [p + "mlp.gate_proj", p + "mlp.up_proj"]
+        st = activations == "static"
+        x = rms(h, t[p + "input_layernorm.weight"])
+        s = in_scale(qkv) if st else None
+        Q = lin(x, qkv[0], s).view(n, nh, hd).double()
+        K = lin(x, qkv[1], s).view(n, nkv, hd).double()
+        V = lin(x, qkv[2], s).view(n, nkv, hd).double()
+        Q, K = Q * cos + rot(Q) * sin, K * cos + rot(K) * sin
+        out = torch.empty(n, nh, hd, dtype=torch.float64, device=device)
+        for hh in range(nh):
+            kv = hh // (nh // nkv)
+            sc = (Q[:, hh] @ K[:, kv].T) / math.sqrt(hd)
+            out[:, hh] = torch.softmax(sc.masked_fill(mask, float("-inf")), -1) @ V[:, kv]
+        attn = out.reshape(n, nh * hd).float()
+        h = h + lin(attn, p + "self_attn.o_proj", in_scale([p + "self_attn.o_proj"]) if st else None)
+        x = rms(h, t[p + "post_attention_layernorm.weight"])
+        s = in_scale(gu) if st else None
+        a = torch.nn.functional.silu(lin(x, gu[0], s)) * lin(x, gu[1], s)
+        h = h + lin(a, p + "mlp.down_proj", in_scale([p + "mlp.down_proj"]) if st else None)
+    x = rms(h, t["model.norm.weight"])
+    head = t.get("lm_head.weight", t["model.embed_tokens.weight"]).float()
+    return (x.double() @ head.double().T).cpu().numpy()
+
+
+def activation_scheme(cfg):
+    a = cfg["quantization_config"]["config_groups"]["group_0"].get("input_activations")
+    return None if a is None else ("dynamic" if a.get("dynamic") else "static")
 
 
 def run(cmd, **kw):
@@ -292,10 +352,8 @@ def strata_logits(strata, model, ids_file, out, quant="none"):
     return np.load(out).astype("float64"), json.loads(line)
 
 
-def hf_logits(cl, model_dir, ids, device, ckpt=None, activations=None):
+def hf_logits(cl, model_dir, ids, device):
     model = cl.load_model(model_dir, torch.float32, device)
-    if ckpt is not None:
-        simulate_w8a8(model, ckpt, activations)
     with torch.no_grad():
         out = model(input_ids=torch.tensor([ids], device=device), use_cache=False).logits[0]
     return out.double().cpu().numpy()
@@ -344,15 +402,18 @@ def check_model(a, cl, strata, src, tag, device):
         if activations is None:
             checks["weight_only_vs_hf_dequant"] = r["strata_fp8_vs_hf_dequant"]["rel_l2_max"] <= 1e-4
         else:
-            sim = hf_logits(cl, deq, ids, device, ckpt, activations)
-            r["strata_fp8_vs_hf_w8a8_sim"] = cl.compare(ours, sim)
-            rel = position_rel(ours, sim)
-            r["sim_position0_rel_l2"] = float(rel[0])
-            r["sim_positions_within_1e-4"] = int(np.sum(rel <= 1e-4))
-            # Position 0 attends to itself only: the same arithmetic must give the same logits.
-            checks["w8a8_vs_hf_sim_position0"] = bool(rel[0] <= 1e-5)
+            with torch.no_grad():  # on the CPU: see w8a8_reference
+                wref = w8a8_reference(ckpt, ids, "cpu", deq)
+            r["strata_fp8_vs_torch_w8a8"] = cl.compare(ours, wref)
+            rel = position_rel(ours, wref)
+            r["w8a8_position0_rel_l2"] = float(rel[0])
+            r["w8a8_positions_within_1e-4"] = int(np.sum(rel <= 1e-4))
+            # One layer: the same arithmetic, a tight bound. Deeper: an fp32-level difference can
+            # move a value across an e4m3 rounding midpoint, a 2^-4 step that later layers carry
+            # and compound (chaotic on random models), so it is reported, not judged.
             if cfg["num_hidden_layers"] == 1:
-                checks["w8a8_vs_hf_sim_one_layer"] = r["strata_fp8_vs_hf_w8a8_sim"]["rel_l2_max"] <= a.tol_sim
+                checks["w8a8_vs_torch_reference"] = \
+                    r["strata_fp8_vs_torch_w8a8"]["rel_l2_max"] <= a.tol_w8a8
         if sdt == "float32" and scheme == "channel-dynamic":
             r["equals_load_time_fp8"] = bool(np.array_equal(ours, load_time))
             checks["equals_load_time_fp8_bitwise"] = r["equals_load_time_fp8"]
@@ -392,23 +453,22 @@ def check(a):
                    "cases": results}, f, indent=2)
     fmt = lambda d, k="rel_l2_max": f"{d[k]:.2e}" if d else "-"  # noqa: E731
     agree = lambda d: f" {d['argmax_agree']}/{a.tokens}" if d else ""  # noqa: E731
-    print(f"\nStrata (CPU backend) on compressed-tensors FP8 checkpoints vs HF transformers "
-          f"({a.tokens} tokens; max rel L2 over positions, argmax agreement)")
-    print(f"{'model':8s} {'case':28s} {'backend':20s} {'fp8 vs hf-deq':>15s} {'fp8 vs hf-sim':>15s} "
-          f"{'pos0 sim':>9s} {'deq vs hf':>9s} {'=load-time':>10s}  status")
+    print(f"\nStrata (CPU backend) on compressed-tensors FP8 checkpoints ({a.tokens} tokens; max "
+          f"rel L2 over positions, argmax agreement)")
+    print(f"{'model':8s} {'case':28s} {'backend':20s} {'fp8 vs HF-deq':>15s} {'fp8 vs W8A8-ref':>15s} "
+          f"{'deq vs HF':>9s} {'=load-time':>10s}  status")
     for r in results:
-        fd, sim, dd = r["strata_fp8_vs_hf_dequant"], r.get("strata_fp8_vs_hf_w8a8_sim"), \
+        fd, ref, dd = r["strata_fp8_vs_hf_dequant"], r.get("strata_fp8_vs_torch_w8a8"), \
             r["strata_dequant_vs_hf_dequant"]
-        p0 = f"{r['sim_position0_rel_l2']:.1e}" if "sim_position0_rel_l2" in r else "-"
         eq = {True: "bitwise", False: "DIFFERS"}.get(r.get("equals_load_time_fp8"), "-")
         bad = [k for k, v in r["checks"].items() if not v]
         print(f"{r['model']:8s} {r['case']:28s} {str(r['backend']):20s} {fmt(fd):>9s}{agree(fd):>6s} "
-              f"{fmt(sim):>9s}{agree(sim):>6s} {p0:>9s} {fmt(dd):>9s} {eq:>10s}  "
+              f"{fmt(ref):>9s}{agree(ref):>6s} {fmt(dd):>9s} {eq:>10s}  "
               f"{'ok' if not bad else 'FAIL ' + ','.join(bad)}")
-    print(f"bounds: weight-only and dequantized vs HF <= 1e-4; W8A8 vs HF simulation: position 0 "
-          f"<= 1e-5, one-layer model every position <= {a.tol_sim} (more layers: informational, "
-          f"an fp32-level difference flips e4m3 roundings that later layers carry); "
-          f"JSON in {os.path.join(a.work, 'check.json')}")
+    print(f"HF-deq: transformers on the dequantized weights (fp8 vs it = FP8's activation error, "
+          f"informational); W8A8-ref: the PyTorch W8A8 reference; bounds: weight-only and "
+          f"dequantized vs HF <= 1e-4, W8A8 vs reference <= {a.tol_w8a8} on 1 layer (deeper: "
+          f"reported only); JSON in {os.path.join(a.work, 'check.json')}")
     return 0 if all(r["pass"] for r in results) else 1
 
 
@@ -430,7 +490,8 @@ def main():
     ap.add_argument("--model", help="--check: the source model (default: strata make-model)")
     ap.add_argument("--work", default="/tmp/strata-fp8-check")
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--tol-sim", type=float, default=5e-2)
+    ap.add_argument("--tol-w8a8", type=float, default=1e-4,
+                    help="--check: Strata W8A8 vs the PyTorch reference, one-layer model")
     a = ap.parse_args()
     import_torch()
     if a.check:

@@ -436,7 +436,7 @@ int run(int argc, char** argv) {
     cfg.model.path = dir;
     cfg.backend.kind = "cuda";
     cfg.backend.cuda_graphs = false;
-    cfg.model.quantization = q;  // (the CUDA backend refuses fp8 with a ConfigError today)
+    cfg.model.quantization = q;  // fp8: W8A8, quantized at load (docs/cuda-backend.md "FP8")
     // The shared prefill runs the longest context's prefix as one step.
     cfg.scheduler.max_num_batched_tokens = std::max(cfg.scheduler.max_num_batched_tokens, longest);
     auto all = cuda::make_cuda_backends(cfg);

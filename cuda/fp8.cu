@@ -6,11 +6,12 @@
 namespace strata::cuda {
 namespace {
 
-__global__ void quantize_rows_kernel(const __nv_bfloat16* x, long long ld, int cols, Fp8Rows out) {
+__global__ void quantize_rows_kernel(const __nv_bfloat16* x, long long ld, int cols, Fp8Rows out,
+                                     float static_scale) {
   const long long r = blockIdx.x;
   const __nv_bfloat16* row = x + r * ld;
   fp8::quantize_row([&](int i) { return __bfloat162float(row[i]); }, cols, out.codes + r * cols,
-                    out.scale + r);
+                    out.scale + r, static_scale);
 }
 
 __global__ void scale_outer_kernel(const float* acc, const float* xs, const float* ws,
@@ -26,9 +27,9 @@ __global__ void scale_outer_kernel(const float* acc, const float* xs, const floa
 }  // namespace
 
 void launch_quantize_rows(const __nv_bfloat16* x, long long ld, int rows, int cols, Fp8Rows out,
-                          cudaStream_t s) {
+                          cudaStream_t s, float static_scale) {
   if (rows <= 0 || cols <= 0) return;
-  quantize_rows_kernel<<<rows, 256, 0, s>>>(x, ld, cols, out);
+  quantize_rows_kernel<<<rows, 256, 0, s>>>(x, ld, cols, out, static_scale);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -39,13 +39,18 @@ __device__ __forceinline__ float block_max(float v) {
 
 // The whole block quantizes one row of `cols` values, value(i) computing element i in fp32 (it
 // is called twice per element: once for the amax, once for the code). codes[i], and *scale by
-// thread 0.
+// thread 0. static_scale > 0: that scale instead of the row's amax / 448 (a pre-quantized
+// checkpoint's per-tensor input_scale; saturating, as quantize_rows_e4m3_static), no amax pass.
 template <typename F>
-__device__ __forceinline__ void quantize_row(F value, int cols, std::uint8_t* codes, float* scale) {
-  float amax = 0.0f;
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) amax = fmaxf(amax, fabsf(value(i)));
-  amax = block_max(amax);
-  const float s = amax > 0.0f ? __fdiv_rn(amax, kE4m3Max) : 1.0f;
+__device__ __forceinline__ void quantize_row(F value, int cols, std::uint8_t* codes, float* scale,
+                                             float static_scale = 0.0f) {
+  float s = static_scale;
+  if (!(s > 0.0f)) {
+    float amax = 0.0f;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) amax = fmaxf(amax, fabsf(value(i)));
+    amax = block_max(amax);
+    s = amax > 0.0f ? __fdiv_rn(amax, kE4m3Max) : 1.0f;
+  }
   for (int i = threadIdx.x; i < cols; i += blockDim.x) codes[i] = encode(__fdiv_rn(value(i), s));
   if (threadIdx.x == 0) *scale = s;
 }

@@ -21,9 +21,10 @@ struct Fp8Rows {
 };
 
 // Per-row quantization of bf16 rows (row r at x + r * ld): weights at load, the attention output
-// before o_proj. One block per row.
+// before o_proj. One block per row. static_scale > 0: every row with that scale (static
+// activations of a pre-quantized checkpoint) instead of its own amax / 448.
 void launch_quantize_rows(const __nv_bfloat16* x, long long ld, int rows, int cols, Fp8Rows out,
-                          cudaStream_t s);
+                          cudaStream_t s, float static_scale = 0.0f);
 
 // Skinny FP8 GEMMs (cuda/gemm_fp8.cu): y[T, N] = bf16((x̂[T, K] · Ŵ[N, K]^T) * xs[t] * ws[n]) for
 // T <= kSkinnyFp8MaxRows, a kernel of Strata's own that streams the e4m3 weights with 16-byte

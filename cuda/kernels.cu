@@ -52,7 +52,8 @@ __global__ void rmsnorm_kernel(const RmsNormParams p) {
   const float inv = rsqrtf(ss / static_cast<float>(p.hidden) + p.eps);
   if (p.out8.codes) {
     fp8::quantize_row([&](int i) { return x[i] * inv * __bfloat162float(p.weight[i]); }, p.hidden,
-                      p.out8.codes + static_cast<long long>(r) * p.hidden, p.out8.scale + r);
+                      p.out8.codes + static_cast<long long>(r) * p.hidden, p.out8.scale + r,
+                      p.out8_static);
     return;
   }
   bf16* out = p.out + static_cast<long long>(r) * p.hidden;
@@ -118,7 +119,7 @@ __global__ void swiglu_fp8_kernel(const SwigluParams p) {
         const float gv = __bfloat162float(g[j]);
         return gv / (1.0f + __expf(-gv)) * __bfloat162float(u[j]);
       },
-      p.inter, p.out8.codes + t * p.inter, p.out8.scale + t);
+      p.inter, p.out8.codes + t * p.inter, p.out8.scale + t, p.out8_static);
 }
 
 __device__ __forceinline__ unsigned long long splitmix64_dev(unsigned long long x) {

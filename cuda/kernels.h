@@ -37,7 +37,8 @@ struct RmsNormParams {
   int num_rows;
   int hidden;
   float eps;
-  Fp8Rows out8 = {};  // [num_rows, hidden] codes and [num_rows] scales, or none
+  Fp8Rows out8 = {};         // [num_rows, hidden] codes and [num_rows] scales, or none
+  float out8_static = 0.0f;  // > 0: the static per-tensor scale (cuda/fp8.cuh quantize_row)
 };
 void launch_rmsnorm(const RmsNormParams& p, cudaStream_t s);
 
@@ -73,7 +74,8 @@ struct SwigluParams {
   bf16* out;       // [T, inter]
   int num_tokens;
   int inter;
-  Fp8Rows out8 = {};  // [T, inter] codes and [T] scales, or none
+  Fp8Rows out8 = {};         // [T, inter] codes and [T] scales, or none
+  float out8_static = 0.0f;  // > 0: the static per-tensor scale
 };
 void launch_swiglu(const SwigluParams& p, cudaStream_t s);
 

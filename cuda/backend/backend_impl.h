@@ -67,6 +67,9 @@ struct LayerDev {
   // model.quantization fp8 (cuda/fp8.h): the four matrices in e4m3 with per-output-channel
   // scales; the bf16 pointers qkv, o, gate_up and down are then null.
   Fp8Rows qkv8, o8, gate_up8, down8;
+  // Static activation scales of a pre-quantized checkpoint (the parts' largest for the fused
+  // qkv and gate_up inputs, as the CPU backend); 0: per-token scales computed on the fly.
+  float qkv_in = 0.0f, o_in = 0.0f, gate_up_in = 0.0f, down_in = 0.0f;
 };
 
 // Eager sparse work of one layer in one step (device pointers into the step workspace).

@@ -75,7 +75,8 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                   .num_rows = T,
                   .hidden = H,
                   .eps = eps,
-                  .out8 = x8_rows()},
+                  .out8 = x8_rows(),
+                  .out8_static = w.qkv_in},
                  stream);
   linear(normed.get(), w.qkv, w.qkv8, qkv.get(), T, qkv_dim, H);
   const std::size_t lrow = static_cast<std::size_t>(l) * max_seqs;
@@ -169,7 +170,7 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
   // Live shrink after the layer's own work (step 5).
   if (lw && lw->shr.num_seqs > 0) CUDA_CHECK(sparse::launch_sparse_shrink(lw->shr, stream));
   if (taps) copy_layer_taps(l, T, S_dec, sp_dec);
-  if (fp8) launch_quantize_rows(attn.get(), q_dim, T, q_dim, x8_rows(), stream);
+  if (fp8) launch_quantize_rows(attn.get(), q_dim, T, q_dim, x8_rows(), stream, w.o_in);
   linear(attn.get(), w.o, w.o8, delta.get(), T, H, q_dim);
   if (tp.comm) tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
   launch_rmsnorm({.resid = resid.get(),
@@ -180,10 +181,16 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                   .num_rows = T,
                   .hidden = H,
                   .eps = eps,
-                  .out8 = x8_rows()},
+                  .out8 = x8_rows(),
+                  .out8_static = w.gate_up_in},
                  stream);
   linear(normed.get(), w.gate_up, w.gate_up8, gu.get(), T, 2 * I, H);
-  launch_swiglu({.gu = gu.get(), .out = act.get(), .num_tokens = T, .inter = I, .out8 = x8_rows()},
+  launch_swiglu({.gu = gu.get(),
+                 .out = act.get(),
+                 .num_tokens = T,
+                 .inter = I,
+                 .out8 = x8_rows(),
+                 .out8_static = w.down_in},
                 stream);
   linear(act.get(), w.down, w.down8, delta.get(), T, H, I);
   if (tp.comm) tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);

@@ -3,6 +3,7 @@
 // `strata make-model` with the model seed; tensor-parallel ranks load their slice.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -47,6 +48,19 @@ void CudaBackendImpl::build_weights() {
     mw = ModelWeights::load(cfg.model.path);
     mc = mw->config();
   }
+  // A pre-quantized checkpoint (docs/checkpoints.md) runs as its quantization_config says,
+  // whatever model.quantization is (as on the CPU backend): W8A8 with its own codes and scales,
+  // or, weight-only, its weights dequantized (to bf16 here) on the bf16 path.
+  const bool preq = mw && mw->quantization().prequantized;
+  const bool weight_only = preq && mw->quantization().activations == ActivationScales::kNone;
+  if (preq) {
+    if (tp.size > 1)
+      throw ConfigError("backend.tp_size",
+                        "a pre-quantized FP8 checkpoint runs on the CUDA backend at tp_size 1 "
+                        "only (not sliced yet); got " +
+                            std::to_string(tp.size));
+    fp8 = !weight_only;
+  }
   full_mc = mc;
   shard = make_tp_shard(mc, tp.rank, tp.size);  // ConfigError when mc cannot be split
   if (tp.size > 1) {
@@ -63,6 +77,8 @@ void CudaBackendImpl::build_weights() {
     if (static_cast<std::size_t>(t.numel()) != n)
       throw ModelError(t.file + ": tensor " + name + " has " + std::to_string(t.numel()) +
                        " elements, expected " + std::to_string(n));
+    if (t.dtype == DType::kF8E4M3)  // codes mean nothing without their scales
+      throw InternalError("CUDA backend: " + name + " is e4m3 codes; upload_prequantized reads it");
     const void* src = t.data;
     if (t.dtype != DType::kBF16) {
       const std::vector<float> f = t.to_float();
@@ -94,7 +110,37 @@ void CudaBackendImpl::build_weights() {
   // bf16 weights would not fit, 70B, still loads), then quantized per output channel; the
   // staging buffer is reused by the next layer once the stream has drained.
   const std::size_t qkv_n = qkv_dim * h, o_n = h * q_dim, gu_n = 2 * in * h, down_n = h * in;
-  DeviceArray<bf16> stage(fp8 ? qkv_n + o_n + gu_n + down_n : 0);
+  DeviceArray<bf16> stage(fp8 && !preq ? qkv_n + o_n + gu_n + down_n : 0);
+  // Pre-quantized: the parts of one fused matrix (rows stacked) from the checkpoint: codes and
+  // per-row scales copied as stored (W8A8), or dequantized to bf16 (weight-only: fl(e4m3 · s),
+  // then bf16 rounding; the CPU backend keeps it in fp32).
+  const auto upload_prequantized = [&](Fp8Rows dst8, bf16* dst16, std::size_t rows,
+                                       std::size_t cols,
+                                       std::initializer_list<const Fp8Weight*> parts) {
+    std::size_t row = 0;
+    for (const Fp8Weight* w : parts) {
+      const TensorView& c = *w->codes;
+      const auto r = static_cast<std::size_t>(c.shape.at(0));
+      if (c.shape.size() != 2 || static_cast<std::size_t>(c.shape[1]) != cols || row + r > rows)
+        throw ModelError(c.file + ": tensor " + c.name + " does not fit its fused matrix");
+      const std::vector<float> sc = w->row_scales();
+      if (dst8.codes) {
+        CUDA_CHECK(cudaMemcpy(dst8.codes + row * cols, c.data, r * cols, cudaMemcpyHostToDevice));
+        CUDA_CHECK(
+            cudaMemcpy(dst8.scale + row, sc.data(), r * sizeof(float), cudaMemcpyHostToDevice));
+      } else {
+        const std::vector<float> f = c.to_float();  // the unscaled decoded codes
+        staging.resize(r * cols);
+        for (std::size_t i = 0; i < r * cols; ++i) staging[i] = float_to_bf16(f[i] * sc[i / cols]);
+        CUDA_CHECK(
+            cudaMemcpy(dst16 + row * cols, staging.data(), r * cols * 2, cudaMemcpyHostToDevice));
+      }
+      row += r;
+    }
+    if (row != rows)
+      throw ModelError(mw->dir() + ": the parts of a fused matrix have " + std::to_string(row) +
+                       " rows, expected " + std::to_string(rows));
+  };
   embed = alloc_weight(V * h);
   tensor(embed, "model.embed_tokens.weight", V * h, 1.0f, 0.0f);
   for (int l = 0; l < mc.num_hidden_layers; ++l) {
@@ -102,6 +148,36 @@ void CudaBackendImpl::build_weights() {
     LayerDev d{};
     d.input_norm = alloc_weight(h);
     d.post_norm = alloc_weight(h);
+    if (preq) {
+      const Fp8LayerWeights& f = mw->layer(l).fp8;
+      tensor(d.input_norm, p + "input_layernorm.weight", h, 0.1f, 1.0f);
+      tensor(d.post_norm, p + "post_attention_layernorm.weight", h, 0.1f, 1.0f);
+      Fp8Rows qkv8{}, o8{}, gu8{}, down8{};
+      if (fp8) {
+        qkv8 = d.qkv8 = alloc_fp8(qkv_dim, h);
+        o8 = d.o8 = alloc_fp8(h, q_dim);
+        gu8 = d.gate_up8 = alloc_fp8(2 * in, h);
+        down8 = d.down8 = alloc_fp8(h, in);
+        if (mw->quantization().activations == ActivationScales::kStaticTensor) {
+          d.qkv_in = std::max(
+              {f.q.static_input_scale(), f.k.static_input_scale(), f.v.static_input_scale()});
+          d.o_in = f.o.static_input_scale();
+          d.gate_up_in = std::max(f.gate.static_input_scale(), f.up.static_input_scale());
+          d.down_in = f.down.static_input_scale();
+        }
+      } else {
+        d.qkv = alloc_weight(qkv_n);
+        d.o = alloc_weight(o_n);
+        d.gate_up = alloc_weight(gu_n);
+        d.down = alloc_weight(down_n);
+      }
+      upload_prequantized(qkv8, d.qkv, qkv_dim, h, {&f.q, &f.k, &f.v});
+      upload_prequantized(o8, d.o, h, q_dim, {&f.o});
+      upload_prequantized(gu8, d.gate_up, 2 * in, h, {&f.gate, &f.up});
+      upload_prequantized(down8, d.down, h, in, {&f.down});
+      layers.push_back(d);
+      continue;
+    }
     if (fp8) {
       CUDA_CHECK(cudaStreamSynchronize(stream));  // the previous layer's quantization is done
       d.qkv = stage.get();

@@ -21,6 +21,12 @@
 //   the moved codes, linear for what propagates; the larger of the two either side of e_eps =
 //   e0), and at least 3e-2; greedy agreement with the oracle >= 85 % (these random models have
 //   near-ties everywhere);
+// - pre-quantized compressed-tensors checkpoints (written by tests/runtime/model/
+//   compressed_tensors_writer.h): channel scales with dynamic activations equal the load-time
+//   quantization of the bf16 original bitwise (same codes, same scales); per-tensor scales with
+//   static input scales against the CPU backend on the same checkpoint within twice the dynamic
+//   checkpoint's GPU-vs-oracle difference (the same rounding-boundary effect, another scale
+//   source); weight-only (dequantized to bf16 here, fp32 on the CPU) within the bf16 bound 3e-2;
 // - `random:` FP8 weights built on the device equal the checkpoint's quantized at load
 //   (bitwise logits), and graph replay equals eager bitwise in fp8 (decode splits fixed: eager
 //   and full-cache graphs pick them differently, docs/cuda-backend.md "CUDA graphs").
@@ -45,6 +51,7 @@
 #include "runtime/model/model_loader.h"
 #include "runtime/teacher_forcing.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/runtime/model/compressed_tensors_writer.h"
 
 namespace strata::gputest {
 namespace {
@@ -364,6 +371,63 @@ TEST(GpuFp8, TinyModelMatchesOracle) {
 TEST(GpuFp8, Llama8BWidth4LayersMatchesOracle) {
   REQUIRE_GPU();
   model_vs_oracle("llama3-8b", 4, 48, 32, "llama8b_4layers", {5e-3, 1e-2});
+}
+
+TEST(GpuFp8, PrequantizedCheckpoints) {
+  REQUIRE_GPU();
+  const std::string src = model_dir("tiny", 0);
+  const std::string base = (std::filesystem::temp_directory_path() / "strata_fp8_ct_").string();
+  test::CtOptions dyn;  // channel scales (F32), dynamic per-token activations (FP8-dynamic)
+  test::write_ct_checkpoint(src, base + "dynamic", dyn);
+  test::CtOptions stat;  // per-tensor scales, static input scales (FP8)
+  stat.weights = test::CtWeights::kTensor;
+  stat.activations = test::CtActivations::kStaticTensor;
+  for (const char* p :
+       {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+    stat.input_scales[p] = 16.0f / 448;
+  test::write_ct_checkpoint(src, base + "static", stat);
+  test::CtOptions wo;  // weight-only
+  wo.activations = test::CtActivations::kNone;
+  test::write_ct_checkpoint(src, base + "weight_only", wo);
+
+  std::vector<std::int32_t> ids(72);
+  const SparsityProfile off;
+  auto logits = [&](Backend& be) {
+    const int V = be.model().vocab_size;
+    for (int i = 0; i < 72; ++i) ids[static_cast<std::size_t>(i)] = (i * 41 + 9) % V;
+    return teacher_forced_logits(be, ids, off, 48);
+  };
+  auto cpu = [&](const std::string& dir) {
+    CpuBackendOptions co;
+    co.kv_bytes = 1ull << 30;
+    return make_cpu_backend(std::shared_ptr<const ModelWeights>(ModelWeights::load(dir)), co);
+  };
+  CudaBackend load_time(cuda_config(src, Quantization::kFp8), 0);
+  // model.quantization none: a pre-quantized checkpoint runs in FP8 all the same.
+  CudaBackend g_dyn(cuda_config(base + "dynamic", Quantization::kNone), 0);
+  const auto a = logits(load_time), b = logits(g_dyn);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+      << "channel-dynamic checkpoint differs from load-time quantization of its bf16 original";
+  const int V = g_dyn.model().vocab_size;
+  const double d_dyn = worst_rel_l2(b, logits(*cpu(base + "dynamic")), V);
+  CudaBackend g_stat(cuda_config(base + "static", Quantization::kNone), 0);
+  const auto ls = logits(g_stat), cs = logits(*cpu(base + "static"));
+  const double d_stat = worst_rel_l2(ls, cs, V);
+  const double agree = argmax_agreement(ls, cs, V);
+  EXPECT_LE(d_stat, std::max(3e-2, 2.0 * d_dyn)) << "static input scales vs the CPU backend";
+  EXPECT_GE(agree, 0.85);
+  EXPECT_GT(worst_rel_l2(ls, b, V), 1e-3) << "static scales must change the result";
+  CudaBackend g_wo(cuda_config(base + "weight_only", Quantization::kFp8), 0);
+  const double d_wo = worst_rel_l2(logits(g_wo), logits(*cpu(base + "weight_only")), V);
+  EXPECT_LE(d_wo, 3e-2) << "weight-only vs the CPU backend";
+  std::printf(
+      "pre-quantized: dynamic vs CPU %.4f, static vs CPU %.4f (agreement %.3f), "
+      "weight-only vs CPU %.4f\n",
+      d_dyn, d_stat, agree, d_wo);
+  figure("fp8_ct_dynamic_vs_cpu_rel_l2", d_dyn);
+  figure("fp8_ct_static_vs_cpu_rel_l2", d_stat);
+  figure("fp8_ct_weight_only_vs_cpu_rel_l2", d_wo);
 }
 
 TEST(GpuFp8, RandomOnDeviceEqualsCheckpointAndGraphsEqualEager) {

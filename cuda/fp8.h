@@ -36,16 +36,18 @@ void launch_skinny_gemm_fp8(const std::uint8_t* x, const float* xs, const std::u
                             const float* ws, __nv_bfloat16* y, int T, int N, int K, cudaStream_t s);
 
 // Small-row FP8 GEMMs on tensor cores (cuda/gemm_fp8.cu): the same y for T <= kSmallFp8MaxRows
-// (batched decode), m16n8k32 e4m3 mma.sync fed straight from 16-byte weight loads, K split
-// `splits` ways (small_fp8_splits: enough blocks for every SM) with fp32 partials in `partial`
-// ([splits][T][N], needed when splits > 1) summed in split order. Applies when K % 256 == 0 and
-// x, w are 16-byte aligned.
+// (batched decode), m16n8k32 e4m3 mma.sync fed straight from 16-byte weight loads, the tokens'
+// codes staged per block in shared memory, K split `splits` ways (small_fp8_splits: enough
+// blocks for every SM) with fp32 partials in `partial` ([splits][T][N], needed when splits > 1)
+// summed in split order. `wide`: 32 weight rows per warp instead of 16 (each staged token byte
+// serves twice the weights) with 128-byte stages instead of 256. Applies when K is a multiple of
+// the stage (256 / 128 bytes) and x, w are 16-byte aligned.
 inline constexpr int kSmallFp8MaxRows = 64;
-bool small_fp8_applies(const void* x, const void* w, int T, int N, int K);
-int small_fp8_splits(int T, int N, int K, int num_sms, std::size_t partial_floats);
+bool small_fp8_applies(const void* x, const void* w, int T, int N, int K, bool wide);
+int small_fp8_splits(int T, int N, int K, int num_sms, std::size_t partial_floats, bool wide);
 void launch_small_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
                            const float* ws, __nv_bfloat16* y, int T, int N, int K, float* partial,
-                           int splits, cudaStream_t s);
+                           int splits, bool wide, cudaStream_t s);
 
 // y[t][n] = bf16(acc[t][n] * xs[t] * ws[n]) (acc fp32 [T][N]): the outer scaling where cuBLASLt
 // cannot apply per-row scales itself (Gemm::linear_fp8's fallback).

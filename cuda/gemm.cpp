@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -249,7 +250,10 @@ void Gemm::linear_fp8(Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int 
   if (!skinny_) path = Fp8Path::kLt;
   if (path == Fp8Path::kCores && !skinny_fp8_applies(x.codes, w.codes, T, N, K))
     path = Fp8Path::kMma;
-  if (path == Fp8Path::kMma && !small_fp8_applies(x.codes, w.codes, T, N, K)) path = Fp8Path::kLt;
+  if (path == Fp8Path::kMmaWide && !small_fp8_applies(x.codes, w.codes, T, N, K, true))
+    path = Fp8Path::kMma;
+  if (path == Fp8Path::kMma && !small_fp8_applies(x.codes, w.codes, T, N, K, false))
+    path = Fp8Path::kLt;
   run_fp8(path, x, w, y, T, N, K);
 }
 
@@ -258,10 +262,11 @@ void Gemm::run_fp8(Fp8Path path, Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, 
     launch_skinny_gemm_fp8(x.codes, x.scale, w.codes, w.scale, y, T, N, K, stream_);
     return;
   }
-  if (path == Fp8Path::kMma) {
-    const int splits = small_fp8_splits(T, N, K, num_sms_, fp8_acc_.size());
+  if (path == Fp8Path::kMma || path == Fp8Path::kMmaWide) {
+    const bool wide = path == Fp8Path::kMmaWide;
+    const int splits = small_fp8_splits(T, N, K, num_sms_, fp8_acc_.size(), wide);
     launch_small_gemm_fp8(x.codes, x.scale, w.codes, w.scale, y, T, N, K, fp8_acc_.get(), splits,
-                          stream_);
+                          wide, stream_);
     return;
   }
   Fp8Plan& p = fp8_plan(T, N, K);
@@ -338,8 +343,13 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
     std::sort(ms.begin(), ms.end());
     return 1e3 * ms[1];
   };
+  const char* wide_env = std::getenv("STRATA_FP8_WIDE");
+  const bool wide_ok = wide_env && std::string(wide_env) == "1";
   const auto name = [](Fp8Path p) {
-    return p == Fp8Path::kCores ? "cores" : p == Fp8Path::kMma ? "mma" : "lt";
+    return p == Fp8Path::kCores     ? "cores"
+           : p == Fp8Path::kMma     ? "mma"
+           : p == Fp8Path::kMmaWide ? "mma-wide"
+                                    : "lt";
   };
   try {
     for (const auto& sh : shapes) {
@@ -352,10 +362,13 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
                                                      : Fp8Path::kLt;
         double best = 1e30;
         Fp8Path choice = Fp8Path::kLt;
-        for (Fp8Path p : {Fp8Path::kCores, Fp8Path::kMma, Fp8Path::kLt}) {
+        for (Fp8Path p : {Fp8Path::kCores, Fp8Path::kMma, Fp8Path::kMmaWide, Fp8Path::kLt}) {
+          // The wide shape has not run on a GPU yet (2026-12-01): a candidate only on request.
+          if (p == Fp8Path::kMmaWide && !wide_ok) continue;
           if (p == Fp8Path::kCores && !skinny_fp8_applies(xc.get(), sh.w.codes, T, sh.N, sh.K))
             continue;
-          if (p == Fp8Path::kMma && !small_fp8_applies(xc.get(), sh.w.codes, T, sh.N, sh.K))
+          if ((p == Fp8Path::kMma || p == Fp8Path::kMmaWide) &&
+              !small_fp8_applies(xc.get(), sh.w.codes, T, sh.N, sh.K, p == Fp8Path::kMmaWide))
             continue;
           const double us = time_us(p, sh, T);
           ++r.candidates;

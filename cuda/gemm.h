@@ -68,9 +68,9 @@ class Gemm {
               int K);
   void linear_f32out(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int T, int N, int K);
   // FP8 (W8A8, cuda/fp8.h): y[T, N] = bf16((x̂ · Ŵ^T) * x.scale[t] * w.scale[n]) with x̂ [T, K] and
-  // Ŵ [N, K] e4m3, through one of three kernels (set_fp8_path): the CUDA-core skinny FP8 kernel
-  // (1..kSkinnyFp8MaxRows rows), the tensor-core small-row kernel (..kSmallFp8MaxRows), or
-  // cuBLASLt's e4m3 GEMM
+  // Ŵ [N, K] e4m3, through one of four kernels (set_fp8_path): the CUDA-core skinny FP8 kernel
+  // (1..kSkinnyFp8MaxRows rows), the tensor-core small-row kernel in its two shapes
+  // (..kSmallFp8MaxRows), or cuBLASLt's e4m3 GEMM
   // with outer-vector (per-row, per-column) fp32 scales and fast accumulation off (partial sums
   // promoted to fp32, which the K = 14336 reduction needs), one cached plan per (N, K, T). Where
   // cuBLASLt offers no outer-vector algorithm the product goes to an fp32 buffer in row chunks
@@ -86,7 +86,7 @@ class Gemm {
   // Which kernel runs an FP8 call: kAuto = autotune_fp8()'s choice for that (N, K, T), else the
   // default rule (1 row: CUDA cores; up to kSmallFp8MaxRows: tensor cores; more: cuBLASLt).
   // The others force a path where it applies (benchmarks and tests).
-  enum class Fp8Path { kAuto, kCores, kMma, kLt };
+  enum class Fp8Path { kAuto, kCores, kMma, kMmaWide, kLt };
   void set_fp8_path(Fp8Path p) { fp8_path_ = p; }
   // Times every applicable path per shape and row count on the given weights (outside graph
   // capture; synchronises the stream) and keeps the fastest for later kAuto calls.

@@ -125,23 +125,31 @@ __global__ void __launch_bounds__(kThreads)
 // 64-byte chunk is permuted the same way for A and B (logical k 4t + i of mma m <-> byte
 // 16t + 8m + i, 16 + 4t + i <-> 16t + 8m + 4 + i), which leaves every dot product unchanged.
 // Splits of K write fp32 partials that a second kernel sums in split order (deterministic).
-constexpr int kMmaWarps = 4, kMmaRows = 16 * kMmaWarps, kChunk = 64, kStageChunks = 4,
-              kStage = kChunk * kStageChunks, kXPitch = kStage + 64;
+// Two shapes (the `wide` flag of cuda/fp8.h): 16 weight rows per warp with 4-chunk stages, or
+// 32 rows per warp (two m16 tiles sharing each B fragment, so every staged token byte serves
+// twice the weights: the tokens' reads from L2 per weight byte halve) with 2-chunk stages.
+constexpr int kMmaWarps = 4, kChunk = 64;
 
-template <int NT, bool kPartial>
+template <int NT, int MT, int SC, bool kPartial>
 __global__ void __launch_bounds__(32 * kMmaWarps)
     small_fp8_kernel(const std::uint8_t* __restrict__ x, const float* __restrict__ xs,
                      const std::uint8_t* __restrict__ w, const float* __restrict__ ws,
                      __nv_bfloat16* __restrict__ y, float* __restrict__ partial, int T, int N,
                      int K, int split_bytes) {
   constexpr int TP = 8 * NT;  // token rows staged (rows >= T are zero-filled)
+  constexpr int kStage = kChunk * SC, kXPitch = kStage + 64;
   __shared__ __align__(16) std::uint8_t xsm[2][TP * kXPitch];
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int row0 = static_cast<int>(blockIdx.x) * kMmaRows + warp * 16;
+  const int row0 = static_cast<int>(blockIdx.x) * (16 * MT * kMmaWarps) + warp * 16 * MT;
   const long long k0 = static_cast<long long>(blockIdx.y) * split_bytes;
-  const std::uint8_t* wa = w + static_cast<long long>(min(row0 + g, N - 1)) * K + k0 + 16 * t;
-  const std::uint8_t* wb = w + static_cast<long long>(min(row0 + g + 8, N - 1)) * K + k0 + 16 * t;
+  const std::uint8_t* wr[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      wr[m][h] =
+          w + static_cast<long long>(min(row0 + 16 * m + 8 * h + g, N - 1)) * K + k0 + 16 * t;
   const int stages = split_bytes / kStage;
   const auto load_x = [&](int st, int buf) {
     for (int p = tid; p < TP * (kStage / 16); p += 32 * kMmaWarps) {
@@ -154,24 +162,28 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     }
     async::cp_async_commit();
   };
-  uint4 ra[kStageChunks], rb[kStageChunks], na[kStageChunks], nb[kStageChunks];
-  const auto load_w = [&](int st, uint4(&a)[kStageChunks], uint4(&b)[kStageChunks]) {
+  uint4 cur[MT][2][SC], nxt[MT][2][SC];
+  const auto load_w = [&](int st, uint4(&r)[MT][2][SC]) {
 #pragma unroll
-    for (int u = 0; u < kStageChunks; ++u) {
-      a[u] = load_stream(wa + static_cast<long long>(st) * kStage + u * kChunk);
-      b[u] = load_stream(wb + static_cast<long long>(st) * kStage + u * kChunk);
-    }
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int u = 0; u < SC; ++u)
+          r[m][h][u] = load_stream(wr[m][h] + static_cast<long long>(st) * kStage + u * kChunk);
   };
-  float acc[NT][4];
+  float acc[MT][NT][4];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
   load_x(0, 0);
-  load_w(0, ra, rb);
+  load_w(0, cur);
   for (int st = 0; st < stages; ++st) {
     const bool more = st + 1 < stages;
     if (more) {
       load_x(st + 1, (st + 1) & 1);
-      load_w(st + 1, na, nb);
+      load_w(st + 1, nxt);
       async::cp_async_wait<1>();
     } else {
       async::cp_async_wait<0>();
@@ -179,38 +191,48 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     __syncthreads();
     const std::uint8_t* xb = xsm[st & 1];
 #pragma unroll
-    for (int u = 0; u < kStageChunks; ++u)
+    for (int u = 0; u < SC; ++u)
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const uint4 xv =
             *reinterpret_cast<const uint4*>(xb + (8 * j + g) * kXPitch + u * kChunk + 16 * t);
-        mma::mma_e4m3(acc[j], ra[u].x, rb[u].x, ra[u].y, rb[u].y, xv.x, xv.y);
-        mma::mma_e4m3(acc[j], ra[u].z, rb[u].z, ra[u].w, rb[u].w, xv.z, xv.w);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          const uint4 a = cur[m][0][u], b = cur[m][1][u];
+          mma::mma_e4m3(acc[m][j], a.x, b.x, a.y, b.y, xv.x, xv.y);
+          mma::mma_e4m3(acc[m][j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+        }
       }
     __syncthreads();  // buffer st & 1 is refilled by stage st + 2's copies
     if (more) {
 #pragma unroll
-      for (int u = 0; u < kStageChunks; ++u) ra[u] = na[u], rb[u] = nb[u];
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int u = 0; u < SC; ++u) cur[m][h][u] = nxt[m][h][u];
     }
   }
-  // c0, c1: row g, tokens 8j + 2t, + 1; c2, c3: row g + 8.
+  // c0, c1: row g, tokens 8j + 2t, + 1; c2, c3: row g + 8 (of m-tile m).
 #pragma unroll
-  for (int j = 0; j < NT; ++j)
+  for (int m = 0; m < MT; ++m)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int n = row0 + g + 8 * h;
-      if (n >= N) continue;
+    for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int tok = 8 * j + 2 * t + e;
-        if (tok >= T) continue;
-        const float v = acc[j][2 * h + e];
-        if constexpr (kPartial)
-          partial[(static_cast<long long>(blockIdx.y) * T + tok) * N + n] = v;
-        else
-          y[static_cast<long long>(tok) * N + n] = __float2bfloat16_rn(v * xs[tok] * ws[n]);
+      for (int h = 0; h < 2; ++h) {
+        const int n = row0 + 16 * m + g + 8 * h;
+        if (n >= N) continue;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int tok = 8 * j + 2 * t + e;
+          if (tok >= T) continue;
+          const float v = acc[m][j][2 * h + e];
+          if constexpr (kPartial)
+            partial[(static_cast<long long>(blockIdx.y) * T + tok) * N + n] = v;
+          else
+            y[static_cast<long long>(tok) * N + n] = __float2bfloat16_rn(v * xs[tok] * ws[n]);
+        }
       }
-    }
 }
 
 __global__ void small_fp8_reduce_kernel(const float* __restrict__ partial, int splits,
@@ -225,17 +247,17 @@ __global__ void small_fp8_reduce_kernel(const float* __restrict__ partial, int s
   }
 }
 
-template <int NT>
+template <int NT, int MT, int SC>
 void launch_small(const std::uint8_t* x, const float* xs, const std::uint8_t* w, const float* ws,
                   __nv_bfloat16* y, float* partial, int splits, int T, int N, int K,
                   cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((N + kMmaRows - 1) / kMmaRows),
+  const dim3 grid(static_cast<unsigned>((N + 16 * MT * kMmaWarps - 1) / (16 * MT * kMmaWarps)),
                   static_cast<unsigned>(splits));
   if (splits == 1) {
-    small_fp8_kernel<NT, false>
+    small_fp8_kernel<NT, MT, SC, false>
         <<<grid, 32 * kMmaWarps, 0, s>>>(x, xs, w, ws, y, nullptr, T, N, K, K);
   } else {
-    small_fp8_kernel<NT, true>
+    small_fp8_kernel<NT, MT, SC, true>
         <<<grid, 32 * kMmaWarps, 0, s>>>(x, xs, w, ws, y, partial, T, N, K, K / splits);
     CUDA_CHECK_LAUNCH();
     const long long n = static_cast<long long>(T) * N;
@@ -243,6 +265,39 @@ void launch_small(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
                               256, 0, s>>>(partial, splits, xs, ws, y, T, N);
   }
   CUDA_CHECK_LAUNCH();
+}
+
+template <int MT, int SC>
+void launch_small_nt(const std::uint8_t* x, const float* xs, const std::uint8_t* w, const float* ws,
+                     __nv_bfloat16* y, float* partial, int splits, int T, int N, int K,
+                     cudaStream_t s) {
+  static_assert(kSmallFp8MaxRows == 64, "instantiate every n8 tile count up to 8");
+  switch ((T + 7) / 8) {
+    case 1:
+      launch_small<1, MT, SC>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    case 2:
+      launch_small<2, MT, SC>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    case 3:
+      launch_small<3, MT, SC>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    case 4:
+      launch_small<4, MT, SC>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    case 5:
+      launch_small<5, MT, SC>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    case 6:
+      launch_small<6, MT, SC>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    case 7:
+      launch_small<7, MT, SC>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+    default:
+      launch_small<8, MT, SC>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+      break;
+  }
 }
 
 template <int T>
@@ -253,6 +308,14 @@ void launch_t(const std::uint8_t* x, const float* xs, const std::uint8_t* w, con
   CUDA_CHECK_LAUNCH();
 }
 
+// The two shapes' rows per block and K bytes per stage.
+constexpr int block_rows(bool wide) {
+  return wide ? 128 : 64;
+}
+constexpr int stage_bytes(bool wide) {
+  return wide ? 128 : 256;
+}
+
 }  // namespace
 
 bool skinny_fp8_applies(const void* x, const void* w, int T, int N, int K) {
@@ -260,14 +323,14 @@ bool skinny_fp8_applies(const void* x, const void* w, int T, int N, int K) {
   return T >= 1 && T <= kSkinnyFp8MaxRows && N >= 1 && K >= 16 && K % 16 == 0 && a16(x) && a16(w);
 }
 
-bool small_fp8_applies(const void* x, const void* w, int T, int N, int K) {
+bool small_fp8_applies(const void* x, const void* w, int T, int N, int K, bool wide) {
   const auto a16 = [](const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15) == 0; };
-  return T >= 1 && T <= kSmallFp8MaxRows && N >= 1 && K >= kStage && K % kStage == 0 && a16(x) &&
-         a16(w);
+  const int st = stage_bytes(wide);
+  return T >= 1 && T <= kSmallFp8MaxRows && N >= 1 && K >= st && K % st == 0 && a16(x) && a16(w);
 }
 
-int small_fp8_splits(int T, int N, int K, int num_sms, std::size_t partial_floats) {
-  const int blocks = (N + kMmaRows - 1) / kMmaRows, stages = K / kStage;
+int small_fp8_splits(int T, int N, int K, int num_sms, std::size_t partial_floats, bool wide) {
+  const int blocks = (N + block_rows(wide) - 1) / block_rows(wide), stages = K / stage_bytes(wide);
   int splits = 1;
   while (blocks * splits < 2 * num_sms && splits < 8 && stages % (2 * splits) == 0 &&
          static_cast<std::size_t>(2 * splits) * T * N <= partial_floats)
@@ -277,40 +340,18 @@ int small_fp8_splits(int T, int N, int K, int num_sms, std::size_t partial_float
 
 void launch_small_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
                            const float* ws, __nv_bfloat16* y, int T, int N, int K, float* partial,
-                           int splits, cudaStream_t s) {
-  if (!small_fp8_applies(x, w, T, N, K) || splits < 1 || (K / kStage) % splits != 0 ||
-      (splits > 1 && partial == nullptr))
-    throw InternalError("small FP8 GEMM: T=" + std::to_string(T) + " N=" + std::to_string(N) +
-                        " K=" + std::to_string(K) + " splits=" + std::to_string(splits) +
-                        " (needs T in 1.." + std::to_string(kSmallFp8MaxRows) +
-                        ", K a multiple of 256 split evenly, 16-byte aligned x and w)");
-  static_assert(kSmallFp8MaxRows == 64, "instantiate every n8 tile count up to 8");
-  switch ((T + 7) / 8) {
-    case 1:
-      launch_small<1>(x, xs, w, ws, y, partial, splits, T, N, K, s);
-      break;
-    case 2:
-      launch_small<2>(x, xs, w, ws, y, partial, splits, T, N, K, s);
-      break;
-    case 3:
-      launch_small<3>(x, xs, w, ws, y, partial, splits, T, N, K, s);
-      break;
-    case 4:
-      launch_small<4>(x, xs, w, ws, y, partial, splits, T, N, K, s);
-      break;
-    case 5:
-      launch_small<5>(x, xs, w, ws, y, partial, splits, T, N, K, s);
-      break;
-    case 6:
-      launch_small<6>(x, xs, w, ws, y, partial, splits, T, N, K, s);
-      break;
-    case 7:
-      launch_small<7>(x, xs, w, ws, y, partial, splits, T, N, K, s);
-      break;
-    default:
-      launch_small<8>(x, xs, w, ws, y, partial, splits, T, N, K, s);
-      break;
-  }
+                           int splits, bool wide, cudaStream_t s) {
+  if (!small_fp8_applies(x, w, T, N, K, wide) || splits < 1 ||
+      (K / stage_bytes(wide)) % splits != 0 || (splits > 1 && partial == nullptr))
+    throw InternalError(
+        "small FP8 GEMM: T=" + std::to_string(T) + " N=" + std::to_string(N) +
+        " K=" + std::to_string(K) + " splits=" + std::to_string(splits) + (wide ? " wide" : "") +
+        " (needs T in 1.." + std::to_string(kSmallFp8MaxRows) + ", K a multiple of " +
+        std::to_string(stage_bytes(wide)) + " split evenly, 16-byte aligned x and w)");
+  if (wide)
+    launch_small_nt<2, 2>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+  else
+    launch_small_nt<1, 4>(x, xs, w, ws, y, partial, splits, T, N, K, s);
 }
 
 void launch_skinny_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,

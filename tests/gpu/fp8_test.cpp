@@ -239,11 +239,15 @@ TEST(GpuFp8, GemmsMatchOracle) {
     for (int T : {1, 2, 3, 4}) gemm_vs_oracle(T, 1000, 4096, gemm, true, false, &worst);
     figure("fp8_gemm_skinny_worst_acc_err", worst);
     worst = 0;
-    gemm.set_fp8_path(cuda::Gemm::Fp8Path::kMma);  // tensor cores (N = 1000: a partial block)
-    for (int T : {1, 2, 3, 5, 8, 9, 16, 33, 64})
-      gemm_vs_oracle(T, 1000, 4096, gemm, true, false, &worst);
-    gemm_vs_oracle(64, 4096, 14336, gemm, true, false, &worst);
-    gemm_vs_oracle(7, 6144, 4096, gemm, true, false, &worst);
+    for (auto path : {cuda::Gemm::Fp8Path::kMma, cuda::Gemm::Fp8Path::kMmaWide}) {
+      gemm.set_fp8_path(path);  // tensor cores, both shapes (N = 1000: a partial block)
+      for (int T : {1, 2, 3, 5, 8, 9, 16, 33, 64})
+        gemm_vs_oracle(T, 1000, 4096, gemm, true, false, &worst);
+      gemm_vs_oracle(64, 4096, 14336, gemm, true, false, &worst);
+      gemm_vs_oracle(7, 6144, 4096, gemm, true, false, &worst);
+      // K = 384: three wide stages; the narrow shape (256-byte stages) falls back to cuBLASLt.
+      gemm_vs_oracle(40, 200, 384, gemm, true, false, &worst);
+    }
     figure("fp8_gemm_small_mma_worst_acc_err", worst);
     gemm.set_fp8_path(cuda::Gemm::Fp8Path::kAuto);
     worst = 0;

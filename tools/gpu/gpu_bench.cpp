@@ -301,9 +301,11 @@ void bench_gemm_fp8() {
     double best = 1e30;
     for (auto [path, label] :
          {std::pair{Gemm::Fp8Path::kCores, "cores"}, std::pair{Gemm::Fp8Path::kMma, "mma"},
+          std::pair{Gemm::Fp8Path::kMmaWide, "mma-wide"},
           std::pair{Gemm::Fp8Path::kLt, "cublasLt"}}) {
       if (path == Gemm::Fp8Path::kCores && T > kSkinnyFp8MaxRows) continue;
-      if (path == Gemm::Fp8Path::kMma && T > kSmallFp8MaxRows) continue;
+      if ((path == Gemm::Fp8Path::kMma || path == Gemm::Fp8Path::kMmaWide) && T > kSmallFp8MaxRows)
+        continue;
       const double ms8 = time4(T, path);
       best = std::min(best, ms8);
       const double bw8 = bytes8 / (ms8 * 1e-3), tf8 = 2.0 * T * nk / (ms8 * 1e-3);

@@ -250,7 +250,8 @@ TEST(Config, SparsityRequestOverrideIsTheOperatorsRuleNotPartOfTheProfile) {
 TEST(Config, RepoConfigsParse) {
   for (const char* f : {"tiny-cpu.yaml", "tiny-cuda.yaml", "llama3-8b.yaml", "llama3-70b-tp2.yaml",
                         "bench/llama3-8b-full.yaml", "bench/llama3-8b-sparse.yaml",
-                        "bench/llama3-8b-sparse-fp8.yaml"}) {
+                        "bench/llama3-8b-sparse-fp8.yaml", "bench/llama3-70b-fp8-full.yaml",
+                        "bench/llama3-70b-fp8-sparse.yaml"}) {
     const std::string path = std::string(STRATA_SOURCE_DIR) + "/configs/" + f;
     EXPECT_NO_THROW(load_config_file(path)) << path;
   }

@@ -1,4 +1,6 @@
 // FP8 quantization kernels (cuda/fp8.h).
+#include <cstdint>
+
 #include "cuda/cuda_check.h"
 #include "cuda/fp8.cuh"
 #include "cuda/fp8.h"
@@ -12,6 +14,18 @@ __global__ void quantize_rows_kernel(const __nv_bfloat16* x, long long ld, int c
   const __nv_bfloat16* row = x + r * ld;
   fp8::quantize_row([&](int i) { return __bfloat162float(row[i]); }, cols, out.codes + r * cols,
                     out.scale + r, static_scale);
+}
+
+// Vectorized rows (cols a multiple of 8, at most 8 * 4 * 256; 16-byte aligned rows).
+constexpr int kQuantVecThreads = 256, kQuantVecPerThread = 4;
+__global__ void __launch_bounds__(kQuantVecThreads)
+    quantize_rows_vec_kernel(const __nv_bfloat16* x, long long ld, int cols, Fp8Rows out,
+                             float static_scale) {
+  const long long r = blockIdx.x;
+  const __nv_bfloat16* row = x + r * ld;
+  fp8::quantize_row_vec<kQuantVecPerThread>(
+      [&](int i, float(&v)[8]) { fp8::load8_bf16(row + 8 * i, v); }, cols / 8, out.codes + r * cols,
+      out.scale + r, static_scale);
 }
 
 __global__ void scale_outer_kernel(const float* acc, const float* xs, const float* ws,
@@ -29,7 +43,13 @@ __global__ void scale_outer_kernel(const float* acc, const float* xs, const floa
 void launch_quantize_rows(const __nv_bfloat16* x, long long ld, int rows, int cols, Fp8Rows out,
                           cudaStream_t s, float static_scale) {
   if (rows <= 0 || cols <= 0) return;
-  quantize_rows_kernel<<<rows, 256, 0, s>>>(x, ld, cols, out, static_scale);
+  const bool vec = cols % 8 == 0 && ld % 8 == 0 &&
+                   cols / 8 <= kQuantVecPerThread * kQuantVecThreads &&
+                   (reinterpret_cast<std::uintptr_t>(x) & 15) == 0;
+  if (vec)
+    quantize_rows_vec_kernel<<<rows, kQuantVecThreads, 0, s>>>(x, ld, cols, out, static_scale);
+  else
+    quantize_rows_kernel<<<rows, 256, 0, s>>>(x, ld, cols, out, static_scale);
   CUDA_CHECK_LAUNCH();
 }
 

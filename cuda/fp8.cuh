@@ -5,6 +5,7 @@
 // and scale as the CPU, bit for bit. CUDA-only header (included by .cu files).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -53,6 +54,54 @@ __device__ __forceinline__ void quantize_row(F value, int cols, std::uint8_t* co
   }
   for (int i = threadIdx.x; i < cols; i += blockDim.x) codes[i] = encode(__fdiv_rn(value(i), s));
   if (threadIdx.x == 0) *scale = s;
+}
+
+// The same quantization with each thread's values held in registers: one pass over memory
+// (value8(i, out) computes the 8 fp32 values of vector i, i < nvec, in element order) instead of
+// two, 8-byte code stores. VPT vectors per thread: nvec <= VPT * blockDim.x. Bit-identical to
+// quantize_row over the same values (same amax, same division, same encoding).
+template <int VPT, typename F>
+__device__ __forceinline__ void quantize_row_vec(F value8, int nvec, std::uint8_t* codes,
+                                                 float* scale, float static_scale = 0.0f) {
+  float v[VPT][8];
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * static_cast<int>(blockDim.x);
+    if (i < nvec) {
+      value8(i, v[k]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[k][e]));
+    }
+  }
+  float s = static_scale;
+  if (!(s > 0.0f)) {
+    amax = block_max(amax);
+    s = amax > 0.0f ? __fdiv_rn(amax, kE4m3Max) : 1.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * static_cast<int>(blockDim.x);
+    if (i < nvec) {
+      std::uint32_t w[2] = {0, 0};
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        w[e / 4] |= static_cast<std::uint32_t>(encode(__fdiv_rn(v[k][e], s))) << (8 * (e % 4));
+      *reinterpret_cast<uint2*>(codes + 8 * static_cast<long long>(i)) = make_uint2(w[0], w[1]);
+    }
+  }
+  if (threadIdx.x == 0) *scale = s;
+}
+
+// 8 bf16 values (one 16-byte load) to fp32.
+__device__ __forceinline__ void load8_bf16(const __nv_bfloat16* p, float (&f)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __bfloat1622float2(h[i]);
+    f[2 * i] = x.x, f[2 * i + 1] = x.y;
+  }
 }
 
 }  // namespace strata::cuda::fp8

@@ -109,7 +109,25 @@ __global__ void swiglu_kernel(const SwigluParams p) {
   }
 }
 
-// One block per token row: the row's products twice (amax, then codes).
+// One block of 1024 threads per token row, the row's products in registers (one pass; inter a
+// multiple of 8, at most 8 * 4 * 1024).
+constexpr int kSwigluVecThreads = 1024, kSwigluVecPerThread = 4;
+__global__ void __launch_bounds__(kSwigluVecThreads) swiglu_fp8_vec_kernel(const SwigluParams p) {
+  const long long t = blockIdx.x;
+  const bf16* g = p.gu + t * 2 * p.inter;
+  const bf16* u = g + p.inter;
+  fp8::quantize_row_vec<kSwigluVecPerThread>(
+      [&](int i, float(&out)[8]) {
+        float gv[8], uv[8];
+        fp8::load8_bf16(g + 8 * i, gv);
+        fp8::load8_bf16(u + 8 * i, uv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) out[e] = gv[e] / (1.0f + __expf(-gv[e])) * uv[e];
+      },
+      p.inter / 8, p.out8.codes + t * p.inter, p.out8.scale + t, p.out8_static);
+}
+
+// One block per token row: the row's products twice (amax, then codes). Any inter.
 __global__ void swiglu_fp8_kernel(const SwigluParams p) {
   const long long t = blockIdx.x;
   const bf16* g = p.gu + t * 2 * p.inter;
@@ -232,7 +250,9 @@ void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s) {
 void launch_swiglu(const SwigluParams& p, cudaStream_t s) {
   const long long n = static_cast<long long>(p.num_tokens) * p.inter;
   if (n == 0) return;
-  if (p.out8.codes)
+  if (p.out8.codes && p.inter % 8 == 0 && p.inter / 8 <= kSwigluVecPerThread * kSwigluVecThreads)
+    swiglu_fp8_vec_kernel<<<p.num_tokens, kSwigluVecThreads, 0, s>>>(p);
+  else if (p.out8.codes)
     swiglu_fp8_kernel<<<p.num_tokens, 512, 0, s>>>(p);
   else
     swiglu_kernel<<<grid_for(n, 256), 256, 0, s>>>(p);

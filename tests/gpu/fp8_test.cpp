@@ -74,10 +74,10 @@ bool within_one_step(std::uint8_t a, std::uint8_t b) {
   return std::abs(ord(a) - ord(b)) <= 1;
 }
 
-TEST(GpuFp8, QuantizeRowsEqualsOracle) {
-  REQUIRE_GPU();
-  std::mt19937_64 rng(3);
-  const int rows = 37, cols = 4096;
+// cols 4096: the vectorized kernel (registers, one pass); 14336 and 100: the two-pass one.
+void quantize_rows_vs_oracle(int cols) {
+  std::mt19937_64 rng(3 + static_cast<unsigned>(cols));
+  const int rows = 37;
   auto x = random_bf16(static_cast<std::size_t>(rows) * cols, 0.7, rng);
   for (int c = 0; c < cols; ++c) x.bits[static_cast<std::size_t>(5) * cols + c] = 0;  // zero row
   for (int c = 0; c < cols; c += 7)  // a row with a wide range (subnormal codes appear)
@@ -94,11 +94,27 @@ TEST(GpuFp8, QuantizeRowsEqualsOracle) {
   const auto got_s = to_host(scale);
   std::size_t bad = 0;
   for (std::size_t i = 0; i < got_c.size(); ++i) bad += got_c[i] != want.codes[i];
-  EXPECT_EQ(bad, 0u) << "codes differing from the oracle";
+  EXPECT_EQ(bad, 0u) << "codes differing from the oracle (cols " << cols << ")";
   for (int r = 0; r < rows; ++r)
     EXPECT_EQ(got_s[static_cast<std::size_t>(r)], want.scale[static_cast<std::size_t>(r)])
         << "row " << r;
   EXPECT_EQ(got_s[5], 1.0f) << "an all-zero row has scale 1";
+  // Static scale: every row with it, codes = e4m3(x / s) saturating (the CPU's static rule).
+  const float st = 0.01f;
+  const cpu::Fp8Rows want_st = cpu::quantize_rows_e4m3_static(xf.data(), rows, cols, st);
+  cuda::launch_quantize_rows(dx.get(), cols, rows, cols, {codes.get(), scale.get()}, nullptr, st);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const auto st_c = to_host(codes);
+  const auto st_s = to_host(scale);
+  bad = 0;
+  for (std::size_t i = 0; i < st_c.size(); ++i) bad += st_c[i] != want_st.codes[i];
+  EXPECT_EQ(bad, 0u) << "static-scale codes differing from the oracle (cols " << cols << ")";
+  EXPECT_EQ(st_s[0], st);
+}
+
+TEST(GpuFp8, QuantizeRowsEqualsOracle) {
+  REQUIRE_GPU();
+  for (int cols : {4096, 14336, 100}) quantize_rows_vs_oracle(cols);
 }
 
 TEST(GpuFp8, RmsNormAndSwigluQuantizeTheirOutputs) {

@@ -51,9 +51,23 @@ __global__ void rmsnorm_kernel(const RmsNormParams p) {
   ss = block_sum(ss);
   const float inv = rsqrtf(ss / static_cast<float>(p.hidden) + p.eps);
   if (p.out8.codes) {
-    fp8::quantize_row([&](int i) { return x[i] * inv * __bfloat162float(p.weight[i]); }, p.hidden,
-                      p.out8.codes + static_cast<long long>(r) * p.hidden, p.out8.scale + r,
-                      p.out8_static);
+    std::uint8_t* codes = p.out8.codes + static_cast<long long>(r) * p.hidden;
+    // block_sum's barriers made every thread's residual update visible.
+    if (p.hidden % 8 == 0 && p.hidden / 8 <= 2 * static_cast<int>(blockDim.x))
+      fp8::quantize_row_vec<2>(
+          [&](int i, float(&v)[8]) {
+            const float4 a = *reinterpret_cast<const float4*>(x + 8 * i);
+            const float4 b = *reinterpret_cast<const float4*>(x + 8 * i + 4);
+            float w[8];
+            fp8::load8_bf16(p.weight + 8 * i, w);
+            const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[e] = xs[e] * inv * w[e];
+          },
+          p.hidden / 8, codes, p.out8.scale + r, p.out8_static);
+    else
+      fp8::quantize_row([&](int i) { return x[i] * inv * __bfloat162float(p.weight[i]); }, p.hidden,
+                        codes, p.out8.scale + r, p.out8_static);
     return;
   }
   bf16* out = p.out + static_cast<long long>(r) * p.hidden;

@@ -54,10 +54,7 @@ asio::awaitable<void> BatcherActor::handle(BatcherMsg msg) {
   std::visit(Overloaded{
                  [&](SubmitMsg& m) { on_submit(std::move(m.req)); },
                  [&](AbortMsg& m) { on_abort(m.id, m.reason); },
-                 [&](StepDoneMsg& m) {
-                   on_step_done(std::move(m.completion));
-                   schedule = !plan_;
-                 },
+                 [&](StepDoneMsg& m) { schedule = on_step_done(std::move(m.completion)); },
                  [&](LimitsMsg& m) { deps_.limits = m.limits; },
                  [&](ShutdownMsg& m) {
                    stopping_ = true;
@@ -74,12 +71,35 @@ asio::awaitable<void> BatcherActor::handle(BatcherMsg msg) {
                  },
              },
              msg);
-  // Once more when a request that finished in that call queued a replay (its chance now).
-  for (bool again = schedule; again && !plan_; again = take_replay_queued()) co_await kick();
+  co_await pump(schedule);
   // The next step is running now (if there is one): the stream events of this message go out
   // while it does.
   flush_events();
   maybe_finish_shutdown();
+}
+
+asio::awaitable<void> BatcherActor::pump(bool schedule) {
+  if (!deps_.async_steps) {
+    // Once more when a request that finished in that call queued a replay (its chance now).
+    for (bool again = schedule; again && flight_.empty(); again = take_replay_queued())
+      co_await kick();
+    co_return;
+  }
+  // Pipelined: plan the next step while the one in flight runs (depth 2), then ask for the
+  // oldest step's results (a step with nothing after it is collected too).
+  if (schedule) {
+    while (flight_.size() < 2) {
+      if (co_await kick()) continue;
+      if (!take_replay_queued()) break;
+    }
+  }
+  if (!flight_.empty() && !flight_.front().collect_posted) post_collect();
+}
+
+void BatcherActor::post_collect() {
+  flight_.front().collect_posted = true;
+  for (auto* rank : deps_.ranks)
+    rank->collect([this](RankCompletion c) { tell(StepDoneMsg{std::move(c)}); });
 }
 
 void BatcherActor::send(const EventSink& sink, StreamEvent ev) {
@@ -177,7 +197,9 @@ void BatcherActor::finish_seq(Seq& s, FinishReason reason, StreamEvent ev) {
   }
   running_.erase(std::find(running_.begin(), running_.end(), s.id));
   s.release_pending = true;
-  if (!s.in_step) release_.push_back(s.id);  // else: when the step completes
+  // Synchronous: when the step carrying it completes. Pipelined: at the next scheduling call
+  // (steps run in order on a backend: a later step reusing its pages writes them after).
+  if (deps_.async_steps || s.in_steps == 0) release_.push_back(s.id);
 }
 
 void BatcherActor::emit_final(Seq& s, const SeqUsage* usage) {
@@ -220,9 +242,12 @@ void BatcherActor::emit_final(Seq& s, const SeqUsage* usage) {
     send(r.in->sink, std::move(ev));
     if (!r.aborted) ++stats_.requests_finished;
     maybe_replay(r);
-    for (const auto& q : r.seqs) seqs_.erase(q->id);
-    const std::string id = r.in->id;  // (a key inside the erased element would dangle)
-    requests_.erase(id);              // destroys r and s
+    const bool busy =
+        std::any_of(r.seqs.begin(), r.seqs.end(), [](const auto& q) { return q->in_steps > 0; });
+    if (!busy)
+      for (const auto& q : r.seqs) seqs_.erase(q->id);
+    auto node = requests_.extract(r.in->id);  // destroys r and s (unless a step still reads them)
+    if (busy) retired_.push_back(std::move(node.mapped()));
     return;
   }
   send(r.in->sink, std::move(ev));
@@ -239,42 +264,58 @@ void BatcherActor::check_deadlines() {
   }
 }
 
-void BatcherActor::on_step_done(RankCompletion c) {
-  if (c.error && !step_error_) step_error_ = c.error;
-  if (c.rank == 0) rank0_ = std::move(c);
-  if (--completions_left_ > 0) return;
+bool BatcherActor::on_step_done(RankCompletion c) {
+  STRATA_CHECK(!flight_.empty(), "a step completion with no step in flight");
+  InFlight& front = flight_.front();
+  if (c.error && !front.error) front.error = c.error;
+  if (c.rank == 0) front.rank0 = std::move(c);
+  if (--front.completions_left > 0) return false;
 
-  auto plan = std::move(plan_);
-  plan_.reset();
+  InFlight done = std::move(front);
+  flight_.pop_front();
+  auto plan = std::move(done.plan);
+  auto& rank0 = done.rank0;
+  const bool async = deps_.async_steps;
+  if (done.census) census_asked_ = true;
   const auto now = Clock::now();
   StepTimings& tm = stats_.timings;
-  if (rank0_) {
-    tm.dispatch_ms += ms_between(dispatched_, rank0_->started);
-    tm.backend_ms += rank0_->wall_ms;
-    tm.return_ms += ms_between(rank0_->finished, now);
+  if (rank0) {
+    tm.dispatch_ms += ms_between(done.dispatched, rank0->started);
+    tm.backend_ms += rank0->wall_ms;
+    tm.return_ms += ms_between(rank0->finished, now);
   }
   std::string error;
-  if (step_error_) {
+  if (done.error) {
     try {
-      std::rethrow_exception(step_error_);
+      std::rethrow_exception(done.error);
     } catch (const std::exception& e) {
       error = std::string("backend step failed: ") + e.what();
     }
-    step_error_ = nullptr;
-  } else if (!rank0_ || rank0_->result.seqs.size() != plan->seqs.size()) {
+  } else if (!rank0 || rank0->result.seqs.size() != plan->seqs.size()) {
     error = "backend returned a malformed step result";
   }
   for (std::size_t i = 0; i < plan->seqs.size(); ++i) {
     const auto id = plan->seqs[i].seq_id;
     if (replays_.owns(id)) {
-      on_replay_done(plan->seqs[i], error.empty() ? &rank0_->result.seqs[i] : nullptr);
+      on_replay_done(plan->seqs[i], error.empty() ? &rank0->result.seqs[i] : nullptr);
       continue;
     }
-    Seq& s = *seqs_.at(id);
-    s.in_step = false;
-    commit_.push_back(id);
-    if (s.release_pending) {  // finished (aborted, timed out) while the step ran
-      release_.push_back(id);
+    auto found = seqs_.find(id);
+    // Pipelined: a replay preempted or dropped while its chunk ran (its rows are asked again).
+    if (found == seqs_.end()) continue;
+    Seq& s = *found->second;
+    --s.in_steps;
+    if (s.pending_step == plan->step_id) s.pending_step = 0;
+    if (!async) {
+      commit_.push_back(id);
+      if (s.release_pending) {  // finished (aborted, timed out) while the step ran
+        release_.push_back(id);
+        continue;
+      }
+    } else if (s.finish != FinishReason::kNone) {
+      // Finished (by an earlier step's token, an abort, a deadline) after this step was
+      // planned: its token is discarded, never emitted or counted; the row is never committed
+      // and the pages went back at the scheduling call after the finish.
       continue;
     }
     if (!error.empty()) {
@@ -283,7 +324,8 @@ void BatcherActor::on_step_done(RankCompletion c) {
       finish_seq(s, FinishReason::kError, std::move(ev));
       continue;
     }
-    SeqResult& res = rank0_->result.seqs[i];
+    SeqResult& res = rank0->result.seqs[i];
+    s.result_step = plan->step_id;
     if (!res.kept.empty()) kept_.emplace_back(id, std::move(res.kept));
     if (res.token < 0) continue;  // a prefill chunk that did not end the prompt
     Req& r = *s.req;
@@ -329,7 +371,7 @@ void BatcherActor::on_step_done(RankCompletion c) {
     finish_seq(s, fin, std::move(ev));
   }
   if (error.empty()) {
-    const StepStats& ss = rank0_->result.stats;
+    const StepStats& ss = rank0->result.stats;
     device_ms_total_ += ss.device_ms;
     tm.device_ms += ss.device_ms;
     // GPU idle (issue 24 item 4): the device gap before this step counts when the previous
@@ -341,22 +383,41 @@ void BatcherActor::on_step_done(RankCompletion c) {
     }
   }
   const auto end = Clock::now();
-  wall_ms_total_ += ms_between(step_started_, end);
-  tm.wall_ms += ms_between(step_started_, end);
+  wall_ms_total_ += ms_between(done.started, end);
+  tm.wall_ms += ms_between(done.started, end);
   tm.finish_ms += ms_between(now, end);
   ++tm.steps;
-  rank0_.reset();
   ++stats_.steps;
   prev_step_left_work_ = !running_.empty();
   batch_seqs_total_ += plan->seqs.size();
   // Every rank has dropped its reference before completing (RankExecutor::run): recycle.
-  if (plan.use_count() == 1) spare_plan_ = std::move(plan);
+  if (plan.use_count() == 1) {
+    spare_plan_ = std::move(plan);
+    table_serials_ = std::move(done.serials);
+  }
+  // Requests that ended while this step still read them.
+  std::erase_if(retired_, [&](const std::unique_ptr<Req>& r) {
+    if (std::any_of(r->seqs.begin(), r->seqs.end(), [](const auto& q) { return q->in_steps > 0; }))
+      return false;
+    for (const auto& q : r->seqs) seqs_.erase(q->id);
+    return true;
+  });
+  return true;
 }
 
-asio::awaitable<void> BatcherActor::kick() {
+asio::awaitable<bool> BatcherActor::kick() {
   check_deadlines();
+  const bool async = deps_.async_steps;
   ScheduleInput in;
   in.commit = std::exchange(commit_, {});
+  // Pipelined: the rows of the step submitted last (in flight, or collected since) advance the
+  // tables now, except those of sequences that finished before it (their extra row).
+  for (const auto id : std::exchange(uncommitted_, {})) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end() || it->second->finish == FinishReason::kNone ||
+        it->second->result_step >= uncommitted_step_)
+      in.commit.push_back(id);
+  }
   in.release = std::exchange(release_, {});
   if (deps_.prefix_cache)  // (the manager caches generated blocks only with sparsity off)
     for (const auto id : in.release) {
@@ -364,6 +425,14 @@ asio::awaitable<void> BatcherActor::kick() {
       in.release_names.push_back(it == seqs_.end() ? nullptr : output_names(*it->second));
     }
   in.running = running_;
+  if (async) {
+    // A sequence that the step in flight brings to max_tokens is not planned again (a decode
+    // past max_tokens would also write past its reservation).
+    std::erase_if(in.running, [&](std::uint64_t id) {
+      const Seq& s = *seqs_.at(id);
+      return s.pending_step != 0 && static_cast<int>(s.output.size()) + 1 >= s.params.max_tokens;
+    });
+  }
   in.limits = deps_.limits;
   replay_input(in);
   in.kept = std::exchange(kept_, {});
@@ -378,20 +447,27 @@ asio::awaitable<void> BatcherActor::kick() {
   for (auto q : {&preempted_, &waiting_}) {
     for (const auto id : *q) {
       if (in.candidates.size() >= max_cand || seats == 0) break;
-      const Seq& s = *seqs_.at(id);
+      Seq& s = *seqs_.at(id);
+      // Pipelined: preempted while a step carrying it ran; readmitted once its results are in.
+      if (s.in_steps > 0) continue;
+      if (s.recompute_stale) {
+        s.recompute = s.req->in->prompt;
+        s.recompute.insert(s.recompute.end(), s.output.begin(), s.output.end());
+        s.recompute_stale = false;
+      }
       Candidate c;
       c.seq_id = id;
       c.spec.prompt_len = static_cast<int>(source(s).size());
       c.spec.max_tokens = s.params.max_tokens - static_cast<int>(s.output.size());
       c.spec.chunked = deps_.limits.chunked_prefill;
       c.spec.sparsity = s.req->in->sparsity;
-      c.spec.block_hashes = block_names(*seqs_.at(id));
+      c.spec.block_hashes = block_names(s);
       in.candidates.push_back(std::move(c));
     }
   }
   if (in.commit.empty() && in.release.empty() && in.running.empty() && in.candidates.empty() &&
       in.replays.running.empty() && in.replays.candidates.empty()) {
-    co_return;
+    co_return false;
   }
   const auto t0 = Clock::now();
   const auto released_ids = in.release;
@@ -427,8 +503,12 @@ asio::awaitable<void> BatcherActor::kick() {
     Seq& s = *seqs_.at(id);
     running_.erase(std::find(running_.begin(), running_.end(), id));
     s.where = Seq::Where::kPreempted;
-    s.recompute = s.req->in->prompt;
-    s.recompute.insert(s.recompute.end(), s.output.begin(), s.output.end());
+    if (s.in_steps > 0) {  // pipelined: its output is not complete yet
+      s.recompute_stale = true;
+    } else {
+      s.recompute = s.req->in->prompt;
+      s.recompute.insert(s.recompute.end(), s.output.begin(), s.output.end());
+    }
     s.block_hashes.reset();  // (named again over the longer source)
     ++stats_.preemptions;
   }
@@ -467,21 +547,22 @@ asio::awaitable<void> BatcherActor::kick() {
   if (out.steps.empty()) {  // (not a step: its time is in no step's timings)
     plan->seqs.clear();
     spare_plan_ = std::move(plan);  // (its table buffers went to the cache actor)
-    co_return;
+    co_return false;
   }
 
   // Every field of a reused SeqStep is assigned (vectors keep their capacity).
   plan->step_id = next_step_++;
   const bool census = t0 - last_census_ >= kCensusInterval;
   if (census) last_census_ = t0;
-  census_asked_ = census;
   plan->released_pages = std::move(out.released_pages);
   plan->seqs.resize(out.steps.size());
-  table_serials_.resize(out.steps.size());
+  InFlight f;
+  f.serials.resize(out.steps.size());
   for (std::size_t i = 0; i < out.steps.size(); ++i) {
     auto& p = out.steps[i];
+    if (async) uncommitted_.push_back(p.seq_id);
     if (replays_.owns(p.seq_id)) {
-      table_serials_[i] = p.serial;
+      f.serials[i] = p.serial;
       replays_.fill(plan->seqs[i], p);
       continue;
     }
@@ -494,32 +575,56 @@ asio::awaitable<void> BatcherActor::kick() {
     st.layers = std::move(p.layers);
     st.table_serial = p.serial;
     st.table_base = p.base;
-    table_serials_[i] = p.serial;
+    f.serials[i] = p.serial;
     st.prompt_len = static_cast<int>(src.size());
     st.return_logits = false;
+    st.input_pending = false;
     if (p.prefill) {
       st.tokens.assign(src.begin() + p.start, src.begin() + p.start + p.n_tokens);
       st.sample = p.start + p.n_tokens == st.prompt_len;
+    } else if (s.pending_step != 0) {
+      // Pipelined: the input is the token the step in flight samples; the backend feeds it.
+      STRATA_CHECK(s.pending_step + 1 == plan->step_id,
+                   "a pending input must come from the previous step");
+      st.tokens.assign(1, kPendingToken);
+      st.input_pending = true;
+      st.sample = true;
     } else {
       st.tokens.assign(1, s.output.back());
       st.sample = true;
     }
     st.params = &s.params;
     st.prompt = &s.req->in->prompt;
-    st.output = &s.output;
+    if (async) {
+      // The step in flight may read the other history: bring this one up to date (output only
+      // grows) and point the plan at it; neither changes until this step is collected.
+      auto& h = s.history[s.history_sel ^= 1];
+      h.insert(h.end(), s.output.begin() + static_cast<std::ptrdiff_t>(h.size()), s.output.end());
+      st.output = &h;
+      if (st.sample) s.pending_step = plan->step_id;
+    } else {
+      st.output = &s.output;
+    }
     st.report_kept = census;
-    s.in_step = true;
+    ++s.in_steps;
   }
-  plan_ = plan;
-  step_started_ = t0;
-  dispatched_ = Clock::now();
+  f.plan = plan;
+  f.started = t0;
+  f.dispatched = Clock::now();
+  f.census = census;
+  f.completions_left = static_cast<int>(deps_.ranks.size());
   stats_.timings.schedule_ms += ms_between(t0, t1);
   stats_.timings.schedule_job_ms += out.job_ms;
-  stats_.timings.plan_ms += ms_between(t1, dispatched_);
-  completions_left_ = static_cast<int>(deps_.ranks.size());
-  for (auto* rank : deps_.ranks) {
-    rank->run(plan, [this](RankCompletion c) { tell(StepDoneMsg{std::move(c)}); });
+  stats_.timings.plan_ms += ms_between(t1, f.dispatched);
+  flight_.push_back(std::move(f));
+  if (async) {
+    uncommitted_step_ = plan->step_id;
+    for (auto* rank : deps_.ranks) rank->submit(plan);
+  } else {
+    for (auto* rank : deps_.ranks)
+      rank->run(plan, [this](RankCompletion c) { tell(StepDoneMsg{std::move(c)}); });
   }
+  co_return true;
 }
 
 // The replays' part of a scheduling call (in and out).
@@ -571,8 +676,8 @@ void BatcherActor::maybe_replay(const Req& r) {
 }
 
 void BatcherActor::on_replay_done(const SeqStep& st, SeqResult* res) {
-  commit_.push_back(st.seq_id);
-  if (!res) {  // the step failed: give the replay up
+  if (!deps_.async_steps) commit_.push_back(st.seq_id);  // (pipelined: at submission)
+  if (!res) {                                            // the step failed: give the replay up
     if (replays_.drop(st.seq_id)) release_.push_back(st.seq_id);
     deps_.monitor->tell(ReplayAbandonedMsg{st.seq_id});
     ++stats_.replays.dropped;
@@ -618,8 +723,8 @@ void BatcherActor::publish(const CacheStats& cs) {
 }
 
 void BatcherActor::maybe_finish_shutdown() {
-  if (!stopping_ || !shutdown_done_ || plan_ || !requests_.empty() || !release_.empty() ||
-      !replays_.empty())
+  if (!stopping_ || !shutdown_done_ || !flight_.empty() || !requests_.empty() ||
+      !release_.empty() || !replays_.empty())
     return;
   if (grace_timer_) grace_timer_->cancel();
   shutdown_done_->set_value();
@@ -639,6 +744,7 @@ asio::awaitable<void> BatcherActor::on_stop() {
     }
   }
   requests_.clear();
+  retired_.clear();
   seqs_.clear();
   co_return;
 }

@@ -12,6 +12,7 @@
 // within one step.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
@@ -93,6 +94,9 @@ struct BatcherDeps {
   // The quality guardrail: replays are scheduled here, scored by the monitor (null: off).
   QualityMonitorSection quality;
   QualityMonitor* monitor = nullptr;
+  // scheduler.async_steps: the pipelined loop (docs/actors.md "Pipelined steps"): step n+1 is
+  // planned and submitted (RankExecutor::submit) before step n is collected.
+  bool async_steps = false;
 };
 
 class BatcherActor final : public Actor<BatcherMsg> {
@@ -113,13 +117,23 @@ class BatcherActor final : public Actor<BatcherMsg> {
     SamplingParams params;
     std::vector<std::int32_t> output;
     std::vector<std::int32_t> recompute;  // prompt + output at the last preemption
+    // Pipelined loop: preempted while a step carrying it ran (recompute is set once its results
+    // are in); the step id of the last result applied; the step in flight whose sampled token
+    // the next decode takes on the device (0: none: output.back() is its input); the output
+    // histories the plans point to (alternating: the step in flight reads one, the next plan
+    // gets the other, brought up to date).
+    bool recompute_stale = false;
+    std::uint64_t result_step = 0;
+    std::uint64_t pending_step = 0;
+    std::array<std::vector<std::int32_t>, 2> history;
+    int history_sel = 0;
     enum class Where : std::uint8_t {
       kWaiting,
       kRunning,
       kPreempted,
       kDone
     } where = Where::kWaiting;
-    bool in_step = false;          // part of the step in flight: its state is read by the ranks
+    int in_steps = 0;              // steps in flight carrying it: their ranks read its state
     bool release_pending = false;  // finished; pages released at the next scheduling call
     FinishReason finish = FinishReason::kNone;
     std::string error;
@@ -152,9 +166,14 @@ class BatcherActor final : public Actor<BatcherMsg> {
 
   void on_submit(std::shared_ptr<PreparedRequest> r);
   void on_abort(const std::string& id, FinishReason reason, const std::string& error = "");
-  void on_step_done(RankCompletion c);
-  // Runs the scheduler and dispatches the next step when there is one.
-  asio::awaitable<void> kick();
+  // true when the step at the front of flight_ completed (every rank reported).
+  bool on_step_done(RankCompletion c);
+  // Runs the scheduler and dispatches the next step when there is one (true then).
+  asio::awaitable<bool> kick();
+  // Keeps the loop going after a message: the synchronous loop kicks when no step runs; the
+  // pipelined one while fewer than two steps are in flight, then asks for the oldest's results.
+  asio::awaitable<void> pump(bool schedule);
+  void post_collect();
   void finish_seq(Seq& s, FinishReason reason, StreamEvent ev);
   void emit_final(Seq& s, const SeqUsage* usage);
   void leave_waiting(Req& r);
@@ -184,21 +203,33 @@ class BatcherActor final : public Actor<BatcherMsg> {
   std::vector<std::uint64_t> commit_, release_;
   std::uint64_t next_seq_ = 1, next_step_ = 1;
 
-  // The step in flight.
-  std::shared_ptr<StepPlan> plan_;
+  // The steps in flight, oldest first (the synchronous loop: at most one; the pipelined one:
+  // at most two, the oldest collected first).
+  struct InFlight {
+    std::shared_ptr<StepPlan> plan;
+    std::vector<std::uint64_t> serials;  // export serial of each SeqStep's tables
+    Clock::time_point started, dispatched;
+    int completions_left = 0;
+    std::optional<RankCompletion> rank0;
+    std::exception_ptr error;
+    bool collect_posted = false;  // pipelined: RankExecutor::collect asked
+    bool census = false;          // report_kept set
+  };
+  std::deque<InFlight> flight_;
+  // Pipelined: the rows of the last submitted step, committed at the next scheduling call (the
+  // tables' state after a step follows from its plan) unless their sequence finished before
+  // that step's result; requests ended while a step in flight still points into them.
+  std::vector<std::uint64_t> uncommitted_;
+  std::uint64_t uncommitted_step_ = 0;
+  std::vector<std::unique_ptr<Req>> retired_;
   // The last completed plan, no longer referenced by any rank: its SeqSteps and page-table
   // buffers are reused by the next plan (no per-step allocation of 2 x layers vectors per
   // sequence).
   std::shared_ptr<StepPlan> spare_plan_;
-  // Export serials of the tables in plan_ (then spare_plan_), one per SeqStep: a sequence
-  // that gets its own buffer back is exported incrementally (KvCacheManager::prepare_*).
+  // Export serials of the tables in spare_plan_, one per SeqStep: a sequence that gets its own
+  // buffer back is exported incrementally (KvCacheManager::prepare_*).
   std::vector<std::uint64_t> table_serials_;
   std::vector<std::pair<EventSink, StreamEvent>> outbox_;
-  Clock::time_point dispatched_;  // plan handed to the ranks
-  int completions_left_ = 0;
-  std::optional<RankCompletion> rank0_;
-  std::exception_ptr step_error_;
-  Clock::time_point step_started_;
 
   // Shutdown.
   bool stopping_ = false;
@@ -221,7 +252,7 @@ class BatcherActor final : public Actor<BatcherMsg> {
   // records them and takes the census (also when the last running sequence left).
   static constexpr std::chrono::milliseconds kCensusInterval{250};
   Clock::time_point last_census_{};
-  bool census_asked_ = false;  // the step in flight has report_kept set
+  bool census_asked_ = false;  // a completed step had report_kept set: take the census
   std::vector<std::pair<std::uint64_t, std::vector<KeptPositions>>> kept_;
 };
 

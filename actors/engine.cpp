@@ -116,6 +116,7 @@ class EngineImpl final : public Engine {
     bd.model = model_;
     bd.limits = {config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens,
                  config_.scheduler.chunked_prefill};
+    bd.async_steps = config_.scheduler.async_steps;
     bd.waiting_slots = &waiting_slots_;
     bd.prefix_cache = config_.cache.prefix_cache;
     // What changes a block's K/V bytes besides its tokens: the weights and their arithmetic.

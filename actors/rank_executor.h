@@ -11,6 +11,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -41,12 +42,27 @@ class RankExecutor {
   // The plan (and what its SeqSteps point to) must stay alive and unchanged until then; the
   // executor drops its reference to the plan before calling `done`.
   void run(std::shared_ptr<const StepPlan> plan, std::function<void(RankCompletion)> done);
+  // Pipelined steps (scheduler.async_steps): submit() hands `plan` to Backend::submit on the
+  // executor thread and keeps it alive until it is collected; collect() takes the completion
+  // of the oldest submitted step not collected (Backend::collect, or the error submit() threw)
+  // and calls `done` there with it. Commands run in the order they are given; the plan rules
+  // of run() hold until the completion (the executor drops its reference before `done`).
+  void submit(std::shared_ptr<const StepPlan> plan);
+  void collect(std::function<void(RankCompletion)> done);
   // Finishes the queued steps and joins the thread. Idempotent.
   void stop();
 
  private:
   int rank_;
   std::unique_ptr<Backend> backend_;
+  // Submitted, not collected (executor thread only).
+  struct Submitted {
+    std::shared_ptr<const StepPlan> plan;
+    std::exception_ptr error;  // Backend::submit threw: nothing queued there
+    std::chrono::steady_clock::time_point started;
+    double submit_ms = 0.0;
+  };
+  std::deque<Submitted> submitted_;
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   std::thread thread_;

@@ -6,19 +6,21 @@
 // until the step's results are on the host.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 
 #include "runtime/kv_layout.h"
 #include "runtime/model/model_config.h"
+#include "runtime/pending_inputs.h"
 #include "runtime/step_plan.h"
 
 namespace strata {
 
 struct BackendInfo {
-  std::string name;       // "cpu", "cuda", "cuda-tp2"
-  KvLayout layout;        // per-rank layout of one page
-  int num_pages = 0;      // pages in the pool (page ids 0 .. num_pages-1)
+  std::string name;   // "cpu", "cuda", "cuda-tp2"
+  KvLayout layout;    // per-rank layout of one page
+  int num_pages = 0;  // pages in the pool (page ids 0 .. num_pages-1)
   int tp_size = 1;
   std::size_t weight_bytes = 0;  // per rank
 };
@@ -33,6 +35,31 @@ class Backend {
   // InvalidRequest for an out-of-vocabulary token, InternalError for engine bugs).
   // Results come back in plan order.
   virtual StepResult step(const StepPlan& plan) = 0;
+
+  // ---- pipelined steps (scheduler.async_steps; docs/contracts.md "Pipelined steps") --------
+  // submit() hands a step over and may return before it ran; collect() returns the results of
+  // the oldest submitted step not collected yet (FIFO), blocking until they are on the host.
+  // The engine keeps at most two steps submitted and plans the next one while the previous
+  // runs. Contract:
+  //  - the plan and everything its SeqSteps point to stay alive and unchanged until the
+  //    collect() that returns its results has returned;
+  //  - steps run in submission order: a page freed and reused by a later plan is written by it
+  //    after every earlier step is done with it;
+  //  - a row with SeqStep::input_pending takes as input the token this backend sampled for its
+  //    seq_id in the previous submitted step (which sampled it: the engine guarantees it) and
+  //    samples as if that token were appended to *output. The backend resolves it (the host
+  //    has not seen it);
+  //  - submit() throws when it refuses the plan (nothing is queued); collect() throws when the
+  //    step failed (it is dequeued). A pending input whose step failed fails its step.
+  // Defaults: submit() runs step() at once on the plan with its pending inputs resolved from
+  // the previous step's results (PendingInputs) and queues the result; collect() returns it. So
+  // a synchronous backend works unchanged, with no overlap.
+  virtual void submit(const StepPlan& plan);
+  virtual StepResult collect();
+
+ private:
+  PendingInputs pending_;            // the defaults' resolver
+  std::deque<StepResult> finished_;  // the defaults' results not collected yet
 };
 
 }  // namespace strata

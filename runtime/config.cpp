@@ -71,7 +71,7 @@ void apply_backend(const YAML::Node& n, BackendSection& b) {
 void apply_scheduler(const YAML::Node& n, SchedulerSection& s) {
   check_keys(n, "scheduler",
              {"max_num_seqs", "max_num_batched_tokens", "max_waiting", "chunked_prefill",
-              "request_timeout_s"});
+              "async_steps", "request_timeout_s"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "scheduler." + k;
@@ -83,6 +83,8 @@ void apply_scheduler(const YAML::Node& n, SchedulerSection& s) {
       s.max_waiting = static_cast<int>(read_int(kv.second, key, 0, 1 << 20));
     else if (k == "chunked_prefill")
       s.chunked_prefill = read_bool(kv.second, key);
+    else if (k == "async_steps")
+      s.async_steps = read_bool(kv.second, key);
     else if (k == "request_timeout_s")
       s.request_timeout_s = read_double(kv.second, key, 0, 1e7);
   }

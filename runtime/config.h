@@ -48,6 +48,9 @@ struct SchedulerSection {
   int max_num_batched_tokens = 4096;
   int max_waiting = 256;  // beyond it requests are refused as overloaded
   bool chunked_prefill = true;
+  // Pipelined step loop (docs/actors.md "Pipelined steps"): the batcher plans and submits step
+  // n+1 before it collects step n (Backend::submit/collect); outputs are identical.
+  bool async_steps = false;
   double request_timeout_s = 600;  // per-request deadline (0: none)
 };
 

@@ -79,11 +79,21 @@ struct SeqStep {
   // counts from (0: none). Serials are never reused.
   std::uint64_t table_serial = 0;
   std::uint64_t table_base = 0;
+  // Pipelined steps only (Backend::submit, docs/contracts.md "Pipelined steps"): a decode row
+  // whose input is the token this backend sampled for seq_id in the previous submitted step,
+  // which the host has not seen yet. tokens == {kPendingToken}; `output` excludes that token and
+  // the backend samples as if it were appended (draw index output->size() + 1, penalties,
+  // min_tokens). Resolved by the backend before the step runs; step() never sees such a row.
+  bool input_pending = false;
   // Sampling inputs (sample == true only).
   const SamplingParams* params = nullptr;             // owned by the engine, outlives the step
   const std::vector<std::int32_t>* prompt = nullptr;  // for repetition penalty
   const std::vector<std::int32_t>* output = nullptr;  // tokens generated so far
 };
+
+// SeqStep::tokens of a row with input_pending (outside every vocabulary: a backend that does
+// not resolve it rejects the plan).
+inline constexpr std::int32_t kPendingToken = -1;
 
 struct StepPlan {
   std::uint64_t step_id = 0;

@@ -62,7 +62,9 @@ RunResult run(const Config& base, bool async, const std::vector<std::vector<Requ
               std::shared_ptr<DeferredCounters> counters) {
   Config cfg = base;
   cfg.scheduler.async_steps = async;
-  auto e = async ? Engine::create(cfg, deferred_factory(counters)) : Engine::create(cfg);
+  // (no counters: the plain CPU backend, pipelined through Backend's default submit/collect)
+  auto e =
+      async && counters ? Engine::create(cfg, deferred_factory(counters)) : Engine::create(cfg);
   RunResult r;
   for (const auto& wave : waves) {
     std::vector<std::shared_ptr<TokenStream>> ss;
@@ -330,6 +332,44 @@ TEST(AsyncSteps, AbortsMidStreamFreeEverything) {
   EXPECT_EQ(st.requests_finished, 6u);
   EXPECT_GT(counters->overlapped.load(), 0);
   EXPECT_EQ(counters->changed_plans.load(), 0);
+}
+
+// The guardrail's replays ride the pipelined loop (sparse profile, every request sampled), and a
+// synchronous backend works under async_steps through Backend's defaults.
+TEST(AsyncSteps, ReplaysAndTheDefaultSubmitCollect) {
+  Config cfg = base_config();
+  cfg.sparsity.enabled = true;
+  cfg.sparsity.full_layers = 1;
+  cfg.sparsity.policy = Policy::kScored;
+  cfg.sparsity.capacity = 40;
+  cfg.sparsity.window = 8;
+  cfg.sparsity.sinks = 2;
+  cfg.quality_monitor.sample_rate = 1.0;
+  cfg.quality_monitor.max_pending = 64;
+  std::mt19937 rng(10);
+  std::vector<std::vector<Request>> waves(3);
+  for (int i = 0; i < 9; ++i) waves[i % 3].push_back(req(rng, 50 + 7 * i, 10 + i));
+  const auto counters = expect_identical(cfg, waves);
+  for (bool deferred : {true, false}) {
+    Config c = cfg;
+    c.scheduler.async_steps = true;
+    auto n = std::make_shared<DeferredCounters>();
+    auto e = deferred ? Engine::create(c, deferred_factory(n)) : Engine::create(c);
+    for (const auto& w : waves) {
+      std::vector<std::shared_ptr<TokenStream>> ss;
+      for (const auto& q : w) ss.push_back(e->submit(q));
+      for (auto& s : ss) EXPECT_EQ(drain(*s).finish[0], FinishReason::kLength);
+    }
+    const auto st = wait_stats(*e, [](const EngineStats& s) {
+      return s.quality && s.quality->replays_completed + s.replays.dropped >= 9 &&
+             s.pages_used == 0;
+    });
+    EXPECT_EQ(st.replays.sampled, 9u) << (deferred ? "deferred" : "default");
+    ASSERT_TRUE(st.quality);
+    EXPECT_EQ(st.quality->replays_completed + st.replays.dropped, 9u);
+    EXPECT_GT(st.replays.finished, 0u);
+    EXPECT_EQ(st.pages_used, 0);
+  }
 }
 
 TEST(AsyncSteps, OffByDefaultAndParsed) {

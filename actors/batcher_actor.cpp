@@ -381,6 +381,7 @@ bool BatcherActor::on_step_done(RankCompletion c) {
       gpu_busy_ms_total_ += ss.device_ms;
       if (prev_step_left_work_) gpu_gap_ms_total_ += ss.device_gap_ms, ++gpu_gap_steps_;
     }
+    if (ss.table_bytes >= 0) table_bytes_total_ += ss.table_bytes, ++table_steps_;
   }
   const auto end = Clock::now();
   wall_ms_total_ += ms_between(done.started, end);
@@ -714,6 +715,8 @@ void BatcherActor::publish(const CacheStats& cs) {
       wall_ms_total_ > 0 ? std::max(0.0, 1.0 - device_ms_total_ / wall_ms_total_) : 0.0;
   st->gpu_idle_steps = gpu_gap_steps_;
   st->gpu_idle_ms = gpu_gap_ms_total_;
+  st->table_bytes = table_bytes_total_;
+  st->table_steps = table_steps_;
   st->gpu_busy_ms = gpu_busy_ms_total_;
   st->gpu_idle_ratio = gpu_gap_ms_total_ + gpu_busy_ms_total_ > 0
                            ? gpu_gap_ms_total_ / (gpu_gap_ms_total_ + gpu_busy_ms_total_)

@@ -242,6 +242,9 @@ class BatcherActor final : public Actor<BatcherMsg> {
   double device_ms_total_ = 0.0, wall_ms_total_ = 0.0;
   // GPU idle between steps (StepStats::device_gap_ms), counted while work was running.
   double gpu_gap_ms_total_ = 0.0, gpu_busy_ms_total_ = 0.0;
+  // Page-table bytes steps copied to the device (StepStats::table_bytes), over steps that report
+  // it.
+  std::uint64_t table_bytes_total_ = 0, table_steps_ = 0;
   std::uint64_t gpu_gap_steps_ = 0;
   bool prev_step_left_work_ = false;
   ReplayQueue replays_;

@@ -84,6 +84,9 @@ struct EngineStats {
   double gpu_idle_ratio = 0.0;
   std::uint64_t gpu_idle_steps = 0;
   double gpu_idle_ms = 0.0, gpu_busy_ms = 0.0;  // the ratio's two sums (ms since start)
+  // Page-table bytes copied host -> device since start (StepStats::table_bytes: the resident
+  // tables' deltas or whole tables), over table_steps steps; table_steps == 0: not measured.
+  std::uint64_t table_bytes = 0, table_steps = 0;
   std::uint64_t profile_version = 0;
   SparsityProfile profile;
   // K+V bytes of one page (one layer, 16 slots, the rank's KV heads).

@@ -240,10 +240,16 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
               "Share of device time idle between engine steps while sequences ran (device "
               "timeline).",
               s.gpu_idle_ratio);
+    if (s.table_steps > 0) {
+      w.counter("strata_table_upload_bytes_total",
+                "Page-table bytes the engine's steps copied to the device.",
+                static_cast<double>(s.table_bytes));
+      w.counter("strata_table_upload_steps_total", "Steps that reported their page-table bytes.",
+                static_cast<double>(s.table_steps));
+    }
     if (s.gpu_idle_steps > 0) {  // the ratio's sums: a window's ratio from two scrapes
       w.counter("strata_gpu_idle_seconds_total",
-                "Device idle time between engine steps while sequences ran.",
-                s.gpu_idle_ms / 1e3);
+                "Device idle time between engine steps while sequences ran.", s.gpu_idle_ms / 1e3);
       w.counter("strata_gpu_busy_seconds_total",
                 "Device time of engine steps (the idle ratio's denominator less the idle time).",
                 s.gpu_busy_ms / 1e3);

@@ -136,6 +136,7 @@ TEST(Metrics, GpuIdleRatioOnlyWhenMeasured) {
   EXPECT_EQ(t.find("strata_gpu_idle_ratio"), std::string::npos) << "exported without a gap";
   EXPECT_NE(t.find("strata_host_overhead_ratio{model_name=\"m\"} 0.5\n"), std::string::npos);
   EXPECT_EQ(t.find("strata_gpu_idle_seconds_total"), std::string::npos);
+  EXPECT_EQ(t.find("strata_table_upload_bytes_total"), std::string::npos);
   s.gpu_idle_steps = 10;
   s.gpu_idle_ratio = 0.125;
   s.gpu_idle_ms = 250;
@@ -146,6 +147,12 @@ TEST(Metrics, GpuIdleRatioOnlyWhenMeasured) {
       << t;
   EXPECT_NE(t.find("strata_gpu_busy_seconds_total{model_name=\"m\"} 1.75\n"), std::string::npos)
       << t;
+  s.table_bytes = 7500;
+  s.table_steps = 3;
+  t = render_metrics(m, in);
+  EXPECT_NE(t.find("strata_table_upload_bytes_total{model_name=\"m\"} 7500\n"), std::string::npos)
+      << t;
+  EXPECT_NE(t.find("strata_table_upload_steps_total{model_name=\"m\"} 3\n"), std::string::npos);
   EXPECT_NE(t.find("# TYPE strata_gpu_idle_ratio gauge"), std::string::npos);
 }
 

@@ -8,7 +8,8 @@
 # invocation per level, and stops the server. Writes into OUT_DIR: <config>-c<N>/report.json
 # (+ bench.log) per level, server-<config>.log, report.json / throughput.svg / ttft.svg
 # (all levels merged by `strata bench report`), table.txt, status.txt (with each level's GPU
-# idle ratio from two /metrics scrapes, also <config>-c<N>/gpu_idle.txt). Exit status 0 only when
+# idle ratio and page-table bytes per step from two /metrics scrapes, also
+# <config>-c<N>/gpu_idle.txt, table_bytes_per_step.txt). Exit status 0 only when
 # every level ran with no failed request.
 #
 # Levels: "concurrency:measured prompts" (STRATA_BENCH_LEVELS, default "1:4 16:32 64:128 256:384").
@@ -79,20 +80,23 @@ healthy() {
   [[ $reply == *" 200 "* ]]
 }
 
-# "idle busy" seconds from GET /metrics (strata_gpu_{idle,busy}_seconds_total; "0 0" when the
-# backend does not measure them): two scrapes give a level's GPU idle ratio (issue 24 item 4).
+# "idle busy table_bytes table_steps" from GET /metrics (strata_gpu_{idle,busy}_seconds_total,
+# strata_table_upload_{bytes,steps}_total; 0 when the backend does not measure them): two
+# scrapes give a level's GPU idle ratio (issue 24 item 4) and page-table bytes per step (item 2).
 gpu_sums() {
-  local line idle=0 busy=0
-  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || { echo "0 0"; return; }
+  local line idle=0 busy=0 tb=0 ts=0
+  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || { echo "0 0 0 0"; return; }
   printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
   while IFS= read -r -t 5 line <&3; do
     case $line in
       strata_gpu_idle_seconds_total*) idle=${line##* } ;;
       strata_gpu_busy_seconds_total*) busy=${line##* } ;;
+      strata_table_upload_bytes_total*) tb=${line##* } ;;
+      strata_table_upload_steps_total*) ts=${line##* } ;;
     esac
   done
   exec 3<&- 3>&-
-  echo "$idle $busy"
+  echo "$idle $busy $tb $ts"
 }
 
 read -r -a cfg_list <<<"$configs"
@@ -140,10 +144,15 @@ for cfg in "${cfg_list[@]}"; do
       --steady-state --warmup "$warm" --out-dir "$dir" >"$dir/bench.log" 2>&1
     rc=$?
     warm=0
-    idle=$(echo "$sums0 $(gpu_sums "$port")" |
-      awk '{di = $3 - $1; db = $4 - $2; if (di + db > 0) printf "%.4f", di / (di + db); else print "n/a"}')
+    sums1=$(gpu_sums "$port")
+    idle=$(echo "$sums0 $sums1" |
+      awk '{di = $5 - $1; db = $6 - $2; if (di + db > 0) printf "%.4f", di / (di + db); else print "n/a"}')
+    tables=$(echo "$sums0 $sums1" |
+      awk '{ds = $8 - $4; if (ds > 0) printf "%.0f", ($7 - $3) / ds; else print "n/a"}')
     echo "$idle" >"$dir/gpu_idle.txt"
-    echo "$name c=$c: $n measured, rc=$rc ($(($(date +%s) - t1)) s), GPU idle $idle" | tee -a "$status"
+    echo "$tables" >"$dir/table_bytes_per_step.txt"
+    echo "$name c=$c: $n measured, rc=$rc ($(($(date +%s) - t1)) s), GPU idle $idle, table bytes/step $tables" |
+      tee -a "$status"
     grep -A3 "requests failed" "$dir/bench.log" | head -8 | tee -a "$status"
     [ "$rc" = 0 ] || rc_all=1
     [ -f "$dir/report.json" ] && merge+=(--merge "$dir/report.json")

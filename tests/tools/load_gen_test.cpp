@@ -82,7 +82,7 @@ TEST(LoadGen, KeepAliveReusesConnectionsAndTimesTheSame) {
     EXPECT_GE(r.ttft_s * 1e3, 25);
     EXPECT_GE(r.e2e_s * 1e3, 65);
   }
-  EXPECT_EQ(stub.completions(), 4);
+  EXPECT_EQ(stub.wait_completions(4), 4);
 }
 
 TEST(LoadGen, DiscoversTheModelWithTheApiKey) {

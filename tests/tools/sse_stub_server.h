@@ -42,6 +42,14 @@ class SseStubServer {
 
   int port() const { return acceptor_.local_endpoint().port(); }
   int completions() const { return completions_; }  // streams served to the end
+  // completions() once it reaches `n` or `timeout` passes: the client may finish a stream at its
+  // `data: [DONE]` event before the stub has written the last chunk and counted it.
+  int wait_completions(int n, std::chrono::milliseconds timeout = std::chrono::seconds(5)) const {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (completions_ < n && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return completions_;
+  }
   // The token-id prompts of every completion request, in arrival order.
   std::vector<std::vector<std::int64_t>> prompts() const {
     std::lock_guard<std::mutex> l(mu_);

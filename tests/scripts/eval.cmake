@@ -20,3 +20,13 @@ add_test(NAME tools_eval_tiny_layer_lists
           sh -c "set -e; rm -rf eval_lists; $<TARGET_FILE:strata> make-model --preset tiny --layers 3 --out eval_lists/model >/dev/null; ${_eval_lists} --out-dir eval_lists/out >/dev/null; grep -q '^| scored | layers 1 | 2 |' eval_lists/out/quality_table.md; grep -q '^| scored | layers 0+2 | 2 |' eval_lists/out/quality_table.md; grep -q '\"full_layer_list\":\"0+2\"' eval_lists/out/eval.json; if ${_eval_lists} --kernel 4 --out-dir eval_lists/bad 2>/dev/null; then exit 1; fi"
   WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(tools_eval_tiny_layer_lists PROPERTIES LABELS tools TIMEOUT 120)
+
+# --compare: an fp8 run against the unquantized one on the same inputs, row by row (Δppl,
+# greedy agreement from the stored argmaxes, retrieval paired differences); a run against
+# itself is a zero change with 100 % agreement; a single path is refused.
+set(_eval_cmp "$<TARGET_FILE:strata> eval --model eval_cmp/model --contexts 96 --ratios 2 --policies scored --full-layers 1 --window 8 --sinks 4 --docs 1 --retrieval 2 --scored-tokens 16 --threads 2")
+add_test(NAME tools_eval_tiny_compare
+  COMMAND ${CMAKE_COMMAND} -E env
+          sh -c "set -e; rm -rf eval_cmp; $<TARGET_FILE:strata> make-model --preset tiny --layers 3 --out eval_cmp/model >/dev/null; ${_eval_cmp} --out-dir eval_cmp/a >/dev/null; ${_eval_cmp} --quantization fp8 --out-dir eval_cmp/b >/dev/null; $<TARGET_FILE:strata> eval --compare eval_cmp/a/eval.json,eval_cmp/b/eval.json --out-dir eval_cmp/c > eval_cmp/c.txt; grep -q '^scored ' eval_cmp/c.txt; grep -q '\"agreement_positions\":16' eval_cmp/c/compare.json; $<TARGET_FILE:strata> eval --compare eval_cmp/a/eval.json,eval_cmp/a/eval.json --out-dir eval_cmp/d > eval_cmp/d.txt; test $(grep -c '+0.00%   100.0%' eval_cmp/d.txt) = 2; if $<TARGET_FILE:strata> eval --compare eval_cmp/a/eval.json --out-dir eval_cmp/e 2>/dev/null; then exit 1; fi"
+  WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(tools_eval_tiny_compare PROPERTIES LABELS tools TIMEOUT 120)

@@ -86,6 +86,8 @@ struct Row {
   PairedLoss loss_window, loss_followup;
   std::string window_bits, followup_bits;  // per case "1" right / "0" wrong, in set order
   int retrieval_n = 0, docs = 0, scored_tokens = 0;
+  // Per document, the continuation's argmax at each scored position (--compare's agreement).
+  std::vector<std::vector<std::int32_t>> argmax;
 };
 
 json::object to_json(const Row& r) {
@@ -110,7 +112,8 @@ json::object to_json(const Row& r) {
                       {"followup_cases", r.followup_bits},
                       {"retrieval_cases", r.retrieval_n},
                       {"documents", r.docs},
-                      {"scored_tokens", r.scored_tokens}};
+                      {"scored_tokens", r.scored_tokens},
+                      {"argmax", json::value_from(r.argmax)}};
 }
 
 Row row_from_json(const json::value& v) {
@@ -145,7 +148,25 @@ Row row_from_json(const json::value& v) {
   }
   r.docs = o.contains("documents") ? static_cast<int>(num("documents")) : 0;
   r.scored_tokens = o.contains("scored_tokens") ? static_cast<int>(num("scored_tokens")) : 0;
+  if (o.contains("argmax"))
+    r.argmax = json::value_to<std::vector<std::vector<std::int32_t>>>(o.at("argmax"));
   return r;
+}
+
+std::vector<Row> read_eval_json(const std::string& path, const char* option, std::string* model) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(option, "cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::vector<Row> rows;
+  try {
+    const json::value v = json::parse(ss.str());
+    if (model) *model = json::value_to<std::string>(v.at("model"));
+    for (const auto& r : v.at("rows").as_array()) rows.push_back(row_from_json(r));
+  } catch (const std::exception& e) {
+    throw ConfigError(option, "'" + path + "' is not an eval.json: " + e.what());
+  }
+  return rows;
 }
 
 std::string fmt(const char* f, double v) {
@@ -246,6 +267,70 @@ std::string markdown_table(const std::vector<Row>& rows, const std::string& comm
   return md.str();
 }
 
+// --compare A.json,B.json: B against A row by row (same policy, full layers, context and
+// capacity; the same inputs, e.g. --quantization fp8 against none): perplexity change, greedy
+// agreement of B's argmaxes with A's over every scored position, and the retrieval paired
+// differences (A right and B wrong, minus the reverse) with their 95 % intervals.
+int compare(const std::string& a_path, const std::string& b_path, const std::string& out_dir) {
+  const auto a = read_eval_json(a_path, "--compare", nullptr);
+  const auto b = read_eval_json(b_path, "--compare", nullptr);
+  const auto bits = [](const std::string& s) {
+    std::vector<std::uint8_t> v;
+    for (char c : s) v.push_back(c == '1');
+    return v;
+  };
+  std::printf("%-7s %10s %6s %6s %9s %9s %8s %9s %16s %16s\n", "policy", "full", "ctx", "cap",
+              "ppl A", "ppl B", "Δppl", "agree", "ret.win loss", "ret.f-up loss");
+  json::array out;
+  int matched = 0;
+  for (const Row& rb : b) {
+    const auto it = std::find_if(a.begin(), a.end(), [&](const Row& ra) {
+      return ra.policy == rb.policy && ra.full_layers == rb.full_layers &&
+             ra.full_list == rb.full_list && ra.context == rb.context && ra.capacity == rb.capacity;
+    });
+    if (it == a.end()) continue;
+    const Row& ra = *it;
+    ++matched;
+    std::int64_t same = 0, total = 0;
+    for (std::size_t d = 0; d < std::min(ra.argmax.size(), rb.argmax.size()); ++d)
+      for (std::size_t i = 0; i < std::min(ra.argmax[d].size(), rb.argmax[d].size()); ++i)
+        same += ra.argmax[d][i] == rb.argmax[d][i], ++total;
+    const double agree = total > 0 ? static_cast<double>(same) / total : -1;
+    const PairedLoss lw = paired_loss(bits(ra.window_bits), bits(rb.window_bits));
+    const PairedLoss lf = paired_loss(bits(ra.followup_bits), bits(rb.followup_bits));
+    const std::string full = rb.full_list.empty() ? std::to_string(rb.full_layers) : rb.full_list;
+    const double dppl = rb.ppl / ra.ppl - 1;
+    std::printf("%-7s %10s %6d %6d %9.3f %9.3f %+7.2f%% %8s %+8.1f ± %4.1f %+8.1f ± %4.1f\n",
+                rb.policy.c_str(), full.c_str(), rb.context, rb.capacity, ra.ppl, rb.ppl,
+                100 * dppl, agree < 0 ? "n/a" : fmt("%.1f%%", 100 * agree).c_str(), 100 * lw.loss,
+                100 * lw.half, 100 * lf.loss, 100 * lf.half);
+    out.push_back(json::object{{"policy", rb.policy},
+                               {"full_layers", rb.full_layers},
+                               {"full_layer_list", rb.full_list},
+                               {"context", rb.context},
+                               {"capacity", rb.capacity},
+                               {"ppl_a", ra.ppl},
+                               {"ppl_b", rb.ppl},
+                               {"ppl_change", dppl},
+                               {"agreement", agree},
+                               {"agreement_positions", total},
+                               {"loss_window", lw.loss},
+                               {"loss_window_ci95", lw.half},
+                               {"loss_followup", lf.loss},
+                               {"loss_followup_ci95", lf.half},
+                               {"retrieval_cases", lw.n}});
+  }
+  if (matched == 0)
+    throw ConfigError("--compare", "no row of '" + b_path + "' matches a row of '" + a_path +
+                                       "' (policy, full layers, context, capacity)");
+  fs::create_directories(out_dir);
+  std::ofstream(out_dir + "/compare.json")
+      << json::serialize(json::object{{"a", a_path}, {"b", b_path}, {"rows", out}}) << "\n";
+  std::printf("compare: %d rows; B = %s against A = %s; %s/compare.json\n", matched, b_path.c_str(),
+              a_path.c_str(), out_dir.c_str());
+  return 0;
+}
+
 void write_outputs(const std::string& out_dir, const std::string& model,
                    const std::vector<Row>& rows, const std::string& command) {
   fs::create_directories(out_dir);
@@ -306,34 +391,32 @@ int run(int argc, char** argv) {
         "   it exists — the evaluation model's held-out documents —, else word sentences;\n"
         "   --facts: facts about distinct held-out names per retrieval context, one asked)\n"
         "strata eval --from-json a.json[,b.json...] [--out-dir DIR]\n"
-        "  (re-make the table, plots and quality_table.md from earlier eval.json files)\n");
+        "  (re-make the table, plots and quality_table.md from earlier eval.json files)\n"
+        "strata eval --compare A.json,B.json [--out-dir DIR]\n"
+        "  (B against A on the same inputs, row by row: Δppl, greedy agreement, retrieval\n"
+        "   paired differences; e.g. --quantization fp8 against none)\n");
     return 0;
   }
-  a.expect_only({"help",     "model",         "backend",          "contexts",    "ratios",
-                 "policies", "full-layers",   "window",           "sinks",       "pool",
-                 "docs",     "retrieval",     "scored-tokens",    "seed",        "threads",
-                 "out-dir",  "share-prefill", "max-batch",        "from-json",   "filler",
-                 "facts",    "kernel",        "full-layer-lists", "quantization"});
+  a.expect_only({"help",     "model",         "backend",          "contexts",     "ratios",
+                 "policies", "full-layers",   "window",           "sinks",        "pool",
+                 "docs",     "retrieval",     "scored-tokens",    "seed",         "threads",
+                 "out-dir",  "share-prefill", "max-batch",        "from-json",    "filler",
+                 "facts",    "kernel",        "full-layer-lists", "quantization", "compare"});
   std::string command = "strata eval";
   for (int i = 0; i < argc; ++i) command += std::string(" ") + argv[i];
   const auto out_dir = a.get_or("out-dir", "eval-results");
 
+  if (a.get("compare")) {
+    const auto paths = split(a.get_or("compare", ""));
+    if (paths.size() != 2) throw ConfigError("--compare", "needs A.json,B.json");
+    return compare(paths[0], paths[1], out_dir);
+  }
   if (a.get("from-json")) {
     std::vector<Row> rows;
     std::string model;
     for (const auto& path : split(a.get_or("from-json", ""))) {
-      std::ifstream in(path);
-      if (!in) throw ConfigError("--from-json", "cannot read '" + path + "'");
-      std::stringstream ss;
-      ss << in.rdbuf();
-      json::value v;
-      try {
-        v = json::parse(ss.str());
-        model = json::value_to<std::string>(v.at("model"));
-        for (const auto& r : v.at("rows").as_array()) rows.push_back(row_from_json(r));
-      } catch (const std::exception& e) {
-        throw ConfigError("--from-json", "'" + path + "' is not an eval.json: " + e.what());
-      }
+      const auto r = read_eval_json(path, "--from-json", &model);
+      rows.insert(rows.end(), r.begin(), r.end());
     }
     write_outputs(out_dir, model, rows, "");
     return 0;
@@ -518,6 +601,7 @@ int run(int argc, char** argv) {
       r.retrieval_n = retr;
       r.docs = docs;
       r.scored_tokens = scored;
+      r.argmax = s.argmax;
       return r;
     };
     Row full;

@@ -235,6 +235,22 @@ Gemm::Fp8Plan& Gemm::fp8_plan(int T, int N, int K) {
   return fp8_plans_.emplace(key, p).first->second;
 }
 
+Gemm::Fp8Path Gemm::fp8_default_path(int T) {
+  return T == 1 ? Fp8Path::kCores : T <= kSmallFp8MaxRows ? Fp8Path::kMma : Fp8Path::kLt;
+}
+
+bool Gemm::fp8_path_applies(Fp8Path p, const void* x, const void* w, int T, int N, int K) {
+  switch (p) {
+    case Fp8Path::kCores:
+      return skinny_fp8_applies(x, w, T, N, K);
+    case Fp8Path::kMma:
+    case Fp8Path::kMmaWide:
+      return small_fp8_applies(x, w, T, N, K, p == Fp8Path::kMmaWide);
+    default:
+      return true;  // cuBLASLt (K % 16 is checked by linear_fp8)
+  }
+}
+
 void Gemm::linear_fp8(Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int K) {
   if (T == 0) return;
   if (K % 16 != 0)
@@ -242,18 +258,15 @@ void Gemm::linear_fp8(Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int 
   Fp8Path path = fp8_path_;
   if (path == Fp8Path::kAuto) {
     const auto it = fp8_tuned_.find(Key3{N, K, T});
-    path = it != fp8_tuned_.end()  ? it->second
-           : T == 1                ? Fp8Path::kCores
-           : T <= kSmallFp8MaxRows ? Fp8Path::kMma
-                                   : Fp8Path::kLt;
+    path = it != fp8_tuned_.end() ? it->second : fp8_default_path(T);
   }
   if (!skinny_) path = Fp8Path::kLt;
-  if (path == Fp8Path::kCores && !skinny_fp8_applies(x.codes, w.codes, T, N, K))
+  // A kernel that does not apply to the call falls back: CUDA cores and the wide shape to the
+  // 16-row tensor-core shape, that one to cuBLASLt.
+  if ((path == Fp8Path::kCores || path == Fp8Path::kMmaWide) &&
+      !fp8_path_applies(path, x.codes, w.codes, T, N, K))
     path = Fp8Path::kMma;
-  if (path == Fp8Path::kMmaWide && !small_fp8_applies(x.codes, w.codes, T, N, K, true))
-    path = Fp8Path::kMma;
-  if (path == Fp8Path::kMma && !small_fp8_applies(x.codes, w.codes, T, N, K, false))
-    path = Fp8Path::kLt;
+  if (!fp8_path_applies(path, x.codes, w.codes, T, N, K)) path = Fp8Path::kLt;
   run_fp8(path, x, w, y, T, N, K);
 }
 
@@ -357,19 +370,14 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
       for (int T : rows) {
         GemmTuneResult r;
         r.name = sh.name, r.N = sh.N, r.K = sh.K, r.T = T;
-        const Fp8Path dflt = T == 1                  ? Fp8Path::kCores
-                             : T <= kSmallFp8MaxRows ? Fp8Path::kMma
-                                                     : Fp8Path::kLt;
+        const Fp8Path dflt = fp8_default_path(T);
+
         double best = 1e30;
         Fp8Path choice = Fp8Path::kLt;
         for (Fp8Path p : {Fp8Path::kCores, Fp8Path::kMma, Fp8Path::kMmaWide, Fp8Path::kLt}) {
           // The wide shape has not run on a GPU yet (2026-12-01): a candidate only on request.
           if (p == Fp8Path::kMmaWide && !wide_ok) continue;
-          if (p == Fp8Path::kCores && !skinny_fp8_applies(xc.get(), sh.w.codes, T, sh.N, sh.K))
-            continue;
-          if ((p == Fp8Path::kMma || p == Fp8Path::kMmaWide) &&
-              !small_fp8_applies(xc.get(), sh.w.codes, T, sh.N, sh.K, p == Fp8Path::kMmaWide))
-            continue;
+          if (!fp8_path_applies(p, xc.get(), sh.w.codes, T, sh.N, sh.K)) continue;
           const double us = time_us(p, sh, T);
           ++r.candidates;
           if (p == dflt) r.default_us = us;

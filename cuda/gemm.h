@@ -137,6 +137,9 @@ class Gemm {
   Fp8Path fp8_path_ = Fp8Path::kAuto;
   std::map<Key3, Fp8Path> fp8_tuned_;  // autotune_fp8's choices
   void run_fp8(Fp8Path path, Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int K);
+  // Without tuning: 1 row CUDA cores, up to kSmallFp8MaxRows tensor cores, more cuBLASLt.
+  static Fp8Path fp8_default_path(int T);
+  static bool fp8_path_applies(Fp8Path p, const void* x, const void* w, int T, int N, int K);
   int num_sms_ = 132;
 
   cudaStream_t stream_ = nullptr;

@@ -13,6 +13,7 @@
 
 #include "deferred_backend.h"
 #include "engine_fixture.h"
+#include "tests/runtime/sparsity_test_util.h"
 
 namespace strata::test {
 namespace {
@@ -237,12 +238,7 @@ TEST(AsyncSteps, PreemptionUnderATightPoolIsIdentical) {
 
 TEST(AsyncSteps, SparseProfileIsIdentical) {
   Config cfg = base_config();
-  cfg.sparsity.enabled = true;
-  cfg.sparsity.full_layers = 1;
-  cfg.sparsity.policy = Policy::kScored;
-  cfg.sparsity.capacity = 40;
-  cfg.sparsity.window = 8;
-  cfg.sparsity.sinks = 2;
+  cfg.sparsity = test::sparse_profile(Policy::kScored, 1, 40, 8, 2);
   std::mt19937 rng(7);
   std::vector<Request> w;
   for (int i = 0; i < 10; ++i) {
@@ -338,12 +334,7 @@ TEST(AsyncSteps, AbortsMidStreamFreeEverything) {
 // synchronous backend works under async_steps through Backend's defaults.
 TEST(AsyncSteps, ReplaysAndTheDefaultSubmitCollect) {
   Config cfg = base_config();
-  cfg.sparsity.enabled = true;
-  cfg.sparsity.full_layers = 1;
-  cfg.sparsity.policy = Policy::kScored;
-  cfg.sparsity.capacity = 40;
-  cfg.sparsity.window = 8;
-  cfg.sparsity.sinks = 2;
+  cfg.sparsity = test::sparse_profile(Policy::kScored, 1, 40, 8, 2);
   cfg.quality_monitor.sample_rate = 1.0;
   cfg.quality_monitor.max_pending = 64;
   std::mt19937 rng(10);

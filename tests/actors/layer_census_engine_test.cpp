@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "engine_fixture.h"
+#include "tests/runtime/sparsity_test_util.h"
 
 namespace strata {
 namespace {
@@ -11,12 +12,7 @@ using namespace strata::test;
 
 TEST(LayerCensusEngine, KeptPositionsOfRunningSequencesThenEmpty) {
   Config cfg = tiny_config();
-  cfg.sparsity.enabled = true;
-  cfg.sparsity.full_layers = 1;
-  cfg.sparsity.policy = Policy::kScored;
-  cfg.sparsity.capacity = 40;
-  cfg.sparsity.window = 8;
-  cfg.sparsity.sinks = 2;
+  cfg.sparsity = test::sparse_profile(Policy::kScored, 1, 40, 8, 2);
   auto e = Engine::create(cfg);
   const int heads = e->model().num_key_value_heads, layers = e->model().num_hidden_layers;
   std::mt19937 rng(3);

@@ -25,24 +25,6 @@
 namespace strata::cuda {
 namespace {
 
-StepLimits limits_for(const testutil::WorkloadShape& sh) {
-  StepLimits lim;
-  lim.num_layers = sh.layers;
-  lim.vocab = sh.vocab;
-  lim.num_pages = sh.pages;
-  lim.scratch_pages = pages_for_slots(sh.max_tokens) + sh.max_seqs;
-  lim.max_seqs = sh.max_seqs;
-  lim.max_tokens = sh.max_tokens;
-  lim.max_table_pages = pages_for_slots(sh.max_len);
-  lim.max_tiles = sh.max_tokens / 64 + sh.max_seqs + 1;
-  lim.logit_rows = 256;
-  lim.kv_heads = sh.kv_heads;
-  lim.head_dim = 64;
-  lim.num_sms = 132;
-  for (int b = 1; b <= sh.max_seqs; b *= 2) lim.graph_buckets.push_back(b);
-  return lim;
-}
-
 // One planner with its image.
 struct Planned {
   explicit Planned(const StepLimits& lim)
@@ -244,7 +226,7 @@ struct Totals {
 Totals run_workload(std::uint64_t seed, const testutil::WorkloadShape& sh, int steps,
                     StepOptions opt = {}) {
   testutil::TableWorkload w(seed, sh);
-  const StepLimits lim = limits_for(sh);
+  const StepLimits lim = testutil::step_limits_for(sh);
   Planned dev_p(lim), full(lim);
   SimStore dev(lim.max_seqs, lim.num_layers, lim.max_table_pages, seed);
   Totals tot;
@@ -305,7 +287,7 @@ TEST(TableStore, RoundsAndEagerSteps) {
   sh.max_seqs = 16;
   sh.max_tokens = 512;
   testutil::TableWorkload w(9, sh);
-  StepLimits lim = limits_for(sh);
+  StepLimits lim = testutil::step_limits_for(sh);
   lim.table_delta_entries = lim.max_table_pages;  // one table per round at most
   Planned dev_p(lim), full(lim);
   SimStore dev(lim.max_seqs, lim.num_layers, lim.max_table_pages, 9);
@@ -330,7 +312,7 @@ TEST(TableStore, RoundsAndEagerSteps) {
 TEST(TableStore, ForgetAndSwitchingModesRewriteWholeRows) {
   testutil::WorkloadShape sh;
   testutil::TableWorkload w(5, sh);
-  const StepLimits lim = limits_for(sh);
+  const StepLimits lim = testutil::step_limits_for(sh);
   Planned dev_p(lim), full(lim);
   SimStore dev(lim.max_seqs, lim.num_layers, lim.max_table_pages, 5);
   std::mt19937_64 rng(5);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cache/kv_cache_manager.h"
+#include "cuda/step_layout.h"
 #include "runtime/sampling_params.h"
 #include "runtime/sparsity_profile.h"
 #include "runtime/step_plan.h"
@@ -38,6 +39,26 @@ struct WorkloadShape {
   double arrivals = 0.6;    // mean new requests per step
   double drop_step = 0.04;  // a step prepared and never run
 };
+
+// The CUDA step planner's limits for a workload of this shape (head_dim 64, 132 SMs, power-of-two
+// graph buckets up to max_seqs).
+inline cuda::StepLimits step_limits_for(const WorkloadShape& sh) {
+  cuda::StepLimits lim;
+  lim.num_layers = sh.layers;
+  lim.vocab = sh.vocab;
+  lim.num_pages = sh.pages;
+  lim.scratch_pages = pages_for_slots(sh.max_tokens) + sh.max_seqs;
+  lim.max_seqs = sh.max_seqs;
+  lim.max_tokens = sh.max_tokens;
+  lim.max_table_pages = pages_for_slots(sh.max_len);
+  lim.max_tiles = sh.max_tokens / 64 + sh.max_seqs + 1;
+  lim.logit_rows = 256;
+  lim.kv_heads = sh.kv_heads;
+  lim.head_dim = 64;
+  lim.num_sms = 132;
+  for (int b = 1; b <= sh.max_seqs; b *= 2) lim.graph_buckets.push_back(b);
+  return lim;
+}
 
 struct WorkloadCounters {
   long steps = 0, dropped = 0, preempted = 0, aborted = 0, shrinks = 0, selects = 0, profiles = 0,

@@ -31,31 +31,13 @@ namespace {
 using cuda::CudaBackend;
 using cuda::CudaBackendProbe;
 
-cuda::StepLimits limits_for(const testutil::WorkloadShape& sh) {
-  cuda::StepLimits lim;
-  lim.num_layers = sh.layers;
-  lim.vocab = sh.vocab;
-  lim.num_pages = sh.pages;
-  lim.scratch_pages = pages_for_slots(sh.max_tokens) + sh.max_seqs;
-  lim.max_seqs = sh.max_seqs;
-  lim.max_tokens = sh.max_tokens;
-  lim.max_table_pages = pages_for_slots(sh.max_len);
-  lim.max_tiles = sh.max_tokens / 64 + sh.max_seqs + 1;
-  lim.logit_rows = 256;
-  lim.kv_heads = sh.kv_heads;
-  lim.head_dim = 64;
-  lim.num_sms = 132;
-  for (int b = 1; b <= sh.max_seqs; b *= 2) lim.graph_buckets.push_back(b);
-  return lim;
-}
-
 TEST(GpuDeviceTables, OpsKernelEqualsHostApplication) {
   REQUIRE_GPU();
   testutil::WorkloadShape sh;
   sh.max_seqs = 16;
   sh.max_tokens = 512;
   testutil::TableWorkload w(3, sh);
-  cuda::StepLimits lim = limits_for(sh);
+  cuda::StepLimits lim = testutil::step_limits_for(sh);
   lim.table_delta_entries = 2 * lim.max_table_pages;  // several rounds on busy steps
   cuda::StepPlanner planner(lim);
   const cuda::StepImageLayout at = cuda::StepImageLayout::for_limits(lim);

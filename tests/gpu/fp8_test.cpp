@@ -281,18 +281,7 @@ TEST(GpuFp8, GemmsMatchOracle) {
 }
 
 std::string model_dir(const std::string& preset, int layers) {
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("strata_fp8_model_" + preset + "_" + std::to_string(layers)))
-                              .string();
-  if (!std::filesystem::exists(dir + "/config.json")) {
-    MakeModelOptions o;
-    o.out_dir = dir;
-    o.preset = preset;
-    o.seed = 5;
-    o.layers = layers;
-    make_model(o);
-  }
-  return dir;
+  return cached_model_dir("fp8", preset, layers, 5);
 }
 
 Config cuda_config(const std::string& path, Quantization q, bool graphs = true) {
@@ -306,21 +295,6 @@ Config cuda_config(const std::string& path, Quantization q, bool graphs = true) 
   c.scheduler.max_num_batched_tokens = 256;
   c.backend.cuda_graphs = graphs;
   return c;
-}
-
-double worst_rel_l2(const std::vector<float>& got, const std::vector<float>& ref, int V) {
-  EXPECT_EQ(got.size(), ref.size());
-  double worst = 0;
-  for (std::size_t r = 0; (r + 1) * V <= std::min(got.size(), ref.size()); ++r) {
-    double num = 0, den = 0;
-    for (int v = 0; v < V; ++v) {
-      const double g = got[r * V + v], e = ref[r * V + v];
-      if (!std::isfinite(g)) return 1e9;
-      num += (g - e) * (g - e), den += e * e;
-    }
-    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
-  }
-  return worst;
 }
 
 double argmax_agreement(const std::vector<float>& a, const std::vector<float>& b, int V) {
@@ -354,15 +328,19 @@ void model_vs_oracle(const std::string& preset, int layers, int N, int P, const 
   const auto c8 = teacher_forced_logits(*cpu8, ids, off, P);
   const auto l16 = teacher_forced_logits(g16, ids, off, P);
   const auto l8 = teacher_forced_logits(g8, ids, off, P);
-  const double e0 = worst_rel_l2(l16, c32, V), q = worst_rel_l2(c8, c32, V),
-               d = worst_rel_l2(l8, c8, V), d16 = worst_rel_l2(l8, l16, V);
+  const double e0 = worst_rel_l2(l16, c32, V, tag + " bf16 vs fp32"),
+               q = worst_rel_l2(c8, c32, V, tag + " cpu fp8 vs fp32"),
+               d = worst_rel_l2(l8, c8, V, tag + " fp8 vs oracle"),
+               d16 = worst_rel_l2(l8, l16, V, tag + " fp8 vs bf16");
   double bound = 3e-2;
   for (double eps : eps_list) {
     const std::string pd = perturbed_dir(dir, eps);
     CudaBackend p16(cuda_config(pd, Quantization::kNone), 0);
     CudaBackend p8(cuda_config(pd, Quantization::kFp8), 0);
-    const double e_eps = worst_rel_l2(teacher_forced_logits(p16, ids, off, P), l16, V);
-    const double d_eps = worst_rel_l2(teacher_forced_logits(p8, ids, off, P), l8, V);
+    const double e_eps =
+        worst_rel_l2(teacher_forced_logits(p16, ids, off, P), l16, V, tag + " eps bf16");
+    const double d_eps =
+        worst_rel_l2(teacher_forced_logits(p8, ids, off, P), l8, V, tag + " eps fp8");
     const double r = e0 / std::max(e_eps, 1e-12);
     bound = std::max(bound, 2.0 * d_eps * std::max(std::sqrt(r), r));
     std::printf("%s: rms_norm_eps %g: bf16 moved %.4f, fp8 moved %.4f\n", tag.c_str(), eps, e_eps,
@@ -430,16 +408,18 @@ TEST(GpuFp8, PrequantizedCheckpoints) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
       << "channel-dynamic checkpoint differs from load-time quantization of its bf16 original";
   const int V = g_dyn.model().vocab_size;
-  const double d_dyn = worst_rel_l2(b, logits(*cpu(base + "dynamic")), V);
+  const double d_dyn = worst_rel_l2(b, logits(*cpu(base + "dynamic")), V, "dynamic");
   CudaBackend g_stat(cuda_config(base + "static", Quantization::kNone), 0);
   const auto ls = logits(g_stat), cs = logits(*cpu(base + "static"));
-  const double d_stat = worst_rel_l2(ls, cs, V);
+  const double d_stat = worst_rel_l2(ls, cs, V, "static");
   const double agree = argmax_agreement(ls, cs, V);
   EXPECT_LE(d_stat, std::max(3e-2, 2.0 * d_dyn)) << "static input scales vs the CPU backend";
   EXPECT_GE(agree, 0.85);
-  EXPECT_GT(worst_rel_l2(ls, b, V), 1e-3) << "static scales must change the result";
+  EXPECT_GT(worst_rel_l2(ls, b, V, "static vs dynamic"), 1e-3)
+      << "static scales must change the result";
   CudaBackend g_wo(cuda_config(base + "weight_only", Quantization::kFp8), 0);
-  const double d_wo = worst_rel_l2(logits(g_wo), logits(*cpu(base + "weight_only")), V);
+  const double d_wo =
+      worst_rel_l2(logits(g_wo), logits(*cpu(base + "weight_only")), V, "weight-only");
   EXPECT_LE(d_wo, 3e-2) << "weight-only vs the CPU backend";
   std::printf(
       "pre-quantized: dynamic vs CPU %.4f, static vs CPU %.4f (agreement %.3f), "

@@ -24,6 +24,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
+#include "runtime/model/make_model.h"
 #include "runtime/model/safetensors.h"
 
 namespace strata::gputest {
@@ -161,6 +162,45 @@ inline std::string perturbed_dir(const std::string& dir, double eps) {
     std::ofstream(out + "/config.json") << cfg;
   }
   return out;
+}
+
+// Writes (once per process) a `strata make-model` checkpoint of `preset` (`layers` 0: the
+// preset's) with `seed` under the temp directory, named by `tag`; returns its directory.
+inline std::string cached_model_dir(const std::string& tag, const std::string& preset, int layers,
+                                    std::uint64_t seed) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("strata_" + tag + "_model_" + preset + "_" + std::to_string(layers)))
+                              .string();
+  if (!std::filesystem::exists(dir + "/config.json")) {
+    MakeModelOptions o;
+    o.out_dir = dir;
+    o.preset = preset;
+    o.seed = seed;
+    o.layers = layers;
+    make_model(o);
+  }
+  return dir;
+}
+
+// Worst per-position relative L2 of got vs ref ([n][vocab]); fails on NaN / size mismatch.
+inline double worst_rel_l2(const std::vector<float>& got, const std::vector<float>& ref, int vocab,
+                           const std::string& what) {
+  EXPECT_EQ(got.size(), ref.size()) << what;
+  if (got.size() != ref.size() || vocab <= 0) return 1e9;
+  double worst = 0;
+  for (std::size_t r = 0; r * vocab < got.size(); ++r) {
+    double num = 0, den = 0;
+    for (int v = 0; v < vocab; ++v) {
+      const double g = got[r * vocab + v], e = ref[r * vocab + v];
+      if (!std::isfinite(g)) {
+        ADD_FAILURE() << what << ": non-finite logit at row " << r;
+        return 1e9;
+      }
+      num += (g - e) * (g - e), den += e * e;
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+  }
+  return worst;
 }
 
 }  // namespace strata::gputest

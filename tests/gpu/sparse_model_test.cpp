@@ -55,20 +55,8 @@ std::string pn(Policy p) {
   return to_string(p);
 }
 
-// Writes (once per process) a make_model checkpoint; returns its directory.
 std::string model_dir(const std::string& preset, int layers) {
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("strata_sparse_model_" + preset + "_" + std::to_string(layers)))
-                              .string();
-  if (!std::filesystem::exists(dir + "/config.json")) {
-    MakeModelOptions o;
-    o.out_dir = dir;
-    o.preset = preset;
-    o.seed = 11;
-    o.layers = layers;
-    make_model(o);
-  }
-  return dir;
+  return cached_model_dir("sparse", preset, layers, 11);
 }
 
 // poison: the pool starts as NaN bits instead of zeros (STRATA_CUDA_POOL_POISON, read when
@@ -95,27 +83,6 @@ std::vector<std::int32_t> ids_for(int n, int vocab, int salt) {
   std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = (i * 37 + salt * 11 + 5) % vocab;
   return ids;
-}
-
-// Worst per-position relative L2 of got vs ref ([n][vocab]); fails on NaN / size mismatch.
-double worst_rel_l2(const std::vector<float>& got, const std::vector<float>& ref, int vocab,
-                    const std::string& what) {
-  EXPECT_EQ(got.size(), ref.size()) << what;
-  if (got.size() != ref.size() || vocab <= 0) return 1e9;
-  double worst = 0;
-  for (std::size_t r = 0; r * vocab < got.size(); ++r) {
-    double num = 0, den = 0;
-    for (int v = 0; v < vocab; ++v) {
-      const double g = got[r * vocab + v], e = ref[r * vocab + v];
-      if (!std::isfinite(g)) {
-        ADD_FAILURE() << what << ": non-finite logit at row " << r;
-        return 1e9;
-      }
-      num += (g - e) * (g - e), den += e * e;
-    }
-    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
-  }
-  return worst;
 }
 
 // First row (position) whose relative L2 exceeds `tol`, -1 if none: tells a prefill row

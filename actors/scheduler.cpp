@@ -53,9 +53,12 @@ class SpareBuffers {
 };
 
 // The replays' share of the step (lowest priority): what served work left of the budget.
+// A step that carries a served prefill chunk carries no replay: the replay's tokens would lengthen
+// that step and so the served request's time to first token.
 void schedule_replays(KvCacheManager& cache, const ScheduleInput& in,
                       std::vector<std::uint64_t>& replays, int n_running, int& budget,
-                      ScheduleOutput& out) {
+                      bool served_prefill, ScheduleOutput& out) {
+  if (served_prefill) return;
   const int chunk = std::max(1, in.replays.chunk);
   auto run_chunk = [&](std::uint64_t id) {
     const int n = cache.next_chunk_len(id, std::min(budget, chunk));
@@ -216,7 +219,7 @@ ScheduleOutput schedule_step(KvCacheManager& cache, ScheduleInput& in) {
     }
   }
 
-  schedule_replays(cache, in, replays, n_running, budget, out);
+  schedule_replays(cache, in, replays, n_running, budget, prefill_scheduled, out);
 
   out.released_pages = cache.take_released();
   out.stats = cache.stats();

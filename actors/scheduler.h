@@ -44,8 +44,9 @@ struct SpareTables {
 
 // The quality guardrail's full-cache replays (actors/replay_queue.h) ride at the lowest
 // priority: they get only the token budget served work leaves, at most `chunk` tokens per
-// step; a new one is admitted only when no served request waits (in.served_queued counts
-// them all, admitted in this call or not); and a replay is preempted before any served
+// step, and none in a step that carries a served prefill chunk (it would delay that request's
+// first token); a new one is admitted only when no served request waits (in.served_queued
+// counts them all, admitted in this call or not); and a replay is preempted before any served
 // sequence when a served decode needs a page, a served candidate needs pages or a seat.
 struct ReplayInput {
   std::vector<std::uint64_t> running;  // admitted replays, oldest first

@@ -166,6 +166,57 @@ TEST(Scheduler, ReplaysTakeOnlyWhatServedWorkLeavesInChunks) {
   cache.check_invariants();
 }
 
+TEST(Scheduler, ReplaysNeverShareAStepWithAServedPrefill) {
+  // A replay's chunk would lengthen the step of a served prefill chunk and so that request's
+  // time to first token: such a step carries no replay tokens, running or newly admitted.
+  const KvLayout layout{2, 64, 2};
+  KvCacheManager cache(1, layout, 100, SparsityProfile{});
+  ScheduleInput in;
+  in.limits = {4, 300, true};
+  in.replays.candidates = {replay(R, 600)};
+  auto out = schedule_step(cache, in);
+  EXPECT_EQ(steps_of(out), (std::vector<Step>{{R, P, 0, 256}}));
+
+  ScheduleInput in2;  // a served request arrives: its prefill runs alone
+  in2.limits = in.limits;
+  in2.commit = {R};
+  in2.candidates = {cand(A, 100)};
+  in2.replays.running = {R};
+  in2.replays.served_queued = 1;
+  out = schedule_step(cache, in2);
+  EXPECT_EQ(steps_of(out), (std::vector<Step>{{A, P, 0, 100}}));
+  EXPECT_EQ(out.admitted, (std::vector<std::uint64_t>{A}));
+  EXPECT_TRUE(out.replays.preempted.empty());  // it keeps its pages and waits
+
+  ScheduleInput in3;  // a decode beside a new prefill's first chunk: no replay
+  in3.limits = {4, 40, true};
+  in3.commit = {A};
+  in3.running = {A};
+  in3.candidates = {cand(B, 120)};
+  in3.replays.running = {R};
+  in3.replays.served_queued = 1;
+  out = schedule_step(cache, in3);
+  EXPECT_EQ(steps_of(out), (std::vector<Step>{{A, Dec, 100, 1}, {B, P, 0, 39}}));
+
+  ScheduleInput in4;  // the rest of B's prompt, a running prefill: still no replay
+  in4.limits = {4, 300, true};
+  in4.commit = {A, B};
+  in4.running = {A, B};
+  in4.replays.running = {R};
+  out = schedule_step(cache, in4);
+  EXPECT_EQ(steps_of(out), (std::vector<Step>{{A, Dec, 101, 1}, {B, P, 39, 81}}));
+
+  ScheduleInput in5;  // decodes only: the replay goes on where it stopped
+  in5.limits = {4, 300, true};
+  in5.commit = {A, B};
+  in5.running = {A, B};
+  in5.replays.running = {R};
+  out = schedule_step(cache, in5);
+  EXPECT_EQ(steps_of(out),
+            (std::vector<Step>{{A, Dec, 102, 1}, {B, Dec, 120, 1}, {R, P, 256, 256}}));
+  cache.check_invariants();
+}
+
 TEST(Scheduler, ReplaysArePreemptedBeforeAnyServedSequence) {
   const KvLayout layout{2, 64, 2};
   {
@@ -173,12 +224,17 @@ TEST(Scheduler, ReplaysArePreemptedBeforeAnyServedSequence) {
     KvCacheManager cache(1, layout, 5, SparsityProfile{});
     ScheduleInput in;
     in.limits = {4, 64, true};
-    in.candidates = {cand(A, 32)};
-    in.replays.candidates = {replay(R, 48)};
-    in.replays.served_queued = 1;
-    in.replays.chunk = 16;
+    in.candidates = {cand(A, 31)};
     auto out = schedule_step(cache, in);
-    EXPECT_EQ(steps_of(out), (std::vector<Step>{{A, P, 0, 32}, {R, P, 0, 16}}));
+    EXPECT_EQ(steps_of(out), (std::vector<Step>{{A, P, 0, 31}}));
+    ScheduleInput in1;
+    in1.limits = in.limits;
+    in1.commit = {A};
+    in1.running = {A};
+    in1.replays.candidates = {replay(R, 48)};
+    in1.replays.chunk = 16;
+    out = schedule_step(cache, in1);  // A's token 31 stays in its second page
+    EXPECT_EQ(steps_of(out), (std::vector<Step>{{A, Dec, 31, 1}, {R, P, 0, 16}}));
     ScheduleInput in2;
     in2.limits = in.limits;
     in2.commit = {A, R};

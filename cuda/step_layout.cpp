@@ -469,7 +469,9 @@ void StepPlanner::plan_sparse_work(const StepPlan& plan,
   sc.stage_kv = at;
   at = align_up(at + stage_slots * 2 * lim_.head_dim * kBf16Bytes);
   sc.stage_score = at;
-  at = align_up(at + stage_slots * sizeof(float) + 1);
+  at = align_up(at + stage_slots * sizeof(float));
+  sc.stage_pos = at;
+  at = align_up(at + stage_slots * sizeof(std::int32_t) + 1);
   sc.bytes = at;
 }
 

@@ -164,6 +164,7 @@ struct SparseScratch {
   std::size_t stage_idx = 0;    // int32 [stage_slots]
   std::size_t stage_kv = 0;     // bf16 [stage_slots][2][head_dim]
   std::size_t stage_score = 0;  // float [stage_slots]
+  std::size_t stage_pos = 0;    // int32 [stage_slots]
   std::size_t bytes = 0;        // whole workspace (metadata + scratch)
 };
 

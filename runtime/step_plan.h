@@ -139,8 +139,8 @@ struct SeqResult {
   std::int32_t argmax = -1;
   std::vector<TopLogprob> top;  // top-N alternatives, descending
   std::vector<float> logits;    // return_logits: [tokens.size()][vocab], fp32
-  // report_kept: one per model layer; empty when not asked or when the backend records no
-  // positions (the CUDA backend today).
+  // report_kept: one per model layer, counted by runtime/kept_positions.h (CPU and CUDA
+  // backends); empty when not asked or when a backend records no positions.
   std::vector<KeptPositions> kept;
 };
 

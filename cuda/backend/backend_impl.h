@@ -146,8 +146,13 @@ struct CudaBackendImpl {
   // scratch_pages) of kv_pool are the backend's prefill scratch (never handed out).
   int scratch_pages = 0;
   DeviceArray<float> score_pool;  // [page][kv_head][16] fp32 per-slot scores
-  DeviceArray<float> pre_lse;     // [max_tokens, heads] prefill LSE of sparse layers
-  DeviceArray<float> dec_lse;     // [max_seqs, heads] decode LSE
+  // [page][kv_head][16] int32: the token position each sparse slot holds, written by the
+  // sparse kernels beside the scores; read only for a census (census.cpp).
+  DeviceArray<std::int32_t> pos_pool;
+  // The census's gather (grow-only; census steps only).
+  DeviceArray<std::int32_t> census_pages, census_out;
+  DeviceArray<float> pre_lse;  // [max_tokens, heads] prefill LSE of sparse layers
+  DeviceArray<float> dec_lse;  // [max_seqs, heads] decode LSE
   // The decode attention's scaled logits for the score update of sparse layers (issue 18):
   // [max_seqs, heads, dec_logits_cols]. Steps whose sparse rows attend more slots than the
   // columns (capacities above kMaxFusedScoreSlots) recompute q . k instead.
@@ -253,6 +258,9 @@ struct CudaBackendImpl {
   // output), lm_logits(n), and with `argmax` the greedy argmax and log-partition of each row.
   void lm_chunk(int base, int n, bool argmax);
   void sample_and_collect(const StepPlan& plan, StepResult& result);
+  // census.cpp: SeqResult::kept of the rows with report_kept (after sample_and_collect: the
+  // step's work is done). One gather and one device -> host copy, only on such steps.
+  void collect_kept(const StepPlan& plan, StepResult& result);
 };
 
 }  // namespace strata::cuda

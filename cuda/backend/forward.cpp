@@ -33,6 +33,7 @@ void CudaBackendImpl::decode_sparse_params(int l, int S_dec, int dec_max_slots,
   dp.scale = 1.0f / std::sqrt(static_cast<float>(mc.head_dim));
   dp.pool = kv_pool.get();
   dp.scores = score_pool.get();
+  dp.positions = pos_pool.get();
   dp.pages = d_tables.get();
   dp.page_elems = static_cast<std::size_t>(binfo.layout.page_elems());
   dp.q = qkv.get();

@@ -53,6 +53,7 @@ std::vector<LayerSparseWork> CudaBackendImpl::upload_sparse_work() {
     p.dst_pool = kv_pool.get();
     p.dst_pages = i32(o.dst_pages);
     p.dst_scores = score_pool.get();
+    p.dst_positions = pos_pool.get();
     p.page_elems = binfo.layout.page_elems();
     p.raw = f32(sc.raw);
     p.pooled = f32(sc.pooled);
@@ -65,11 +66,13 @@ std::vector<LayerSparseWork> CudaBackendImpl::upload_sparse_work() {
     q.head_dim = mc.head_dim;
     q.pool = kv_pool.get();
     q.scores = score_pool.get();
+    q.positions = pos_pool.get();
     q.pages = i32(o.shrink_pages);
     q.page_elems = binfo.layout.page_elems();
     q.stage_idx = i32(sc.stage_idx);
     q.stage_kv = reinterpret_cast<bf16*>(base + sc.stage_kv);
     q.stage_score = f32(sc.stage_score);
+    q.stage_pos = i32(sc.stage_pos);
   }
   if (!meta.empty())
     CUDA_CHECK(cudaMemcpyAsync(base, sp_meta.get(), meta.size(), cudaMemcpyHostToDevice, stream));
@@ -156,6 +159,7 @@ void CudaBackendImpl::run_layout(const StepPlan& plan, StepResult& result) {
   tap_dec_rows = bucket > 0 ? bucket : layout.decode_rows;
   tap_has_lse = layout.sparse_decode && tap_dec_rows > 0;
   sample_and_collect(plan, result);
+  collect_kept(plan, result);  // census.cpp: only rows with report_kept (none: no work)
   float ms = 0.0f;
   CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
   result.stats.device_ms = ms;

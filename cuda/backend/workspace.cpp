@@ -217,7 +217,9 @@ void CudaBackendImpl::plan_kv_pool() {
   // Every page carries its fp32 slot scores (sparse layers); the prefill scratch (a whole
   // step's tokens laid out as pages) comes from the same budget.
   scratch_pages = pages_for_slots(max_tokens) + max_seqs;
-  const std::size_t per_page = layout.page_bytes() + layout.score_elems() * sizeof(float);
+  // and their int32 token positions (the census of kept positions).
+  const std::size_t per_page =
+      layout.page_bytes() + layout.score_elems() * (sizeof(float) + sizeof(std::int32_t));
   const std::size_t all_pages = budget / per_page;
   const std::size_t pages =
       all_pages > static_cast<std::size_t>(scratch_pages) ? all_pages - scratch_pages : 0;
@@ -226,14 +228,15 @@ void CudaBackendImpl::plan_kv_pool() {
                       "KV pool of " + std::to_string(budget) + " bytes holds " +
                           std::to_string(pages) + " pages of " +
                           std::to_string(layout.page_bytes()) + " (+" +
-                          std::to_string(layout.score_elems() * sizeof(float)) +
-                          " score bytes) after " + std::to_string(scratch_pages) +
+                          std::to_string(layout.score_elems() * (sizeof(float) + 4)) +
+                          " score and position bytes) after " + std::to_string(scratch_pages) +
                           " scratch pages: fewer than one per layer (free device memory " +
                           std::to_string(free_b) + " bytes)");
   const std::size_t n_pages = std::min<std::size_t>(pages, 0x7fffffff - scratch_pages);
   const std::size_t with_scratch = n_pages + scratch_pages;
   kv_pool = DeviceArray<bf16>(with_scratch * layout.page_elems());
   score_pool = DeviceArray<float>(with_scratch * layout.score_elems());
+  pos_pool = DeviceArray<std::int32_t>(with_scratch * layout.score_elems());
   // The pool starts as zeros (K/V and scores), so results never depend on what the device
   // memory held before. STRATA_CUDA_POOL_POISON=1 fills it with NaN bits instead: every read
   // of a slot that was never written (K/V, or a sparse layer's score) then turns into NaN
@@ -242,8 +245,9 @@ void CudaBackendImpl::plan_kv_pool() {
   const int fill = poison_env && std::string(poison_env) == "1" ? 0xFF : 0;
   CUDA_CHECK(cudaMemsetAsync(kv_pool.get(), fill, kv_pool.bytes(), stream));
   CUDA_CHECK(cudaMemsetAsync(score_pool.get(), fill, score_pool.bytes(), stream));
+  CUDA_CHECK(cudaMemsetAsync(pos_pool.get(), fill, pos_pool.bytes(), stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  kv_bytes = kv_pool.bytes() + score_pool.bytes();
+  kv_bytes = kv_pool.bytes() + score_pool.bytes() + pos_pool.bytes();
   binfo.num_pages = static_cast<int>(n_pages);
 }
 

@@ -56,6 +56,9 @@ __global__ void __launch_bounds__(kResolveThreads) resolve_kernel(const DecodePa
       if (leaver > low) {
         victim = slot;
         p.scores[score_elem(table, p.kv_heads, g, victim)] = leaver;
+        if (p.positions)
+          p.positions[score_elem(table, p.kv_heads, g, victim)] =
+              p.positions[score_elem(table, p.kv_heads, g, oldest)];
       }
     }
   }
@@ -122,8 +125,10 @@ __global__ void __launch_bounds__(kUpdateWarps * 32) update_kernel(const DecodeP
       prob += expf(dot * p.scale - lse_s[h]);
     }
     if (lane == 0) {
-      float& sc = p.scores[score_elem(table, p.kv_heads, g, j)];
+      const std::size_t e = score_elem(table, p.kv_heads, g, j);
+      float& sc = p.scores[e];
       sc = j == new_slot ? prob : (1.0f - lambda) * sc + lambda * prob;
+      if (p.positions && j == new_slot) p.positions[e] = s.position;
     }
   }
 }
@@ -149,8 +154,10 @@ __global__ void __launch_bounds__(kLogitThreads) update_from_logits_kernel(const
         expf(p.logits[(row + h) * static_cast<std::size_t>(p.logits_stride) + j] - p.lse[row + h]);
   const std::int32_t* table = p.pages + s.table;
   const float lambda = 1.0f / static_cast<float>(s.window);
-  float& sc = p.scores[score_elem(table, p.kv_heads, g, j)];
+  const std::size_t e = score_elem(table, p.kv_heads, g, j);
+  float& sc = p.scores[e];
   sc = j == new_slot ? prob : (1.0f - lambda) * sc + lambda * prob;
+  if (p.positions && j == new_slot) p.positions[e] = s.position;
 }
 
 }  // namespace

@@ -12,7 +12,10 @@
 // (K part [kv_head][slot][head_dim], then V). A contiguous per-step scratch is addressed the
 // same way: lay it out as pages 0..n-1 and give the sequence an identity page table
 // (cuda/sparse/sparse_plan.h builds these). Scores of sparse layers live in a separate
-// fp32 pool, `score_pool + page_id * kv_heads * kBlockSize`, `[kv_head][slot]`.
+// fp32 pool, `score_pool + page_id * kv_heads * kBlockSize`, `[kv_head][slot]`, and beside
+// them the original token position of each slot in an int32 pool of the same shape (the admin
+// console's census of kept positions, SeqStep::report_kept). Every kernel that moves or writes
+// a sparse slot's K/V writes its position too; a null positions pointer skips those writes.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -46,8 +49,9 @@ struct PrefillParams {
   const std::int32_t* src_pages = nullptr;
   bf16* dst_pool = nullptr;  // the KV pool (destination pages)
   const std::int32_t* dst_pages = nullptr;
-  float* dst_scores = nullptr;  // score pool of dst pages: [page][kv_head][16]
-  std::size_t page_elems = 0;   // KvLayout::page_elems() (same for src and dst)
+  float* dst_scores = nullptr;            // score pool of dst pages: [page][kv_head][16]
+  std::int32_t* dst_positions = nullptr;  // position pool of dst pages, same shape (or null)
+  std::size_t page_elems = 0;             // KvLayout::page_elems() (same for src and dst)
   // Scratch (device, sized by sparse_plan.h).
   float* raw = nullptr;              // S     [score_off + kv_head * L + i]
   float* pooled = nullptr;           // S'    same indexing; only [sinks, L - alpha) used
@@ -67,7 +71,8 @@ cudaError_t launch_sparse_score(const PrefillParams& p, cudaStream_t stream);
 // S'/alpha, every other kept position S/alpha (snapkv::select_prompt).
 cudaError_t launch_sparse_select(const PrefillParams& p, cudaStream_t stream);
 // Select mode only: gathers kept K/V of every head from the source pages into dst slots
-// [0, kept) and writes their scores.
+// [0, kept) and writes their scores and positions. (Direct mode: the scoring kernel writes the
+// chunk's positions, slot p = position p.)
 cudaError_t launch_sparse_compact(const PrefillParams& p, cudaStream_t stream);
 // The three above in order.
 cudaError_t launch_sparse_prefill(const PrefillParams& p, cudaStream_t stream);
@@ -81,11 +86,13 @@ struct ShrinkParams {
   int head_dim = 0;
   bf16* pool = nullptr;
   float* scores = nullptr;
+  std::int32_t* positions = nullptr;  // position pool (or null), shaped like the scores
   const std::int32_t* pages = nullptr;
   std::size_t page_elems = 0;
   std::int32_t* stage_idx = nullptr;  // [slots]: old slot of each new slot
   bf16* stage_kv = nullptr;           // [slots][2][head_dim]
   float* stage_score = nullptr;       // [slots]
+  std::int32_t* stage_pos = nullptr;  // [slots] (with positions)
 };
 
 // Per (sequence, KV head): the new slot order of snapkv::shrink_order (sinks, the
@@ -106,6 +113,7 @@ struct DecodeParams {
   float scale = 0.0f;
   bf16* pool = nullptr;
   float* scores = nullptr;
+  std::int32_t* positions = nullptr;  // position pool (or null), shaped like the scores
   const std::int32_t* pages = nullptr;
   std::size_t page_elems = 0;
   const bf16* q = nullptr;     // [rows, q_stride], head h at q + q_row * q_stride + h * hd
@@ -121,14 +129,24 @@ struct DecodeParams {
 
 // Before the new token's K/V is written: when the ring is full, the token in the ring's
 // oldest slot (C - r + ring_pos) replaces, per KV head, the lowest-scored slot of
-// [sinks, C - r) (lowest slot on ties) if its score is strictly higher; else it is dropped.
+// [sinks, C - r) (lowest slot on ties) if its score is strictly higher (its position moves
+// with it); else it is dropped.
 cudaError_t launch_scored_resolve(const DecodeParams& p, cudaStream_t stream);
 // After decode attention, every sparse policy (the CPU backend's rule): p_h(j) = exp(logit_h(j)
 // - lse_h) for the slots attended this step, and s_j <- (1 - 1/alpha) s_j + (1/alpha)
 // sum_{h in g} p_h(j) (heads summed in index order); the new token's slot starts at
-// sum_{h in g} p_h(new). logit_h(j) = q_h . k_j * scale is read from p.logits when set (the
-// attention kernel's own values: one coalesced fp32 read per head and slot), else recomputed
-// from q and the kept K (one pass over K with 2-byte loads).
+// sum_{h in g} p_h(new), and its position is DecodeSeq::position. logit_h(j) = q_h . k_j * scale is
+// read from p.logits when set (the attention kernel's own values: one coalesced fp32 read per head
+// and slot), else recomputed from q and the kept K (one pass over K with 2-byte loads).
 cudaError_t launch_scored_update(const DecodeParams& p, cudaStream_t stream);
+
+// ---- census of kept positions (SeqStep::report_kept) -----------------------------------------
+
+// out[i * per_page + e] = positions[pages[i] * per_page + e] for i < num_pages, e < per_page
+// (per_page = kv_heads * kBlockSize): the position pool of `pages`, contiguous, for one
+// device -> host copy.
+cudaError_t launch_gather_positions(const std::int32_t* positions, const std::int32_t* pages,
+                                    int num_pages, int per_page, std::int32_t* out,
+                                    cudaStream_t stream);
 
 }  // namespace strata::cuda::sparse

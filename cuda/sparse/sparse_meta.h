@@ -61,6 +61,7 @@ struct DecodeSeq {
   std::int32_t ring_pos = 0;  // LayerSlots::ring_pos BEFORE this step
   std::int32_t table = 0;     // offset into DecodeParams::pages
   std::int32_t q_row = 0;     // row of this sequence's decode query in q/lse
+  std::int32_t position = 0;  // the decode token's position (its slot's census entry)
 };
 
 }  // namespace strata::cuda::sparse

@@ -120,6 +120,7 @@ DecodeLayerMeta decode_layer_meta(const LayerSlots& ls, int position, int table,
   m.seq_len = ls.ring_full() ? ls.rule.capacity : ls.valid + 1;
   m.slot = ls.decode_slot();
   m.seq = make_decode_seq(ls.rule, ls.valid, ls.ring_pos, table, q_row);
+  m.seq.position = position;  // the census position of the slot the token goes to
   return m;
 }
 

@@ -129,6 +129,9 @@ __global__ void __launch_bounds__(kThreads) score_kernel(const PrefillParams p) 
   if (direct) {
     float& sc = p.dst_scores[score_elem(table, p.kv_heads, g, key_pos)];
     sc = key_pos < s.chunk_start ? powf(keep, static_cast<float>(nq)) * sc + acc : acc;
+    // The chunk's own keys: slot key_pos holds position key_pos.
+    if (p.dst_positions && key_pos >= s.chunk_start)
+      p.dst_positions[score_elem(table, p.kv_heads, g, key_pos)] = key_pos;
   } else {
     p.raw[s.score_off + static_cast<std::int64_t>(g) * L + key_pos] = acc;
   }

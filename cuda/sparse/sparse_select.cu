@@ -113,7 +113,11 @@ __global__ void __launch_bounds__(kCompactWarps * 32) compact_kernel(const Prefi
   copy_row(p.dst_pool + kv_elem(dst_table, p.page_elems, p.kv_heads, hd, g, j, v),
            src_pool + kv_elem(src_table, p.page_elems, p.kv_heads, hd, g, src, v), hd, lane % 16,
            16);
-  if (lane == 0) p.dst_scores[score_elem(dst_table, p.kv_heads, g, j)] = p.kept_score[at];
+  if (lane == 0) {
+    const std::size_t e = score_elem(dst_table, p.kv_heads, g, j);
+    p.dst_scores[e] = p.kept_score[at];
+    if (p.dst_positions) p.dst_positions[e] = src;  // source slot src holds position src
+  }
 }
 
 }  // namespace

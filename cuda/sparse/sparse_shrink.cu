@@ -72,17 +72,29 @@ __global__ void __launch_bounds__(kSelectThreads) shrink_kernel(const ShrinkPara
   const bool v = lane >= 16;
   bf16* stage = p.stage_kv + (s.stage_off + static_cast<std::int64_t>(g) * s.shrink_to) * 2 * hd;
   float* stage_score = p.stage_score + s.stage_off + static_cast<std::int64_t>(g) * s.shrink_to;
+  const bool positions = p.positions && p.stage_pos;
+  std::int32_t* stage_pos =
+      positions ? p.stage_pos + s.stage_off + static_cast<std::int64_t>(g) * s.shrink_to : nullptr;
+  auto pos_of = [&](int slot) -> std::int32_t& {
+    return p.positions[score_elem(table, p.kv_heads, g, slot)];
+  };
   for (int j = warp; j < n; j += warps) {
     const int from = order[j];
     copy_row(stage + (static_cast<std::size_t>(j) * 2 + v) * hd,
              p.pool + kv_elem(table, p.page_elems, p.kv_heads, hd, g, from, v), hd, lane % 16, 16);
-    if (lane == 0) stage_score[j] = score_of(from);
+    if (lane == 0) {
+      stage_score[j] = score_of(from);
+      if (positions) stage_pos[j] = pos_of(from);
+    }
   }
   __syncthreads();
   for (int j = warp; j < n; j += warps) {
     copy_row(p.pool + kv_elem(table, p.page_elems, p.kv_heads, hd, g, j, v),
              stage + (static_cast<std::size_t>(j) * 2 + v) * hd, hd, lane % 16, 16);
-    if (lane == 0) score_of(j) = stage_score[j];
+    if (lane == 0) {
+      score_of(j) = stage_score[j];
+      if (positions) pos_of(j) = stage_pos[j];
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/error.h"
+#include "runtime/kept_positions.h"
 #include "runtime/snapkv.h"
 #include "runtime/step_plan_check.h"
 
@@ -292,33 +293,19 @@ void attend(KvPool& pool, int head, const AttnArgs& a) {
 }
 
 KeptPositions kept_positions(KvPool& pool, const LayerSlots& after, std::int32_t tokens) {
-  KeptPositions c;
-  if (tokens <= 0) return c;
-  const LayerRule& rule = after.rule;
-  const std::int32_t recent_from = tokens - (rule.sparse() ? rule.window : 0);
-  auto count = [&](std::int32_t p, std::int64_t n) {
-    if (rule.sparse() && p < rule.sinks) {
-      c.sinks += n;
-    } else if (rule.sparse() && p >= recent_from) {
-      c.recent += n;
-    } else {
-      c.middle += n;
-    }
-    const auto b = static_cast<std::int64_t>(p) * kPositionBins / tokens;
-    c.bins[static_cast<std::size_t>(std::clamp<std::int64_t>(b, 0, kPositionBins - 1))] += n;
-  };
+  KeptCounter c(after.rule, tokens);
+  if (tokens <= 0) return c.result();
   const int heads = pool.layout().kv_heads;
   if (!after.rule.sparse()) {
-    // A full layer holds slot p = position p, every head: count without reading.
-    for (std::int32_t p = 0; p < after.valid; ++p) count(p, heads);
-    return c;
+    c.add_full(after.valid, heads);  // slot p = position p, every head: count without reading
+    return c.result();
   }
   for (int h = 0; h < heads; ++h)
     for (std::int32_t j = 0; j < after.valid; ++j) {
       const auto page = after.pages[static_cast<std::size_t>(j / kBlockSize)];
-      count(*pool.position(page, h, j % kBlockSize), 1);
+      c.add(*pool.position(page, h, j % kBlockSize));
     }
-  return c;
+  return c.result();
 }
 
 }  // namespace strata::cpu

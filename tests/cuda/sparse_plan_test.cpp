@@ -185,6 +185,7 @@ TEST(SparsePlan, DecodeLayerMetaAfterSelection) {
   const auto m = decode_layer_meta(sc, 4000, 0, 0);
   EXPECT_EQ(m.slot, 480);
   EXPECT_EQ(m.seq_len, 512);
+  EXPECT_EQ(m.seq.position, 4000);  // the update kernel records it at m.slot (the census)
   sc.ring_pos = 31;
   EXPECT_EQ(decode_layer_meta(sc, 4031, 0, 0).slot, 511);
   LayerSlots w;

@@ -475,7 +475,8 @@ TEST_F(StepLayoutTest, SparsePrefillShrinkOffsets) {
   const std::size_t stage = 2 * 40;  // kv_heads * shrink_to
   EXPECT_EQ(sc.stage_kv, sc.stage_idx + up(stage * 4));
   EXPECT_EQ(sc.stage_score, sc.stage_kv + up(stage * 2 * 64 * 2));
-  EXPECT_EQ(sc.bytes, sc.stage_score + up(stage * 4 + 1));
+  EXPECT_EQ(sc.stage_pos, sc.stage_score + up(stage * 4));
+  EXPECT_EQ(sc.bytes, sc.stage_pos + up(stage * 4 + 1));
 }
 
 // Sparse decode: eager unless sparse_graphs; graphs keyed by a power-of-two slot bound >= 64

@@ -3,6 +3,8 @@
 // slot's own K: every input row gets distinct random K, so the K a slot holds names the
 // position it came from; after each selection, ring replacement and shrink the recorded
 // position must name the same one.
+#include "runtime/kept_positions.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -138,6 +140,26 @@ TEST(KeptPositions, ScoredSelectionRingAndShrinkRecordTheTruePosition) {
   }
   EXPECT_EQ(ls.valid, 16);  // shrunk
   EXPECT_GT(replaced, 0) << "no leaver replaced a selected slot: the ring path is untested";
+}
+
+// The counting rule both backends share (runtime/kept_positions.h; the CUDA backend counts its
+// position pool with it): classes by the layer's rule, bins by floor(10 p / tokens); a full
+// layer is all middle.
+TEST(KeptPositions, CounterClassesAndBins) {
+  KeptCounter c(rule(Policy::kScored, 16, 4, 4), 100);  // recent: positions >= 96
+  for (std::int32_t p : {0, 3, 4, 50, 95, 96, 99}) c.add(p);
+  c.add(10, 3);  // three heads hold position 10
+  const KeptPositions& k = c.result();
+  EXPECT_EQ(k.sinks, 2);   // 0, 3
+  EXPECT_EQ(k.recent, 2);  // 96, 99
+  EXPECT_EQ(k.middle, 6);  // 4, 50, 95, 10 x 3
+  const std::array<std::int64_t, kPositionBins> bins{3, 3, 0, 0, 0, 1, 0, 0, 0, 3};
+  EXPECT_EQ(k.bins, bins);
+  KeptCounter f(LayerRule{}, 20);
+  f.add_full(20, 2);  // slot p = position p, two heads
+  EXPECT_EQ(f.result().middle, 40);
+  EXPECT_EQ(f.result().sinks + f.result().recent, 0);
+  for (int b = 0; b < kPositionBins; ++b) EXPECT_EQ(f.result().bins[b], 4) << b;
 }
 
 TEST(KeptPositions, WindowKeepsSinksAndTheLatestTokens) {

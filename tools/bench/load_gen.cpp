@@ -438,6 +438,24 @@ std::vector<RequestRecord> run_load(const LoadOptions& o, double* duration_s,
   asio::io_context io;
   const std::string model = discover_model(o);
   std::mt19937_64 rng(o.seed);
+  if (!o.prompts.empty()) {  // explicit prompts: in order, one at a time
+    std::vector<RequestRecord> records;
+    ConnectionPool pool(o.keep_alive);
+    const auto t0 = Clock::now();
+    asio::co_spawn(
+        io,
+        [&]() -> awaitable<void> {
+          for (const auto& ids : o.prompts)
+            records.push_back(
+                co_await one_request(o, ids_body(model, ids, o.output_tokens), pool, t0));
+        },
+        [](std::exception_ptr e) {
+          if (e) std::rethrow_exception(e);
+        });
+    io.run();
+    if (duration_s) *duration_s = since(t0);
+    return records;
+  }
   if (o.workload == LoadOptions::Workload::kMultiTurn) {
     if (o.warmup > 0) {  // single turns of other prompts (they share nothing), not measured
       LoadOptions w = o;

@@ -64,6 +64,11 @@ struct LoadOptions {
   int shared_prefix = 0;
   int turns = 1;
   int turn_tokens = 0;
+  // Explicit token-id prompts (e.g. `strata eval --guardrail-live`): when set, the run sends
+  // each once, in order, one at a time (concurrency, rate, warm-up and the workload ignored),
+  // with the same body as the others (temperature 0, max_tokens = min_tokens = output_tokens,
+  // ignore_eos); num_prompts is their count.
+  std::vector<std::vector<std::int64_t>> prompts;
   double timeout_s = 600;  // per request
   std::function<void(int done, int failed, int total, double elapsed_s)> progress;
   std::function<void()> on_measure_start;  // after the warm-up, before the first request

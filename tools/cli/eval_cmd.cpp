@@ -15,6 +15,7 @@
 #include "runtime/error.h"
 #include "runtime/model/model_loader.h"
 #include "runtime/text/tokenizer.h"
+#include "tools/bench/guardrail_check.h"
 #include "tools/bench/quality.h"
 #include "tools/bench/report.h"
 #include "tools/cli/command.h"
@@ -376,8 +377,160 @@ void write_outputs(const std::string& out_dir, const std::string& model,
       out_dir.c_str());
 }
 
+// ---- the guardrail against eval (tools/bench/guardrail_check.h, docs/quality.md) ----------
+
+json::object cell_json(const QualityCell& c) {
+  const Interval ci = c.agreement_interval();
+  return json::object{{"samples", c.samples},
+                      {"positions", c.positions},
+                      {"agree", c.agree},
+                      {"agreement", c.agreement()},
+                      {"interval", json::array{ci.lo, ci.hi}},
+                      {"delta_loglik", c.delta_mean()}};
+}
+
+Config guardrail_config(const Args& a) {
+  Config cfg;
+  if (auto f = a.get("config")) cfg = load_config_file(*f);
+  if (auto m = a.get("model")) cfg.model.path = *m;
+  for (const auto& kv : a.all("set")) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) throw ConfigError("--set", "expects key=value, got '" + kv + "'");
+    cfg.set(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  if (auto b = a.get("backend")) cfg.backend.kind = *b;
+  if (cfg.model.path.empty()) throw ConfigError("--model", "required (or the config's model.path)");
+  return cfg;
+}
+
+// --write-prompts FILE: the first --context tokens of each of --docs evaluation documents.
+int write_prompts(const Args& a) {
+  const auto dir = a.get_or("model", "");
+  if (dir.empty()) throw ConfigError("--model", "required: a model directory");
+  auto weights = std::shared_ptr<const ModelWeights>(ModelWeights::load(dir));
+  auto tok = Tokenizer::load(weights->tokenizer_json(), weights->tokenizer_config_json());
+  EvalFormat format;
+  const fs::path filler = fs::path(dir) / "eval_filler.txt";
+  if (fs::exists(filler)) {
+    std::ifstream in(filler, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    format.filler = tok->encode(ss.str(), false);
+  }
+  const int context = static_cast<int>(a.get_int("context", 2048));
+  const int docs = static_cast<int>(a.get_int("docs", 16));
+  const auto seed = static_cast<std::uint64_t>(a.get_int("seed", 1));
+  const EvalSet set = make_eval_set(*tok, context, docs, 0, 1, seed, format);
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (const auto& d : set.documents)
+    prompts.emplace_back(d.ids.begin(), d.ids.begin() + d.prefill_len);
+  const auto path = a.get_or("write-prompts", "");
+  write_prompts_json(path, prompts,
+                     "evaluation documents of " + dir + ": context " + std::to_string(context) +
+                         ", seed " + std::to_string(seed));
+  std::printf("prompts: %zu documents of %d tokens -> %s\n", prompts.size(), context, path.c_str());
+  return 0;
+}
+
+// --guardrail-agreement: the guardrail's quantity offline, for the profile of --config/--set.
+int guardrail_offline(const Args& a) {
+  Config cfg = guardrail_config(a);
+  const auto prompts = read_prompts_json(a.get_or("prompts", ""));
+  const int n = static_cast<int>(a.get_int("max-tokens", 64));
+  std::size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  const int tokens = static_cast<int>(longest) + n;
+  auto weights = std::shared_ptr<const ModelWeights>(ModelWeights::load(cfg.model.path));
+  const ModelConfig& model = weights->config();
+  std::unique_ptr<Backend> backend;
+  if (cfg.backend.kind == "cpu") {
+    CpuBackendOptions o = cpu_backend_options(cfg);
+    const std::uint64_t slot_bytes = 2ull * model.num_key_value_heads * model.head_dim * 4;
+    o.kv_bytes = std::max<std::uint64_t>(
+        o.kv_bytes, 3ull * tokens * model.num_hidden_layers * slot_bytes + (64ull << 20));
+    backend = make_cpu_backend(weights, o);
+  } else if (cfg.backend.kind == "cuda") {
+#ifdef STRATA_WITH_CUDA
+    // The full-cache replay runs as one prefill step of prompt + N - 1 tokens.
+    cfg.scheduler.max_num_batched_tokens = std::max(cfg.scheduler.max_num_batched_tokens, tokens);
+    auto all = cuda::make_cuda_backends(cfg);
+    backend = std::move(all.at(0));
+#else
+    throw ConfigError("--backend", "this strata was built without CUDA");
+#endif
+  } else {
+    throw ConfigError("--backend", "got '" + cfg.backend.kind + "' (allowed: cpu, cuda)");
+  }
+  const QualityCell c = offline_guardrail_agreement(*backend, prompts, cfg.sparsity, n);
+  const Interval ci = c.agreement_interval();
+  std::printf(
+      "guardrail offline: agreement %.4f [%.4f, %.4f] over %llu positions of %llu "
+      "requests, delta loglik %+.4f\n",
+      c.agreement(), ci.lo, ci.hi, static_cast<unsigned long long>(c.positions),
+      static_cast<unsigned long long>(c.samples), c.delta_mean());
+  if (auto out = a.get("out")) {
+    json::object o = cell_json(c);
+    o["backend"] = cfg.backend.kind;
+    o["model"] = cfg.model.path;
+    o["max_tokens"] = n;
+    std::ofstream(*out) << json::serialize(o) << "\n";
+  }
+  return 0;
+}
+
+// --guardrail-live: the prompts against a running server, beside --offline's result.
+int guardrail_live(const Args& a) {
+  const auto prompts = read_prompts_json(a.get_or("prompts", ""));
+  const int n = static_cast<int>(a.get_int("max-tokens", 64));
+  const LiveGuardrail g = live_guardrail_agreement(
+      a.get_or("host", "127.0.0.1"), static_cast<int>(a.get_int("port", 8000)), prompts, n,
+      a.get_double("timeout", 1800), a.get_or("admin-token", ""));
+  const auto agree = static_cast<std::uint64_t>(std::llround(g.agreement * g.positions));
+  json::object live{
+      {"profile_version", g.version},  {"samples", g.samples},
+      {"positions", g.positions},      {"agree", agree},
+      {"agreement", g.agreement},      {"interval", json::array{g.interval.lo, g.interval.hi}},
+      {"delta_loglik", g.delta_loglik}};
+  const std::string label = a.get_or("label", "");
+  json::object row{{"label", label}, {"max_tokens", n}, {"live", live}};
+  std::string line;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-8s %.4f [%.4f, %.4f] (%llu req, %llu pos)", label.c_str(),
+                g.agreement, g.interval.lo, g.interval.hi,
+                static_cast<unsigned long long>(g.samples),
+                static_cast<unsigned long long>(g.positions));
+  line = buf;
+  int rc = 0;
+  if (auto off = a.get("offline")) {
+    std::ifstream in(*off);
+    if (!in) throw ConfigError("--offline", "cannot read '" + *off + "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const json::object o = json::parse(ss.str()).as_object();
+    const double oa = json::value_to<double>(o.at("agreement"));
+    const auto& oci = o.at("interval").as_array();
+    const double lo = json::value_to<double>(oci[0]), hi = json::value_to<double>(oci[1]);
+    const auto opos = json::value_to<std::uint64_t>(o.at("positions"));
+    const auto osam = json::value_to<std::uint64_t>(o.at("samples"));
+    const auto oag = json::value_to<std::uint64_t>(o.at("agree"));
+    const bool overlap = lo <= g.interval.hi && g.interval.lo <= hi;
+    const bool equal = opos == g.positions && osam == g.samples && oag == agree;
+    std::snprintf(buf, sizeof buf, "   %.4f [%.4f, %.4f] (%llu req, %llu pos)   %s   %s", oa, lo,
+                  hi, static_cast<unsigned long long>(osam), static_cast<unsigned long long>(opos),
+                  overlap ? "yes" : "NO ", equal ? "equal" : "differ");
+    line += buf;
+    row["offline"] = o;
+    row["overlap"] = overlap;
+    row["equal"] = equal;
+    if (!overlap) rc = 1;
+  }
+  std::printf("%s\n", line.c_str());
+  if (auto out = a.get("out")) std::ofstream(*out) << json::serialize(row) << "\n";
+  return rc;
+}
+
 int run(int argc, char** argv) {
-  Args a(argc, argv, {"help"});
+  Args a(argc, argv, {"help", "guardrail-agreement", "guardrail-live"});
   if (a.flag("help")) {
     std::printf(
         "strata eval --model DIR [--backend cpu|cuda] [--contexts 512,1024] [--ratios 2,4,10,20]\n"
@@ -392,16 +545,65 @@ int run(int argc, char** argv) {
         "   --facts: facts about distinct held-out names per retrieval context, one asked)\n"
         "strata eval --from-json a.json[,b.json...] [--out-dir DIR]\n"
         "  (re-make the table, plots and quality_table.md from earlier eval.json files)\n"
+        "strata eval --write-prompts FILE --model DIR [--context 2048] [--docs 16] [--seed 1]\n"
+        "  (the evaluation documents' first --context tokens, as token ids, for the two below)\n"
+        "strata eval --guardrail-agreement --prompts FILE [--config CFG] [--model DIR]\n"
+        "  [--set key=value]... [--backend cpu|cuda] [--max-tokens 64] [--out FILE.json]\n"
+        "  (the live guardrail's quantity offline: each prompt served greedily for N tokens\n"
+        "   with the config's sparsity, then scored under the full cache as a replay is)\n"
+        "strata eval --guardrail-live --prompts FILE [--host H] [--port P] [--max-tokens 64]\n"
+        "  [--offline FILE.json] [--label L] [--out FILE.json] [--timeout 1800]\n"
+        "  [--admin-token T]\n"
+        "  (the prompts against a server with quality_monitor.sample_rate = 1, its\n"
+        "   /admin/api/quality beside --offline's result; exit 1 when the intervals miss)\n"
         "strata eval --compare A.json,B.json [--out-dir DIR]\n"
         "  (B against A on the same inputs, row by row: Δppl, greedy agreement, retrieval\n"
         "   paired differences; e.g. --quantization fp8 against none)\n");
     return 0;
   }
-  a.expect_only({"help",     "model",         "backend",          "contexts",     "ratios",
-                 "policies", "full-layers",   "window",           "sinks",        "pool",
-                 "docs",     "retrieval",     "scored-tokens",    "seed",         "threads",
-                 "out-dir",  "share-prefill", "max-batch",        "from-json",    "filler",
-                 "facts",    "kernel",        "full-layer-lists", "quantization", "compare"});
+  a.expect_only({"help",
+                 "model",
+                 "backend",
+                 "contexts",
+                 "ratios",
+                 "policies",
+                 "full-layers",
+                 "window",
+                 "sinks",
+                 "pool",
+                 "docs",
+                 "retrieval",
+                 "scored-tokens",
+                 "seed",
+                 "threads",
+                 "out-dir",
+                 "share-prefill",
+                 "max-batch",
+                 "from-json",
+                 "filler",
+                 "facts",
+                 "kernel",
+                 "full-layer-lists",
+                 "quantization",
+                 "compare",
+                 "write-prompts",
+                 "guardrail-agreement",
+                 "guardrail-live",
+                 "prompts",
+                 "config",
+                 "set",
+                 "max-tokens",
+                 "out",
+                 "offline",
+                 "label",
+                 "host",
+                 "port",
+                 "context",
+                 "timeout",
+                 "admin-token"});
+  if (a.get("write-prompts")) return write_prompts(a);
+  if (a.flag("guardrail-agreement")) return guardrail_offline(a);
+  if (a.flag("guardrail-live")) return guardrail_live(a);
   std::string command = "strata eval";
   for (int i = 0; i < argc; ++i) command += std::string(" ") + argv[i];
   const auto out_dir = a.get_or("out-dir", "eval-results");

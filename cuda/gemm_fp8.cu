@@ -1,8 +1,15 @@
 // Skinny FP8 GEMMs (cuda/fp8.h): y[T, N] = bf16((x̂ · Ŵ^T)[t][n] * xs[t] * ws[n]) for T <=
-// kSkinnyFp8MaxRows, x̂ [T, K] and Ŵ [N, K] e4m3 codes: the skinny scheme of cuda/skinny.cuh over
-// 1-byte weights (16 codes per 16-byte chunk, 128-thread blocks of 4 weight rows, the activation
-// codes decoded from L1). Products of two e4m3 values are exact in fp32; the sums are fp32 in a
-// fixed order. Then the small-row tensor-core kernel.
+// kSkinnyFp8MaxRows, x̂ [T, K] and Ŵ [N, K] e4m3 codes. The bf16 skinny kernel's scheme
+// (cuda/gemm_skinny.cu) over 1-byte weights: one block of 128 threads owns kRows consecutive
+// output columns n and the whole K; thread t streams 16-byte chunks (16 codes) t, t + 128, ... of
+// each of its kRows W rows (kUnroll chunks of every row in flight, L1 bypassed: W is read once)
+// and multiplies them on CUDA cores with the same 16 columns of the T activation rows (decoded
+// from L1-cached codes). Products of two e4m3 values are exact in fp32; the sums are fp32 in a
+// fixed order (per thread, warp butterfly, the 8 warps in index order): deterministic, no
+// atomics. It keeps its own body: the same scheme as one template shared with the bf16 kernel
+// (ac187fe) compiled to 45 instead of 54 registers but read the weights at 66.4 % of the copy
+// ceiling at one row instead of 73.4 % (H200, 2026-12-01, gpu_bench gemm-fp8). Then the
+// small-row tensor-core kernel.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -20,7 +27,7 @@ namespace {
 
 // 128 threads: at K = 4096 each thread's kUnroll x kRows loads cover its whole share of K
 // (2 chunks of 16 codes per row), all in flight at once.
-constexpr int kThreads = 128, kRows = 4, kUnroll = 2;
+constexpr int kThreads = 128, kWarps = kThreads / 32, kRows = 4, kUnroll = 2;
 
 using skinny::load_stream;
 
@@ -39,11 +46,70 @@ __global__ void __launch_bounds__(kThreads)
     skinny_fp8_kernel(const std::uint8_t* __restrict__ x, const float* __restrict__ xs,
                       const std::uint8_t* __restrict__ w, const float* __restrict__ ws,
                       __nv_bfloat16* __restrict__ y, int N, int K) {
-  skinny::gemm_block<16, T, kThreads, kRows, kUnroll>(
-      x, w, N, K, [](const uint4& u, float(&f)[16]) { unpack16(u, f); },
-      [&](int n, int t, float v) {
-        y[static_cast<long long>(t) * N + n] = __float2bfloat16_rn(v * xs[t] * ws[n]);
-      });
+  const int n0 = static_cast<int>(blockIdx.x) * kRows;
+  const int chunks = K / 16;
+  const std::uint8_t* wr[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)  // rows past N re-read the last row; their sums are dropped
+    wr[r] = w + static_cast<long long>(min(n0 + r, N - 1)) * K;
+  float acc[kRows][T];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < T; ++t) acc[r][t] = 0.0f;
+
+  for (int c0 = static_cast<int>(threadIdx.x); c0 < chunks; c0 += kThreads * kUnroll) {
+    uint4 wv[kUnroll][kRows];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kThreads;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        wv[u][r] = c < chunks ? load_stream(wr[r] + c * 16) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kThreads;
+      if (c >= chunks) break;
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        float xf[16];
+        unpack16(*reinterpret_cast<const uint4*>(x + static_cast<long long>(t) * K + c * 16), xf);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float wf[16];
+          unpack16(wv[u][r], wf);
+          float s = acc[r][t];
+#pragma unroll
+          for (int e = 0; e < 16; ++e) s = fmaf(xf[e], wf[e], s);
+          acc[r][t] = s;
+        }
+      }
+    }
+  }
+
+  __shared__ float red[kWarps][kRows * T];
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float v = acc[r][t];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) red[warp][r * T + t] = v;
+    }
+  __syncthreads();
+  const int i = static_cast<int>(threadIdx.x);
+  if (i < kRows * T) {
+    const int r = i / T, t = i % T;
+    if (n0 + r < N) {
+      float v = red[0][i];
+#pragma unroll
+      for (int k = 1; k < kWarps; ++k) v += red[k][i];
+      y[static_cast<long long>(t) * N + n0 + r] = __float2bfloat16_rn(v * xs[t] * ws[n0 + r]);
+    }
+  }
 }
 
 // ---- Small-row FP8 GEMMs on tensor cores (up to kSmallFp8MaxRows rows; cuda/fp8.h) ----

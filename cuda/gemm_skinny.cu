@@ -11,9 +11,9 @@
 // docs/benchmarks.md, where a tensor-core variant whose fragment loads touch 8 rows x 64 B per
 // warp instruction read the weights slower). fp32 accumulation; the partial sums are reduced in
 // a fixed order (warp butterfly, then the 8 warps in index order): deterministic, no atomics.
-// The e4m3 kernel runs the same scheme as skinny::gemm_block (cuda/skinny.cuh); this one keeps
-// its own body for now: through the template it compiles to 58 registers instead of 47 at one
-// row (4 blocks per SM instead of 5), which has not been measured on the GPU.
+// The e4m3 kernel (cuda/gemm_fp8.cu) runs the same scheme over 1-byte weights in its own body;
+// one shared template compiled this one to 58 registers instead of 47 at one row and made the
+// e4m3 one slower on the H200 (cuda/skinny.cuh).
 #include <cuda_bf16.h>
 
 #include <cstdint>

@@ -37,14 +37,17 @@ struct PrefillAttentionParams {
   int head_dim;  // 64 or 128 (dispatch.h)
   float scale;
 };
-// Two kernels implement it (docs/cuda-backend.md): kFa2, FlashAttention-2 style with the
+// Kernels implementing it (docs/cuda-backend.md): kFa2, FlashAttention-2 style with the
 // fragments in registers (mma.sync m16n8k16, ldmatrix, cp.async double buffering; blocks of
 // 2 query heads x 64 rows when the GQA group size is even), and kWmma, the earlier WMMA
 // kernel (S/P/O through shared memory), kept as a fallback. kFa2Single is the FA2 kernel
-// with one query head per block always (for comparison). The two-argument launch uses the
-// environment variable STRATA_PREFILL_ATTN=fa2|fa2_single|wmma (default fa2, read once;
-// anything else throws ConfigError).
-enum class PrefillKernel { kFa2, kWmma, kFa2Single };
+// with one query head per block always (for comparison). kHopper is the sm_90a kernel
+// (FlashAttention-3 style: a TMA producer warp, wgmma consumer warpgroups; head_dim 64 and
+// 128); where it cannot run (another head_dim, a device that is not compute capability 9.0,
+// no tensor map for the pool) the launch runs kFa2 instead and says so once on stderr. The
+// two-argument launch uses the environment variable STRATA_PREFILL_ATTN=fa2|fa2_single|wmma|
+// hopper (default fa2, read once; anything else throws ConfigError).
+enum class PrefillKernel { kFa2, kWmma, kFa2Single, kHopper };
 PrefillKernel prefill_kernel_from_env();
 const char* prefill_kernel_name(PrefillKernel k);
 void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s);

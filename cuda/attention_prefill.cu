@@ -1,4 +1,4 @@
-// Prefill attention: the run-time choice between the two kernels (attention.h) and the WMMA
+// Prefill attention: the run-time choice between the kernels (attention.h) and the WMMA
 // kernel (PrefillKernel::kWmma; the default is the FA2 kernel of attention_prefill_fa2.cu).
 // WMMA kernel: tensor cores (WMMA bf16 16x16x16, fp32 accumulate): one block = 64 query rows of one
 // sequence and one query head, 4 warps of 16 rows; keys stream through shared memory in tiles of 64
@@ -8,7 +8,9 @@
 #include <mma.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "cuda/attention.h"
@@ -213,8 +215,9 @@ PrefillKernel prefill_kernel_from_env() {
     if (s.empty() || s == "fa2") return PrefillKernel::kFa2;
     if (s == "wmma") return PrefillKernel::kWmma;
     if (s == "fa2_single") return PrefillKernel::kFa2Single;
-    throw ConfigError("STRATA_PREFILL_ATTN",
-                      "prefill attention kernel '" + s + "' is not one of: fa2, fa2_single, wmma");
+    if (s == "hopper") return PrefillKernel::kHopper;
+    throw ConfigError("STRATA_PREFILL_ATTN", "prefill attention kernel '" + s +
+                                                 "' is not one of: fa2, fa2_single, wmma, hopper");
   }();
   return k;
 }
@@ -225,6 +228,8 @@ const char* prefill_kernel_name(PrefillKernel k) {
       return "wmma";
     case PrefillKernel::kFa2Single:
       return "fa2_single";
+    case PrefillKernel::kHopper:
+      return "hopper";
     case PrefillKernel::kFa2:
       break;
   }
@@ -241,6 +246,18 @@ void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s, P
     throw ConfigError("num_key_value_heads", "prefill attention: heads " + std::to_string(p.heads) +
                                                  " not a multiple of kv_heads " +
                                                  std::to_string(p.kv_heads));
+  if (k == PrefillKernel::kHopper) {
+    std::string why;
+    if (launch_prefill_attention_hopper(p, s, &why)) return;
+    // Shapes or devices the Hopper kernel does not take run the FA2 kernel; said once per process.
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr,
+                   "strata: prefill attention 'hopper' not used (%s); running 'fa2' instead\n",
+                   why.c_str());
+    });
+    k = PrefillKernel::kFa2;
+  }
   if (k == PrefillKernel::kWmma)
     launch_prefill_attention_wmma(p, s);
   else

@@ -1,6 +1,8 @@
-// Internal: the two prefill attention kernels behind launch_prefill_attention (attention.h).
+// Internal: the prefill attention kernels behind launch_prefill_attention (attention.h).
 // Plain C++ header.
 #pragma once
+
+#include <string>
 
 #include "cuda/attention.h"
 
@@ -11,5 +13,9 @@ void launch_prefill_attention_wmma(const PrefillAttentionParams& p, cudaStream_t
 // FlashAttention-2 style kernel, fragments in registers (attention_prefill_fa2.cu); blocks
 // of two query heads when pair_heads and the GQA group size is even, else one.
 void launch_prefill_attention_fa2(const PrefillAttentionParams& p, cudaStream_t s, bool pair_heads);
+// Hopper kernel (attention_prefill_hopper.cu, sm_90a): launches and returns true, or returns
+// false with the reason in `why` (shape or device it does not take) and launches nothing.
+bool launch_prefill_attention_hopper(const PrefillAttentionParams& p, cudaStream_t s,
+                                     std::string* why);
 
 }  // namespace strata::cuda

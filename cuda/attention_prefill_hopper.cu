@@ -1,0 +1,463 @@
+// Prefill attention for Hopper (sm_90a only; built as its own object library, see
+// cuda/CMakeLists.txt): FlashAttention-3 style warp specialization. Same interface, masking
+// and LSE contract as the FA2 kernel (cuda/attention.h); design notes in docs/cuda-backend.md.
+//
+// Block = one 64-query tile of the interface's tile list x NC query heads of one KV group
+// (NC = 2 when the GQA group size is even, else 1), NC * 4 + 1 warps:
+//   warps 0 .. 4NC-1: NC consumer warpgroups; warpgroup w owns query head h0 + w, 64 rows.
+//     S = Q K^T by wgmma m64n128k16 (Q and K from shared memory by descriptor), the online
+//     softmax in registers (log2 domain, as the FA2 kernel), O += P V by wgmma m64nHDk16 with P
+//     in registers as the A operand and V from shared memory (MN-major, imm-trans-b = 1).
+//   warp 4NC: the producer. Its lanes 0..7 each own one 16-slot page of a 128-key tile and load
+//     that page's K and V rows of KV head g by TMA (2-D tensor map over the pool viewed as rows
+//     of head_dim bf16, row = ((page * 2 + part) * kv_heads + head) * 16 + slot; boxes of 16 rows
+//     x 64 columns, 128-byte swizzle) into a kStages-deep ring of shared-memory stages guarded
+//     by mbarriers: full[s] (1 arrival + the bytes, by the producer) and empty[s] (every
+//     consumer thread arrives once it has finished reading the stage).
+// Keys past the last valid row's position are never loaded (causal tiles skipped); the last
+// tile's rows at or past kv_end (the page tail, which may hold NaN, and pages not loaded at all)
+// are masked to -inf in S and zeroed in V before P V (0 * NaN = NaN).
+//
+// Shared memory (base aligned to 1024 bytes, the 128-byte swizzle pattern's period):
+//   Q: NC heads x HD/64 panels x [64 rows][128 B]            (written by the consumers, swizzled)
+//   stage s: K then V, each HD/64 panels x [128 keys][128 B] (written by TMA, swizzled)
+//   mbarriers: full[kStages], empty[kStages]
+// HD 128, NC 2: 32 KB + 3 x 64 KB + 48 B = 229,424 B (1 block per SM).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda/attention.h"
+#include "cuda/attention_prefill_impl.h"
+#include "cuda/cuda_check.h"
+#include "cuda/hopper_sm90.cuh"
+#include "cuda/mma.cuh"
+#include "runtime/kv_layout.h"
+
+namespace strata::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using namespace sm90;
+
+constexpr int kBM = 64;                          // query rows per consumer warpgroup (a tile)
+constexpr int kBN = 128;                         // keys per K/V tile
+constexpr int kStages = 3;                       // K/V ring depth
+constexpr int kPagesPerTile = kBN / kBlockSize;  // 8: one producer lane per page
+constexpr std::uint32_t kRowBytes = 128;         // one swizzled row: 64 bf16
+static_assert(kPagesPerTile <= 32);
+
+template <int HD, int NC>
+struct HopperSmem {
+  static constexpr int kPanels = HD / 64;                     // 64-column panels of a row
+  static constexpr std::uint32_t kQPanel = kBM * kRowBytes;   // 8 KB
+  static constexpr std::uint32_t kQHead = kPanels * kQPanel;  // one head's Q
+  static constexpr std::uint32_t kKvPanel = kBN * kRowBytes;  // 16 KB
+  static constexpr std::uint32_t kPart = kPanels * kKvPanel;  // a K (or V) tile
+  static constexpr std::uint32_t kStage = 2 * kPart;          // K then V
+  static constexpr std::uint32_t kQ = 0;
+  static constexpr std::uint32_t kKv = kQ + NC * kQHead;
+  static constexpr std::uint32_t kBar = kKv + kStages * kStage;
+  static constexpr std::uint32_t kBytes = kBar + 2 * kStages * 8;
+  static constexpr std::uint32_t kAlloc = kBytes + 1024;  // slack to align the base
+  // Bytes one page brings into a stage: K and V, 16 rows of HD bf16 each.
+  static constexpr std::uint32_t kPageTx = 2 * kBlockSize * HD * 2;
+  static_assert(kAlloc <= 232448, "exceeds the 227 KB per-block shared memory of sm_90");
+  static_assert(kQPanel % 1024 == 0 && kKvPanel % 1024 == 0, "1024-aligned swizzle atoms");
+};
+
+template <int HD, int NC>
+__global__ void __launch_bounds__(NC * 128 + 32, 1)
+    prefill_attention_hopper_kernel(const __grid_constant__ CUtensorMap kv_map,
+                                    const __grid_constant__ PrefillAttentionParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = HopperSmem<HD, NC>;
+  constexpr int kConsumers = NC * 128;
+  extern __shared__ unsigned char smem_raw[];
+  const std::uint32_t raw = smem_u32(smem_raw);
+  const std::uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* const base_ptr = smem_raw + (base - raw);
+  const std::uint32_t full0 = base + L::kBar;  // full[s] at full0 + 8 s
+  const std::uint32_t empty0 = full0 + 8 * kStages;
+
+  // Heaviest tiles first: within a sequence later tiles see more keys, and the interface lists
+  // a sequence's tiles in q0 order.
+  const int tile = p.num_tiles - 1 - static_cast<int>(blockIdx.x);
+  const int h0 = static_cast<int>(blockIdx.y) * NC;
+  const int seq = p.tile_seq[tile], q0 = p.tile_q0[tile];
+  const int nq = p.nq[seq], pos0 = p.q_pos0[seq], row0 = p.row_start[seq];
+  const int g = h0 / (p.heads / p.kv_heads);
+  const int last_q = min(q0 + kBM, nq) - 1;  // last valid query index of the tile
+  const int kv_end = pos0 + last_q + 1;      // keys needed by the last valid row
+  const int num_kv_tiles = (kv_end + kBN - 1) / kBN;
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, kConsumers);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();  // the only block-wide barrier: the roles part here
+
+  if (warp == NC * 4) {
+    // ---- producer ----
+    const int* table = p.block_table + static_cast<long long>(seq) * p.table_stride;
+    for (int t = 0; t < num_kv_tiles; ++t) {
+      const int s = t % kStages;
+      // Stage s last held tile t - kStages: wait for that use's release, the
+      // (t / kStages - 1)-th completion of empty[s] (parity rule in hopper_sm90.cuh).
+      if (t >= kStages)
+        mbar_wait(empty0 + 8 * s, static_cast<std::uint32_t>((t / kStages - 1) & 1));
+      const int key0 = t * kBN;
+      const int pages = min(kPagesPerTile, (kv_end - key0 + kBlockSize - 1) / kBlockSize);
+      // expect_tx before any copy can complete_tx on the barrier; the arrival is the phase's
+      // single expected arrival, the phase completes when the bytes have landed too.
+      if (lane == 0) mbar_arrive_expect_tx(full0 + 8 * s, pages * L::kPageTx);
+      __syncwarp();
+      if (lane < pages) {
+        const long long page = table[key0 / kBlockSize + lane];
+        const std::uint32_t dst0 = base + L::kKv + s * L::kStage + lane * kBlockSize * kRowBytes;
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+          const int row = static_cast<int>(((page * 2 + part) * p.kv_heads + g) * kBlockSize);
+#pragma unroll
+          for (int pn = 0; pn < L::kPanels; ++pn)
+            tma_load_2d(dst0 + part * L::kPart + pn * L::kKvPanel, &kv_map, pn * 64, row,
+                        full0 + 8 * s);
+        }
+      }
+    }
+    return;  // the copies complete on the barriers; the consumers keep the block alive
+  }
+
+  // ---- consumers ----
+  const int wg = warp >> 2;                            // warpgroup = head h0 + wg
+  const int tw = static_cast<int>(threadIdx.x) & 127;  // thread within the warpgroup
+  const int wq = tw >> 5;                              // warp within: rows 16 wq .. 16 wq + 15
+  const int h = h0 + wg;
+  const std::uint32_t sQ = base + L::kQ + wg * L::kQHead;
+
+  // Q: 64 rows x HD of head h, rows past nq zero, written in the 128-byte swizzled layout (16-byte
+  // chunk j of row r at chunk j ^ (r % 8) of the row: the layout TMA would write).
+  {
+    constexpr int kChunks = HD / 8;
+    for (int i = tw; i < kBM * kChunks; i += 128) {
+      const int r = i / kChunks, c = i % kChunks;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (q0 + r < nq)
+        v = *reinterpret_cast<const uint4*>(
+            p.q + static_cast<long long>(row0 + q0 + r) * p.q_stride + h * HD + c * 8);
+      const std::uint32_t off =
+          (c >> 3) * L::kQPanel + r * kRowBytes + ((((c & 7) ^ (r & 7))) << 4);
+      *reinterpret_cast<uint4*>(base_ptr + (sQ - base) + off) = v;
+    }
+    fence_proxy_async_smem();     // generic-proxy stores -> read by wgmma (async proxy)
+    named_bar_sync(1 + wg, 128);  // the warpgroup's Q complete before its first wgmma
+  }
+
+  const int diag = pos0 + q0;  // position of tile row 0
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+  const int g4 = (lane >> 2), c4 = lane & 3;
+
+  float o[HD / 2];
+  float sacc[kBN / 2];
+#pragma unroll
+  for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kBN / 2; ++i) sacc[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g4 (0) and g4 + 8 (1)
+
+  for (int t = 0; t < num_kv_tiles; ++t) {
+    const int s = t % kStages;
+    mbar_wait(full0 + 8 * s, static_cast<std::uint32_t>((t / kStages) & 1));
+    const int key0 = t * kBN;
+    const std::uint32_t sK = base + L::kKv + s * L::kStage;
+    const std::uint32_t sV = sK + L::kPart;
+
+    if (key0 + kBN > kv_end) {
+      // Last tile: zero V rows kv_end - key0 .. kBN - 1 in every panel (whole 128-byte rows, so
+      // the swizzle does not matter). Both warpgroups read this V: all consumers split the work,
+      // fence (generic stores -> wgmma reads), and meet before either issues P V.
+      const int first = kv_end - key0;
+      const int n16 = (kBN - first) * L::kPanels * 8;  // 16-byte chunks to clear
+      for (int i = wg * 128 + tw; i < n16; i += kConsumers) {
+        const int pn = i / ((kBN - first) * 8), rem = i % ((kBN - first) * 8);
+        const std::uint32_t off = pn * L::kKvPanel + (first + rem / 8) * kRowBytes + (rem % 8) * 16;
+        *reinterpret_cast<uint4*>(base_ptr + (sV - base) + off) = make_uint4(0, 0, 0, 0);
+      }
+      fence_proxy_async_smem();
+      named_bar_sync(3, kConsumers);
+    }
+
+    // S = Q K^T over HD/16 k-steps: step ks reads bytes 32 (ks % 4) .. +31 of panel ks / 4 of
+    // every row (descriptor start advanced inside the swizzled row, base offset stays 0).
+    fence_operands(sacc);
+    wgmma_fence();  // sacc was read by the previous tile's softmax
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ++ks) {
+      const std::uint32_t koff = (ks & 3) * 32u;
+      const std::uint64_t da = desc_sw128(sQ + (ks >> 2) * L::kQPanel + koff, 16, 1024);
+      const std::uint64_t db = desc_sw128(sK + (ks >> 2) * L::kKvPanel + koff, 16, 1024);
+      wgmma_m64n128k16_ss(sacc, da, db, ks > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(sacc);
+
+    // Mask keys past a row's position and keys at or past kv_end (a select, so that NaN or
+    // garbage K in the page tail or in unloaded pages disappears). Only tiles that reach past
+    // row 0's position or past kv_end need it.
+    if (key0 + kBN - 1 > diag || key0 + kBN > kv_end) {
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) {
+        const int row = wq * 16 + g4 + 8 * ((i >> 1) & 1);
+        const int key = key0 + 8 * (i >> 2) + 2 * c4 + (i & 1);
+        if (key > diag + row || key >= kv_end) sacc[i] = -INFINITY;
+      }
+    }
+
+    // Online softmax (raw-score max m, rescale by exp2((m_old - m_new) * scale log2 e)).
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kBN / 8; ++n)
+        mx = fmaxf(mx, fmaxf(sacc[4 * n + 2 * hf], sacc[4 * n + 2 * hf + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 lanes of a row
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[hf], mx);
+      const float ms = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+      const float alpha = mma::fast_exp2(fmaf(m[hf], scale_log2, -ms));  // m_old = -inf: 0
+      m[hf] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kBN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = mma::fast_exp2(fmaf(sacc[4 * n + 2 * hf + e], scale_log2, -ms));
+          sacc[4 * n + 2 * hf + e] = pv;
+          sum += pv;
+        }
+      l[hf] = l[hf] * alpha + sum;
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n) {
+        o[4 * n + 2 * hf] *= alpha;
+        o[4 * n + 2 * hf + 1] *= alpha;
+      }
+    }
+
+    // P (bf16) as the A fragments of the kBN / 16 k-steps: a[kk][r] = (d[8kk + 2r], d[8kk + 2r +
+    // 1]).
+    std::uint32_t pa[kBN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const __nv_bfloat162 v =
+            __floats2bfloat162_rn(sacc[8 * kk + 2 * r], sacc[8 * kk + 2 * r + 1]);
+        pa[kk][r] = *reinterpret_cast<const std::uint32_t*>(&v);
+      }
+
+    // O += P V: k-step kk covers keys 16 kk .. 16 kk + 15 = rows 16 kk.. of every V panel.
+    fence_operands(o);
+    wgmma_fence();  // o rescaled and pa written by ordinary instructions
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const std::uint64_t dv = desc_sw128(sV + kk * 16 * kRowBytes, L::kKvPanel, 1024);
+      if constexpr (HD == 128)
+        wgmma_m64n128k16_rs_tb(o, pa[kk], dv);
+      else
+        wgmma_m64n64k16_rs_tb(o, pa[kk], dv);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();  // the stage's K and V are no longer read
+    fence_operands(o);
+    mbar_arrive(empty0 + 8 * s);
+  }
+
+  // Normalise, write O (bf16) and LSE = scale * max + log(sum), natural log.
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float lt = l[hf];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    const int qi = q0 + wq * 16 + g4 + 8 * hf;
+    if (qi < nq) {
+      const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+      bf16* orow = p.out + static_cast<long long>(row0 + qi) * p.out_stride + h * HD;
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n)
+        *reinterpret_cast<__nv_bfloat162*>(orow + 8 * n + 2 * c4) =
+            __floats2bfloat162_rn(o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
+      if (p.lse && c4 == 0)
+        p.lse[static_cast<long long>(row0 + qi) * p.heads + h] = m[hf] * p.scale + logf(lt);
+    }
+  }
+#else
+  __trap();  // built for sm_90a only (cuda/CMakeLists.txt)
+#endif
+}
+
+// ---- host: the tensor map over the pool, cached per (device, pool, extent, shape) ----------
+
+struct DriverApi {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  PFN_cuMemGetAddressRange_v3020 range = nullptr;
+};
+
+const DriverApi& driver_api() {
+  static const DriverApi api = [] {
+    DriverApi a;
+    cudaDriverEntryPointQueryResult q{};
+    void* fn = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      a.encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    fn = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      a.range = reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(fn);
+    return a;
+  }();
+  return api;
+}
+
+struct MapEntry {
+  int device;
+  const void* pool;
+  unsigned long long rows;
+  int head_dim;
+  CUtensorMap map;
+};
+
+// Rows of head_dim bf16 from the pool pointer to the end of its allocation (the tensor map's
+// extent, so that a bad page id reads zeros instead of faulting); 0 if unknown.
+unsigned long long pool_rows(const PrefillAttentionParams& p) {
+  const DriverApi& api = driver_api();
+  if (!api.range) return 0;
+  CUdeviceptr b = 0;
+  size_t size = 0;
+  const auto ptr = reinterpret_cast<CUdeviceptr>(p.kv_pool);
+  if (api.range(&b, &size, ptr) != CUDA_SUCCESS) return 0;
+  return (b + size - ptr) / (static_cast<unsigned long long>(p.head_dim) * 2);
+}
+
+// Returns false (with `why`) when no map can be built for this pool.
+bool kv_tensor_map(const PrefillAttentionParams& p, CUtensorMap* out, std::string* why) {
+  const DriverApi& api = driver_api();
+  if (!api.encode) {
+    *why = "cuTensorMapEncodeTiled not available from the driver";
+    return false;
+  }
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  unsigned long long rows = pool_rows(p);
+  constexpr unsigned long long kMaxRows = 0x7fffffffull;  // TMA coordinates are int32
+  if (rows > kMaxRows) {
+    *why = "the KV pool has more than 2^31 rows of head_dim (TMA coordinates are int32)";
+    return false;
+  }
+  if (rows == 0) rows = kMaxRows;  // extent unknown: no bounds beyond the coordinate range
+  static std::mutex mu;
+  static std::vector<MapEntry> cache;  // a handful of pools per process
+  std::lock_guard<std::mutex> lock(mu);
+  for (const MapEntry& e : cache)
+    if (e.device == device && e.pool == p.kv_pool && e.rows == rows && e.head_dim == p.head_dim) {
+      *out = e.map;
+      return true;
+    }
+  MapEntry e{device, p.kv_pool, rows, p.head_dim, {}};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.head_dim), rows};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.head_dim) * 2};  // bytes, dim 1
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(kBlockSize)};      // 128 B x 16 rows
+  const cuuint32_t estrides[2] = {1, 1};
+  const CUresult r =
+      api.encode(&e.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(p.kv_pool), dims,
+                 strides, box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    *why = "cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) + ")";
+    return false;
+  }
+  if (cache.size() >= 16) cache.erase(cache.begin());  // pools come and go in tests
+  cache.push_back(e);
+  *out = e.map;
+  return true;
+}
+
+bool device_is_sm90() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mu;
+  static std::vector<std::pair<int, bool>> known;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& [d, ok] : known)
+    if (d == device) return ok;
+  int major = 0, minor = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  known.emplace_back(device, major == 9 && minor == 0);
+  return known.back().second;
+}
+
+template <int HD, int NC>
+void launch_hopper(const CUtensorMap& map, const PrefillAttentionParams& p, cudaStream_t s) {
+  constexpr std::uint32_t bytes = HopperSmem<HD, NC>::kAlloc;
+  CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_hopper_kernel<HD, NC>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)));
+  prefill_attention_hopper_kernel<HD, NC>
+      <<<dim3(p.num_tiles, p.heads / NC), NC * 128 + 32, bytes, s>>>(map, p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool launch_prefill_attention_hopper(const PrefillAttentionParams& p, cudaStream_t s,
+                                     std::string* why) {
+  if (p.head_dim != 64 && p.head_dim != 128) {
+    *why = "head_dim " + std::to_string(p.head_dim) + " (takes 64 and 128)";
+    return false;
+  }
+  if (!device_is_sm90()) {
+    *why = "the device is not compute capability 9.0 (the kernel is sm_90a code)";
+    return false;
+  }
+  // The tensor map views the pool as rows of head_dim: pages must be exactly the K and V parts.
+  if (p.page_elems != 2LL * p.kv_heads * kBlockSize * p.head_dim) {
+    *why = "page_elems " + std::to_string(p.page_elems) + " is not 2 * kv_heads * 16 * head_dim";
+    return false;
+  }
+  if (reinterpret_cast<std::uintptr_t>(p.kv_pool) % 16 != 0) {
+    *why = "the KV pool is not 16-byte aligned (TMA)";
+    return false;
+  }
+  CUtensorMap map;
+  if (!kv_tensor_map(p, &map, why)) return false;
+  const bool pair = (p.heads / p.kv_heads) % 2 == 0;
+  if (p.head_dim == 128) {
+    if (pair)
+      launch_hopper<128, 2>(map, p, s);
+    else
+      launch_hopper<128, 1>(map, p, s);
+  } else {
+    if (pair)
+      launch_hopper<64, 2>(map, p, s);
+    else
+      launch_hopper<64, 1>(map, p, s);
+  }
+  return true;
+}
+
+}  // namespace strata::cuda

@@ -2,8 +2,10 @@
 // q/k/v in scattered pages. Bounds: output relative L2 <= 5e-3, LSE absolute <= 2e-3, no NaN
 // (outputs poisoned first). Sweeps: head_dim 64/128, GQA 1/2/3/4/8, batch, lengths incl. 1,
 // 17, 4096, chunked prefill over paged prior context, decode splits. Every prefill case runs
-// every prefill kernel (PrefillKernel::kFa2, kFa2Single, kWmma) on the same inputs, each
-// checked against the reference. The page size is the fixed kBlockSize (16) of runtime/kv_layout.h.
+// every prefill kernel (PrefillKernel::kFa2, kFa2Single, kWmma, kHopper) on the same inputs,
+// each checked against the reference. In the prefill cases every slot past a sequence's end
+// (the tail of its last page, the spare pages) is NaN, so a kernel that lets 0 * NaN into P V
+// fails. The page size is the fixed kBlockSize (16) of runtime/kv_layout.h.
 #include "cuda/attention.h"
 
 #include <gtest/gtest.h>
@@ -37,7 +39,10 @@ struct PagedKv {
   }
 };
 
-PagedKv make_kv(const std::vector<int>& lens, int kv_heads, int hd, std::mt19937_64& rng) {
+// nan_tail: every slot at or past a sequence's length in its pages (the last page's tail and
+// the table's spare pages) holds NaN in K and V, as a reused pool may; kernels must mask them.
+PagedKv make_kv(const std::vector<int>& lens, int kv_heads, int hd, std::mt19937_64& rng,
+                bool nan_tail = false) {
   PagedKv kv;
   kv.layout = KvLayout{kv_heads, hd, 2};
   int maxp = 1;
@@ -51,6 +56,22 @@ PagedKv make_kv(const std::vector<int>& lens, int kv_heads, int hd, std::mt19937
   const Bf16Data data =
       random_bf16(static_cast<std::size_t>(num_pages) * kv.layout.page_elems(), 1.0, rng);
   kv.pool_bits = data.bits;
+  if (nan_tail) {
+    constexpr std::uint16_t kNanBits = 0x7FC0;  // bf16 quiet NaN
+    for (std::size_t s = 0; s < lens.size(); ++s)
+      for (int pi = 0; pi < kv.table_stride; ++pi)
+        for (int slot = 0; slot < kBlockSize; ++slot) {
+          if (pi * kBlockSize + slot < lens[s]) continue;
+          const std::size_t page = static_cast<std::size_t>(kv.table[s * kv.table_stride + pi]);
+          for (int g = 0; g < kv_heads; ++g)
+            for (int d = 0; d < hd; ++d) {
+              kv.pool_bits[page * kv.layout.page_elems() + kv.layout.k_offset(g, slot) + d] =
+                  kNanBits;
+              kv.pool_bits[page * kv.layout.page_elems() + kv.layout.v_offset(g, slot) + d] =
+                  kNanBits;
+            }
+        }
+  }
   kv.pool = to_device_bf16(kv.pool_bits);
   kv.d_table = to_device(kv.table);
   return kv;
@@ -93,7 +114,7 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
     row_start[static_cast<std::size_t>(s)] = T;
     T += c.nq[static_cast<std::size_t>(s)];
   }
-  PagedKv kv = make_kv(lens, c.kv_heads, c.hd, rng);
+  PagedKv kv = make_kv(lens, c.kv_heads, c.hd, rng, /*nan_tail=*/true);
   const int q_stride = c.heads * c.hd + 40;  // padded rows, as in the fused qkv buffer
   const Bf16Data q = random_bf16(static_cast<std::size_t>(T) * q_stride, 1.0, rng);
   std::vector<int> tile_seq, tile_q0;
@@ -124,8 +145,8 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
                ref_o.data() + (static_cast<std::size_t>(t) * c.heads + h) * c.hd,
                &ref_lse[static_cast<std::size_t>(idx)]);
   });
-  for (const PrefillKernel kern :
-       {PrefillKernel::kFa2, PrefillKernel::kFa2Single, PrefillKernel::kWmma}) {
+  for (const PrefillKernel kern : {PrefillKernel::kFa2, PrefillKernel::kFa2Single,
+                                   PrefillKernel::kWmma, PrefillKernel::kHopper}) {
     const std::string ktag = std::string(prefill_kernel_name(kern)) + "_" + tag;
     poison(out);
     poison(lse);

@@ -149,14 +149,17 @@ void bench_decode_attention(int B, int len, bool with_logits = false) {
     }
 }
 
-void bench_prefill_attention(int B, int len) {
+// Causal prefill attention, Llama-3-8B heads (32/8, hd128): B sequences of `len` query tokens
+// after `prior` tokens of paged context (chunked prefill when prior > 0), every kernel.
+// FLOPs: 4 * heads * hd * len * (prior + len / 2) per sequence (causal inside the chunk).
+void bench_prefill_attention(int B, int len, int prior = 0) {
   const int heads = 32, kvh = 8, hd = 128;
   const KvLayout lay{kvh, hd, 2};
-  const int ppseq = pages_for_slots(len);
+  const int ppseq = pages_for_slots(prior + len);
   DeviceArray<bf16> pool(static_cast<std::size_t>(B) * ppseq * lay.page_elems());
   fill_random(pool.get(), pool.size(), 3);
   std::vector<int> table(static_cast<std::size_t>(B) * ppseq), rs(static_cast<std::size_t>(B)),
-      nq(static_cast<std::size_t>(B), len), p0(static_cast<std::size_t>(B), 0), ts, tq;
+      nq(static_cast<std::size_t>(B), len), p0(static_cast<std::size_t>(B), prior), ts, tq;
   for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
   for (int b = 0; b < B; ++b) {
     rs[static_cast<std::size_t>(b)] = b * len;
@@ -192,20 +195,23 @@ void bench_prefill_attention(int B, int len) {
                            kvh,
                            hd,
                            1.0f / std::sqrt(128.0f)};
-  const double flops =
-      2.0 * B * static_cast<double>(len) * len * hd * heads;  // causal: half of 4*T^2*hd
-  for (const PrefillKernel kern :
-       {PrefillKernel::kFa2, PrefillKernel::kFa2Single, PrefillKernel::kWmma}) {
+  const double flops = 4.0 * B * heads * hd * static_cast<double>(len) * (prior + len / 2.0);
+  for (const PrefillKernel kern : {PrefillKernel::kFa2, PrefillKernel::kFa2Single,
+                                   PrefillKernel::kWmma, PrefillKernel::kHopper}) {
     const double ms = median_ms([&] { launch_prefill_attention(p, nullptr, kern); }, 2, 10);
     const double tf = flops / (ms * 1e-3);
     std::printf(
-        "prefill attention (%s) causal B=%d len=%d 32/8 hd128: %.3f ms, %.3g TFLOP, %.1f TFLOP/s "
-        "= %.1f%% of 769\n",
-        prefill_kernel_name(kern), B, len, ms, flops / 1e12, tf / 1e12, 100 * tf / kBf16Flops);
+        "prefill attention (%s) causal B=%d len=%d prior=%d 32/8 hd128: %.3f ms, %.3g TFLOP, "
+        "%.1f TFLOP/s = %.1f%% of 769\n",
+        prefill_kernel_name(kern), B, len, prior, ms, flops / 1e12, tf / 1e12,
+        100 * tf / kBf16Flops);
     // The FA2 kernel (the default) keeps the historical figure name.
     const std::string suffix =
         kern == PrefillKernel::kFa2 ? "" : std::string("_") + prefill_kernel_name(kern);
-    figure("bench_prefill_attn_b" + std::to_string(B) + suffix + "_tflops", tf / 1e12);
+    const std::string shape = prior > 0 ? "chunk" + std::to_string(len) + "_prior" +
+                                              std::to_string(prior) + "_b" + std::to_string(B)
+                                        : "b" + std::to_string(B);
+    figure("bench_prefill_attn_" + shape + suffix + "_tflops", tf / 1e12);
   }
 }
 
@@ -697,9 +703,10 @@ int main(int argc, char** argv) {
         if (T <= kSkinnyMaxRows) bench_gemm(T, true);
       }
     }
-    if (what == "prefill-attn") {  // both prefill attention kernels only (seconds)
+    if (what == "prefill-attn") {  // the prefill attention kernels only (seconds)
       bench_prefill_attention(1, 4096);
       bench_prefill_attention(8, 4096);
+      bench_prefill_attention(1, 4000, 4000);  // a 4000-token chunk after 4000 paged tokens
     }
     if (what == "all" || what == "gemm-tune") bench_gemm_tune();
     if (what == "all" || what == "gemm-fp8") bench_gemm_fp8();

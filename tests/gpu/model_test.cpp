@@ -383,11 +383,13 @@ TEST(GpuModel, MemoryPlanHonoursByteCap) {
   REQUIRE_GPU();
   CudaBackend be(make_config("random:tiny", 10ull << 20), 0);
   // Accounting of cuda/backend/workspace.cpp plan_kv_pool: every page (handed out or prefill
-  // scratch) carries its fp32 slot scores, and the scratch pages (one step's tokens laid out
-  // as pages, + one per sequence) come out of the same byte cap.
+  // scratch) carries its fp32 slot scores and int32 token positions (the census of kept
+  // positions), and the scratch pages (one step's tokens laid out as pages, + one per sequence)
+  // come out of the same byte cap.
   const std::uint64_t cap = 10ull << 20;
   const KvLayout& lay = be.info().layout;
-  const std::size_t per_page = lay.page_bytes() + lay.score_elems() * sizeof(float);
+  const std::size_t per_page =
+      lay.page_bytes() + lay.score_elems() * (sizeof(float) + sizeof(std::int32_t));
   const std::size_t scratch = static_cast<std::size_t>(pages_for_slots(512) + 8);
   const std::size_t total_pages = static_cast<std::size_t>(be.info().num_pages) + scratch;
   EXPECT_LE(total_pages * per_page, cap);        // never over the cap

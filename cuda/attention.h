@@ -45,8 +45,9 @@ struct PrefillAttentionParams {
 // (FlashAttention-3 style: a TMA producer warp, wgmma consumer warpgroups; head_dim 64 and
 // 128); where it cannot run (another head_dim, a device that is not compute capability 9.0,
 // no tensor map for the pool) the launch runs kFa2 instead and says so once on stderr. The
-// two-argument launch uses the environment variable STRATA_PREFILL_ATTN=fa2|fa2_single|wmma|
-// hopper (default fa2, read once; anything else throws ConfigError).
+// two-argument launch uses the environment variable STRATA_PREFILL_ATTN=hopper|fa2|fa2_single|
+// wmma (default hopper since it passed on the H200 on 2026-12-01, read once; anything else
+// throws ConfigError).
 enum class PrefillKernel { kFa2, kWmma, kFa2Single, kHopper };
 PrefillKernel prefill_kernel_from_env();
 const char* prefill_kernel_name(PrefillKernel k);

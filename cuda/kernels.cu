@@ -1,5 +1,8 @@
 // Element-wise kernels and their launchers (see kernels.h for the contracts).
 #include <cfloat>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/cuda_check.h"
 #include "cuda/fp8.cuh"
@@ -154,6 +157,146 @@ __global__ void swiglu_fp8_kernel(const SwigluParams p) {
       p.inter, p.out8.codes + t * p.inter, p.out8.scale + t, p.out8_static);
 }
 
+// ---- 16-byte vectorized kernels (issue 19 item 2; RmsNormParams::vec etc.) ----
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
+}
+
+// 8 fp32 values to 8 bf16 (RNE) in one 16-byte word.
+__device__ __forceinline__ uint4 pack8_bf16(const float (&f)[8]) {
+  uint4 u;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+  return u;
+}
+
+// One block per row, blockDim.x (a multiple of 32) threads, each holding NV 8-element chunks
+// of the row in registers: chunk c of thread i is i + c * blockDim.x. hidden % 8 == 0,
+// hidden / 8 <= NV * blockDim.x, all row pointers 16-byte aligned (launch_rmsnorm checks).
+template <int NV>
+__global__ void __launch_bounds__(1024) rmsnorm_vec_kernel(const RmsNormParams p) {
+  const int r = blockIdx.x;
+  const int src_row = p.rows ? p.rows[r] : r;
+  const int nchunks = p.hidden / 8;
+  float* x = p.resid + static_cast<long long>(src_row) * p.hidden;
+  const bf16* d = p.delta ? p.delta + static_cast<long long>(src_row) * p.hidden : nullptr;
+  float v[NV][8];
+  float ss = 0.0f;
+#pragma unroll
+  for (int c = 0; c < NV; ++c) {
+    const int i = threadIdx.x + c * blockDim.x;
+    if (i >= nchunks) continue;
+    const float4 a = *reinterpret_cast<const float4*>(x + 8 * i);
+    const float4 b = *reinterpret_cast<const float4*>(x + 8 * i + 4);
+    v[c][0] = a.x, v[c][1] = a.y, v[c][2] = a.z, v[c][3] = a.w;
+    v[c][4] = b.x, v[c][5] = b.y, v[c][6] = b.z, v[c][7] = b.w;
+    if (d) {
+      float dv[8];
+      fp8::load8_bf16(d + 8 * i, dv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[c][e] += dv[e];
+      *reinterpret_cast<float4*>(x + 8 * i) = make_float4(v[c][0], v[c][1], v[c][2], v[c][3]);
+      *reinterpret_cast<float4*>(x + 8 * i + 4) = make_float4(v[c][4], v[c][5], v[c][6], v[c][7]);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += v[c][e] * v[c][e];
+  }
+  ss = block_sum(ss);
+  const float inv = rsqrtf(ss / static_cast<float>(p.hidden) + p.eps);
+  bf16* out = p.out + static_cast<long long>(r) * p.hidden;
+#pragma unroll
+  for (int c = 0; c < NV; ++c) {
+    const int i = threadIdx.x + c * blockDim.x;
+    if (i >= nchunks) continue;
+    float w[8], o[8];
+    fp8::load8_bf16(p.weight + 8 * i, w);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) o[e] = v[c][e] * inv * w[e];
+    *reinterpret_cast<uint4*>(out + 8 * i) = pack8_bf16(o);
+  }
+}
+
+// Largest head_dim / 2 of the vectorized RoPE kernel (its cos/sin row in shared memory).
+constexpr int kRopeVecMaxHalf = 256;
+
+// One block per token. cos/sin of the token's angles once per pair index (fp64 sincos rounded
+// to fp32, as rope_kv_kernel per element), then one item per 8 pairs of a q or k head (two
+// 16-byte loads, two stores; k heads also into the page) and one per 8 elements of a v head (a
+// 16-byte copy into the page). head_dim % 16 == 0, head_dim / 2 <= kRopeVecMaxHalf, qkv and
+// kv_pool 16-byte aligned (launch_rope_kv_write checks).
+__global__ void rope_kv_vec_kernel(const RopeKvParams p) {
+  __shared__ float cs[2 * kRopeVecMaxHalf];  // [half] cos, then [half] sin
+  const int t = blockIdx.x;
+  const int seq = p.seq_of[t];
+  if (seq < 0) return;  // uniform per block: before the barrier
+  const int hd = p.head_dim, half = hd / 2;
+  const int row_elems = (p.heads + 2 * p.kv_heads) * hd;
+  bf16* row = p.qkv + static_cast<long long>(t) * row_elems;
+  const int pos = p.positions[t];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    double sn, cn;
+    sincos(static_cast<double>(pos) * p.inv_freq[i], &sn, &cn);
+    cs[i] = static_cast<float>(cn);
+    cs[half + i] = static_cast<float>(sn);
+  }
+  __syncthreads();
+  const int kv_slot = (p.slots != nullptr && t < p.num_slot_rows) ? p.slots[t] : pos;
+  const int page = p.block_table[static_cast<long long>(seq) * p.table_stride + kv_slot / 16];
+  const int slot = kv_slot % 16;
+  bf16* base = p.kv_pool + static_cast<long long>(page) * p.page_elems;
+  const long long part = p.page_elems / 2;
+  const int cph = half / 8;  // rotation items per head
+  const int rot_items = (p.heads + p.kv_heads) * cph;
+  const int v_items = p.kv_heads * (hd / 8);
+  for (int idx = threadIdx.x; idx < rot_items + v_items; idx += blockDim.x) {
+    if (idx < rot_items) {
+      const int h = idx / cph, i0 = 8 * (idx % cph);
+      bf16* va = row + h * hd + i0;
+      float a[8], b[8], oa[8], ob[8];
+      fp8::load8_bf16(va, a);
+      fp8::load8_bf16(va + half, b);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float c = cs[i0 + e], s = cs[half + i0 + e];
+        oa[e] = a[e] * c - b[e] * s;
+        ob[e] = b[e] * c + a[e] * s;
+      }
+      const uint4 ua = pack8_bf16(oa), ub = pack8_bf16(ob);
+      *reinterpret_cast<uint4*>(va) = ua;
+      *reinterpret_cast<uint4*>(va + half) = ub;
+      if (h >= p.heads) {  // a k head: into the page (layout: kv_layout.h)
+        const long long off = (static_cast<long long>(h - p.heads) * 16 + slot) * hd + i0;
+        *reinterpret_cast<uint4*>(base + off) = ua;
+        *reinterpret_cast<uint4*>(base + off + half) = ub;
+      }
+    } else {
+      const int j = idx - rot_items, g = j / (hd / 8), d0 = 8 * (j % (hd / 8));
+      const bf16* vsrc = row + (p.heads + p.kv_heads + g) * hd + d0;
+      const long long off = (static_cast<long long>(g) * 16 + slot) * hd + d0;
+      *reinterpret_cast<uint4*>(base + part + off) = *reinterpret_cast<const uint4*>(vsrc);
+    }
+  }
+}
+
+// grid (num_tokens, ceil(inter / 8 / blockDim.x)): thread (t, chunk) writes out[t][8 chunk ..
+// 8 chunk + 7], the same expression as swiglu_kernel per element. inter % 8 == 0, gu and out
+// 16-byte aligned (launch_swiglu checks).
+constexpr int kSwigluVecBf16Threads = 256;
+__global__ void __launch_bounds__(kSwigluVecBf16Threads) swiglu_vec_kernel(const SwigluParams p) {
+  const int chunk = blockIdx.y * blockDim.x + threadIdx.x;
+  if (chunk >= p.inter / 8) return;
+  const long long t = blockIdx.x;
+  const bf16* g = p.gu + t * 2 * p.inter + 8 * chunk;
+  float gv[8], uv[8], o[8];
+  fp8::load8_bf16(g, gv);
+  fp8::load8_bf16(g + p.inter, uv);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) o[e] = gv[e] / (1.0f + __expf(-gv[e])) * uv[e];
+  *reinterpret_cast<uint4*>(p.out + t * p.inter + 8 * chunk) = pack8_bf16(o);
+}
+
 __device__ __forceinline__ unsigned long long splitmix64_dev(unsigned long long x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -249,15 +392,47 @@ void launch_embedding(const EmbeddingParams& p, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
+bool prefill_fusion_from_env() {
+  static const bool on = [] {
+    const char* v = std::getenv("STRATA_PREFILL_FUSION");
+    const std::string s = v ? v : "";
+    if (s.empty() || s == "0") return false;
+    if (s == "1") return true;
+    throw ConfigError("STRATA_PREFILL_FUSION", "'" + s + "' is not 0 or 1");
+  }();
+  return on;
+}
+
 void launch_rmsnorm(const RmsNormParams& p, cudaStream_t s) {
   if (p.num_rows == 0) return;
-  rmsnorm_kernel<<<p.num_rows, 512, 0, s>>>(p);
+  const int nchunks = p.hidden / 8;
+  const bool vec = p.vec && !p.out8.codes && p.hidden % 8 == 0 && nchunks <= 4 * 1024 &&
+                   aligned16(p.resid) && aligned16(p.out) && aligned16(p.weight) &&
+                   (p.delta == nullptr || aligned16(p.delta));
+  if (vec) {
+    // Fewest chunks per thread with at most 1024 threads; threads a multiple of 32.
+    const int nv = nchunks <= 1024 ? 1 : nchunks <= 2048 ? 2 : 4;
+    const int threads = ((nchunks + nv - 1) / nv + 31) / 32 * 32;
+    if (nv == 1)
+      rmsnorm_vec_kernel<1><<<p.num_rows, threads, 0, s>>>(p);
+    else if (nv == 2)
+      rmsnorm_vec_kernel<2><<<p.num_rows, threads, 0, s>>>(p);
+    else
+      rmsnorm_vec_kernel<4><<<p.num_rows, threads, 0, s>>>(p);
+  } else {
+    rmsnorm_kernel<<<p.num_rows, 512, 0, s>>>(p);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s) {
   if (p.num_tokens == 0) return;
-  rope_kv_kernel<<<p.num_tokens, 256, 0, s>>>(p);
+  const bool vec = p.vec && p.head_dim % 16 == 0 && p.head_dim / 2 <= kRopeVecMaxHalf &&
+                   p.page_elems % 8 == 0 && aligned16(p.qkv) && aligned16(p.kv_pool);
+  if (vec)
+    rope_kv_vec_kernel<<<p.num_tokens, 256, 0, s>>>(p);
+  else
+    rope_kv_kernel<<<p.num_tokens, 256, 0, s>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -268,6 +443,11 @@ void launch_swiglu(const SwigluParams& p, cudaStream_t s) {
     swiglu_fp8_vec_kernel<<<p.num_tokens, kSwigluVecThreads, 0, s>>>(p);
   else if (p.out8.codes)
     swiglu_fp8_kernel<<<p.num_tokens, 512, 0, s>>>(p);
+  else if (p.vec && p.inter % 8 == 0 && aligned16(p.gu) && aligned16(p.out))
+    swiglu_vec_kernel<<<dim3(static_cast<unsigned>(p.num_tokens),
+                             static_cast<unsigned>((p.inter / 8 + kSwigluVecBf16Threads - 1) /
+                                                   kSwigluVecBf16Threads)),
+                        kSwigluVecBf16Threads, 0, s>>>(p);
   else
     swiglu_kernel<<<grid_for(n, 256), 256, 0, s>>>(p);
   CUDA_CHECK_LAUNCH();

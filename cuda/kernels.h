@@ -39,6 +39,11 @@ struct RmsNormParams {
   float eps;
   Fp8Rows out8 = {};         // [num_rows, hidden] codes and [num_rows] scales, or none
   float out8_static = 0.0f;  // > 0: the static per-tensor scale (cuda/fp8.cuh quantize_row)
+  // The 16-byte vectorized kernel (issue 19 item 2): the row read once into registers, 16-byte
+  // loads and stores. Used for the bf16 output when hidden % 8 == 0, hidden <= 32768 and every
+  // pointer is 16-byte aligned (else the scalar kernel). Same function; the sum of squares is
+  // added in another order (fp32 rounding only).
+  bool vec = false;
 };
 void launch_rmsnorm(const RmsNormParams& p, cudaStream_t s);
 
@@ -64,6 +69,12 @@ struct RopeKvParams {
   // slot = position.
   const int* slots = nullptr;
   int num_slot_rows = 0;
+  // The 16-byte vectorized kernel (issue 19 item 2): cos/sin computed once per token and pair
+  // index (fp64 sincos rounded to fp32, as the scalar kernel, not once per head), 8 pairs per
+  // thread with 16-byte loads and stores, rotated K written to the page from registers. Used
+  // when head_dim % 16 == 0, head_dim <= 512 and qkv, kv_pool are 16-byte aligned (else the
+  // scalar kernel). Same values as the scalar kernel.
+  bool vec = false;
 };
 void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s);
 
@@ -76,8 +87,17 @@ struct SwigluParams {
   int inter;
   Fp8Rows out8 = {};         // [T, inter] codes and [T] scales, or none
   float out8_static = 0.0f;  // > 0: the static per-tensor scale
+  // The 16-byte vectorized kernel for the bf16 output (issue 19 item 2): one 8-column chunk per
+  // thread, a 2-D grid (no per-element 64-bit index division). Used when inter % 8 == 0 and
+  // gu, out are 16-byte aligned (else the scalar kernel). Bit-identical to the scalar kernel.
+  bool vec = false;
 };
 void launch_swiglu(const SwigluParams& p, cudaStream_t s);
+
+// STRATA_PREFILL_FUSION=1: the backend sets `vec` on the RMSNorm, RoPE + K/V and SwiGLU
+// launches above (prefill and decode, eager and graphs); 0 or unset: the scalar kernels. Read
+// once; another value throws ConfigError. (Default off until the H200 run of issue 19 item 2.)
+bool prefill_fusion_from_env();
 
 // Device twin of strata::random_weight (runtime/model/make_model.h): element i of a tensor whose
 // FNV-1a name hash is `name_hash` = offset + random_weight(seed, name, i, scale), bf16 (RNE),

@@ -17,11 +17,13 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/backend/forward_profile.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
 #include "cuda/fp8.h"
 #include "cuda/gemm.h"
+#include "cuda/kernels.h"
 #include "cuda/sampling.h"
 #include "cuda/sparse/sparse_kernels.h"
 #include "cuda/step_layout.h"
@@ -192,6 +194,16 @@ struct CudaBackendImpl {
   DeviceArray<float> tap_lse;
   int tap_rows = 0, tap_dec_rows = 0;
   bool tap_has_lse = false;
+  // Issue 19 item 2: the 16-byte RMSNorm, RoPE + K/V and SwiGLU kernels (STRATA_PREFILL_FUSION,
+  // cuda/kernels.h); graphs bake the choice in (CudaBackendProbe::set_prefill_fusion drops them).
+  bool vec_kernels = prefill_fusion_from_env();
+  // Per-kernel-class timing of eager forwards (forward_profile.h; CudaBackendProbe): null = off.
+  // prof_on: this forward is profiled (profile set and the stream not capturing).
+  std::unique_ptr<ForwardProfile> profile;
+  bool prof_on = false;
+  void prof(KernelClass c) {
+    if (prof_on) profile->mark(c, stream);
+  }
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
   // The previous step's ev1 (the two are swapped at each step): the device gap before ev0.
   cudaEvent_t ev1_prev = nullptr;

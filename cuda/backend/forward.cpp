@@ -77,9 +77,12 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                   .hidden = H,
                   .eps = eps,
                   .out8 = x8_rows(),
-                  .out8_static = w.qkv_in},
+                  .out8_static = w.qkv_in,
+                  .vec = vec_kernels},
                  stream);
+  prof(KernelClass::kNorm);
   linear(normed.get(), w.qkv, w.qkv8, qkv.get(), T, qkv_dim, H);
+  prof(KernelClass::kGemmQkv);
   const std::size_t lrow = static_cast<std::size_t>(l) * max_seqs;
   sparse::DecodeParams dp;
   const bool sp_dec = a.sparse_decode && S_dec > 0;
@@ -96,6 +99,7 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
     // `scored` with a full ring: the oldest ring token moves (or is dropped) BEFORE the new
     // token overwrites its slot. Reads only the pool, not this step's qkv.
     CUDA_CHECK(sparse::launch_scored_resolve(dp, stream));
+    prof(KernelClass::kSparse);
   }
   // Decode rows write K/V at LayerSlots::decode_slot() (= position on full layers).
   launch_rope_kv_write({.qkv = qkv.get(),
@@ -111,8 +115,10 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                         .kv_heads = mc.num_key_value_heads,
                         .head_dim = mc.head_dim,
                         .slots = d_slots.get() + lrow,
-                        .num_slot_rows = S_dec},
+                        .num_slot_rows = S_dec,
+                        .vec = vec_kernels},
                        stream);
+  prof(KernelClass::kRopeKv);
   const LayerSparseWork* lw = a.work ? &(*a.work)[static_cast<std::size_t>(l)] : nullptr;
   // Attention of layer l. Decode rows attend seq_len[l][b] slots: position + 1 on full
   // layers, the sparse layer's attended slots (C when the ring is full, else valid + 1).
@@ -141,7 +147,11 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                              .head_dim = mc.head_dim,
                              .scale = scale},
                             stream);
-  if (sp_dec) CUDA_CHECK(sparse::launch_scored_update(dp, stream));
+  if (S_dec > 0) prof(KernelClass::kAttnDecode);
+  if (sp_dec) {
+    CUDA_CHECK(sparse::launch_scored_update(dp, stream));
+    prof(KernelClass::kSparse);
+  }
   const bool sp_pre = lw && lw->pre.num_seqs > 0;
   if (a.tiles > 0)
     launch_prefill_attention({.q = qkv.get(),
@@ -164,16 +174,28 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                               .head_dim = mc.head_dim,
                               .scale = scale},
                              stream);
+  if (a.tiles > 0) prof(KernelClass::kAttnPrefill);
   // Sparse prefill (docs/cuda-sparsity.md steps 1-3): kSelect scores the window queries of
   // this chunk against the prompt in temp pages / scratch, selects and compacts into the
   // layer's pages; direct chunks advance the score averages.
   if (sp_pre) CUDA_CHECK(sparse::launch_sparse_prefill(lw->pre, stream));
   // Live shrink after the layer's own work (step 5).
   if (lw && lw->shr.num_seqs > 0) CUDA_CHECK(sparse::launch_sparse_shrink(lw->shr, stream));
-  if (taps) copy_layer_taps(l, T, S_dec, sp_dec);
-  if (fp8) launch_quantize_rows(attn.get(), q_dim, T, q_dim, x8_rows(), stream, w.o_in);
+  if (sp_pre || (lw && lw->shr.num_seqs > 0)) prof(KernelClass::kSparse);
+  if (taps) {
+    copy_layer_taps(l, T, S_dec, sp_dec);
+    prof(KernelClass::kTaps);
+  }
+  if (fp8) {
+    launch_quantize_rows(attn.get(), q_dim, T, q_dim, x8_rows(), stream, w.o_in);
+    prof(KernelClass::kQuantize);
+  }
   linear(attn.get(), w.o, w.o8, delta.get(), T, H, q_dim);
-  if (tp.comm) tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
+  prof(KernelClass::kGemmO);
+  if (tp.comm) {
+    tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
+    prof(KernelClass::kAllReduce);
+  }
   launch_rmsnorm({.resid = resid.get(),
                   .delta = delta.get(),
                   .weight = w.post_norm,
@@ -183,33 +205,52 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                   .hidden = H,
                   .eps = eps,
                   .out8 = x8_rows(),
-                  .out8_static = w.gate_up_in},
+                  .out8_static = w.gate_up_in,
+                  .vec = vec_kernels},
                  stream);
+  prof(KernelClass::kNorm);
   linear(normed.get(), w.gate_up, w.gate_up8, gu.get(), T, 2 * I, H);
+  prof(KernelClass::kGemmGateUp);
   launch_swiglu({.gu = gu.get(),
                  .out = act.get(),
                  .num_tokens = T,
                  .inter = I,
                  .out8 = x8_rows(),
-                 .out8_static = w.down_in},
+                 .out8_static = w.down_in,
+                 .vec = vec_kernels},
                 stream);
+  prof(KernelClass::kSwiglu);
   linear(act.get(), w.down, w.down8, delta.get(), T, H, I);
-  if (tp.comm) tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
+  prof(KernelClass::kGemmDown);
+  if (tp.comm) {
+    tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
+    prof(KernelClass::kAllReduce);
+  }
 }
 
 void CudaBackendImpl::forward(const ForwardArgs& a) {
   const int T = a.rows;
   const int H = mc.hidden_size, L = mc.num_hidden_layers;
+  prof_on = false;
+  if (profile) {  // never inside a graph capture (graphs.cpp runs forward() there too)
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(stream, &cs));
+    prof_on = cs == cudaStreamCaptureStatusNone;
+    if (prof_on) profile->begin(stream);
+  }
   launch_embedding({.tokens = d_tokens.get(),
                     .embed = embed,
                     .resid = resid.get(),
                     .num_tokens = T,
                     .hidden = H},
                    stream);
+  prof(KernelClass::kEmbedding);
   for (int l = 0; l < L; ++l) forward_layer(l, a);
   // Final norm only for the rows whose logits are needed (first chunk; logits.cpp runs the
   // others).
   lm_chunk(0, std::min(a.lm_rows, logit_rows), a.argmax);
+  prof(KernelClass::kLmHead);
+  // run.cpp collects once the step's last event completed; prof_on stays set until then.
 }
 
 }  // namespace strata::cuda

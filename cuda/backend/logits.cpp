@@ -41,7 +41,8 @@ void CudaBackendImpl::lm_chunk(int base, int n, bool argmax) {
                   .rows = d_lm_rows.get() + base,
                   .num_rows = n,
                   .hidden = mc.hidden_size,
-                  .eps = static_cast<float>(mc.rms_norm_eps)},
+                  .eps = static_cast<float>(mc.rms_norm_eps),
+                  .vec = vec_kernels},
                  stream);
   lm_logits(n);
   if (argmax)

@@ -163,6 +163,10 @@ void CudaBackendImpl::run_layout(const StepPlan& plan, StepResult& result) {
   float ms = 0.0f;
   CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
   result.stats.device_ms = ms;
+  if (prof_on) {  // ev1 completed, so did every event of this step's forward
+    profile->collect(ms);
+    prof_on = false;
+  }
   if (have_prev_end) {  // both events completed: the previous step synchronised, this one too
     float gap = 0.0f;
     CUDA_CHECK(cudaEventElapsedTime(&gap, ev1_prev, ev0));

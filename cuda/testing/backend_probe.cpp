@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,35 @@ void CudaBackendProbe::set_score_update_from_logits(bool on) {
   for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
   b_.graphs.clear();
   b_.score_from_logits = on;
+}
+void CudaBackendProbe::set_prefill_fusion(bool on) {
+  if (b_.vec_kernels == on) return;
+  CUDA_CHECK(cudaSetDevice(b_.device));
+  for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
+  b_.graphs.clear();
+  b_.vec_kernels = on;
+}
+bool CudaBackendProbe::prefill_fusion() const {
+  return b_.vec_kernels;
+}
+void CudaBackendProbe::set_forward_profile(bool on) {
+  CUDA_CHECK(cudaSetDevice(b_.device));
+  b_.prof_on = false;
+  if (on)
+    b_.profile = std::make_unique<ForwardProfile>();
+  else
+    b_.profile.reset();
+}
+CudaBackendProbe::ForwardBreakdown CudaBackendProbe::forward_profile() const {
+  ForwardBreakdown r;
+  if (!b_.profile) return r;
+  for (int i = 0; i < static_cast<int>(KernelClass::kCount); ++i) {
+    r.names.emplace_back(kernel_class_name(static_cast<KernelClass>(i)));
+    r.ms.push_back(b_.profile->ms[static_cast<std::size_t>(i)]);
+  }
+  r.forwards = b_.profile->forwards;
+  r.step_ms = b_.profile->step_ms;
+  return r;
 }
 void CudaBackendProbe::set_layer_taps(bool on) {
   CudaBackendImpl& b = b_;

@@ -51,6 +51,22 @@ class CudaBackendProbe {
   // [page][page_elems] and scores [page][kv_heads][16].
   std::vector<std::uint16_t> read_kv_pages(const std::vector<int>& pages) const;
   std::vector<float> read_score_pages(const std::vector<int>& pages) const;
+  // Issue 19 item 2. The 16-byte RMSNorm, RoPE + K/V and SwiGLU kernels on or off for every
+  // later step (default: STRATA_PREFILL_FUSION); drops the captured graphs, which bake it in.
+  void set_prefill_fusion(bool on);
+  bool prefill_fusion() const;
+  // Per-kernel-class device time of the eager forwards since set_forward_profile(true) (events
+  // between launch groups, cuda/backend/forward_profile.h; graph replays are not profiled).
+  // ms[i] is class i's time summed over `forwards` forwards, named by names[i]; step_ms the
+  // summed device_ms of those steps (upload + forward + sampling). Off: no events recorded.
+  struct ForwardBreakdown {
+    std::vector<std::string> names;
+    std::vector<double> ms;
+    int forwards = 0;
+    double step_ms = 0.0;
+  };
+  void set_forward_profile(bool on);
+  ForwardBreakdown forward_profile() const;
   // Bytes measured at start-up: activations + workspace, KV pool (+ scores).
   std::size_t activation_bytes() const;
   std::size_t kv_pool_bytes() const;

@@ -16,52 +16,121 @@ namespace {
 
 using namespace strata::cuda;
 
+// vec: the 16-byte kernel (issue 19 item 2). H = 264 and 8200 leave a partial warp of 8-element
+// chunks (8200: two chunks per thread); H = 300 is not a multiple of 8 (the scalar kernel).
 TEST(GpuKernels, RmsNormFusedResidual) {
   REQUIRE_GPU();
   std::mt19937_64 rng(11);
-  for (int T : {1, 17, 64}) {
-    for (int H : {256, 4096}) {
-      for (bool with_delta : {false, true}) {
-        std::normal_distribution<double> nd(0, 1);
-        std::vector<float> resid(static_cast<std::size_t>(T) * H);
-        for (auto& x : resid) x = static_cast<float>(nd(rng));
-        const Bf16Data delta = random_bf16(resid.size(), 0.5, rng);
-        const Bf16Data w = random_bf16(H, 0.2, rng);
-        auto d_resid = to_device(resid);
-        auto d_delta = to_device_bf16(delta.bits);
-        auto d_w = to_device_bf16(w.bits);
-        DeviceArray<bf16> d_out(resid.size());
-        poison(d_out);
-        launch_rmsnorm({d_resid.get(), with_delta ? d_delta.get() : nullptr, d_w.get(), d_out.get(),
-                        nullptr, T, H, 1e-5f},
-                       nullptr);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        std::vector<double> ref(resid.size()), ref_resid(resid.size());
-        for (int t = 0; t < T; ++t) {
-          double ss = 0;
-          for (int i = 0; i < H; ++i) {
-            const std::size_t k = static_cast<std::size_t>(t) * H + i;
-            ref_resid[k] = resid[k] + (with_delta ? delta.val[k] : 0.0);
-            ss += ref_resid[k] * ref_resid[k];
+  for (bool vec : {false, true}) {
+    for (int T : {1, 17, 64}) {
+      for (int H : {256, 4096, 264, 300, 8200}) {
+        for (bool with_delta : {false, true}) {
+          std::normal_distribution<double> nd(0, 1);
+          std::vector<float> resid(static_cast<std::size_t>(T) * H);
+          for (auto& x : resid) x = static_cast<float>(nd(rng));
+          const Bf16Data delta = random_bf16(resid.size(), 0.5, rng);
+          const Bf16Data w = random_bf16(H, 0.2, rng);
+          auto d_resid = to_device(resid);
+          auto d_delta = to_device_bf16(delta.bits);
+          auto d_w = to_device_bf16(w.bits);
+          DeviceArray<bf16> d_out(resid.size());
+          poison(d_out);
+          launch_rmsnorm({d_resid.get(),
+                          with_delta ? d_delta.get() : nullptr,
+                          d_w.get(),
+                          d_out.get(),
+                          nullptr,
+                          T,
+                          H,
+                          1e-5f,
+                          {},
+                          0.0f,
+                          vec},
+                         nullptr);
+          CUDA_CHECK(cudaDeviceSynchronize());
+          std::vector<double> ref(resid.size()), ref_resid(resid.size());
+          for (int t = 0; t < T; ++t) {
+            double ss = 0;
+            for (int i = 0; i < H; ++i) {
+              const std::size_t k = static_cast<std::size_t>(t) * H + i;
+              ref_resid[k] = resid[k] + (with_delta ? delta.val[k] : 0.0);
+              ss += ref_resid[k] * ref_resid[k];
+            }
+            const double inv = 1.0 / std::sqrt(ss / H + 1e-5);
+            for (int i = 0; i < H; ++i) {
+              const std::size_t k = static_cast<std::size_t>(t) * H + i;
+              ref[k] = ref_resid[k] * inv * w.val[static_cast<std::size_t>(i)];
+            }
           }
-          const double inv = 1.0 / std::sqrt(ss / H + 1e-5);
-          for (int i = 0; i < H; ++i) {
-            const std::size_t k = static_cast<std::size_t>(t) * H + i;
-            ref[k] = ref_resid[k] * inv * w.val[static_cast<std::size_t>(i)];
-          }
+          const ErrStats e = compare(to_host_bf16(d_out.get(), ref.size()), ref);
+          const auto got_resid = to_host(d_resid);
+          const ErrStats er =
+              compare(std::vector<double>(got_resid.begin(), got_resid.end()), ref_resid);
+          EXPECT_EQ(e.nan, 0u);
+          EXPECT_LE(e.max_rel, 1e-2) << "T=" << T << " H=" << H << " vec=" << vec;
+          EXPECT_LE(er.max_rel, 1e-5) << "residual T=" << T << " H=" << H << " vec=" << vec;
+          figure("rmsnorm_max_rel_T" + std::to_string(T) + "_H" + std::to_string(H) +
+                     (with_delta ? "_res" : "") + (vec ? "_vec" : ""),
+                 e.max_rel);
         }
-        const ErrStats e = compare(to_host_bf16(d_out.get(), ref.size()), ref);
-        const auto got_resid = to_host(d_resid);
-        const ErrStats er =
-            compare(std::vector<double>(got_resid.begin(), got_resid.end()), ref_resid);
-        EXPECT_EQ(e.nan, 0u);
-        EXPECT_LE(e.max_rel, 1e-2) << "T=" << T << " H=" << H;
-        EXPECT_LE(er.max_rel, 1e-5) << "residual T=" << T << " H=" << H;
-        figure("rmsnorm_max_rel_T" + std::to_string(T) + "_H" + std::to_string(H) +
-                   (with_delta ? "_res" : ""),
-               e.max_rel);
       }
     }
+  }
+}
+
+// The vectorized RMSNorm through a row list (the lm_head's final norm: rows gathered, residual
+// updated in place only for the listed rows).
+TEST(GpuKernels, RmsNormVecGatheredRows) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(15);
+  const int T = 40, H = 4096;
+  const std::vector<int> rows = {39, 0, 17, 5};
+  std::normal_distribution<double> nd(0, 1);
+  std::vector<float> resid(static_cast<std::size_t>(T) * H);
+  for (auto& x : resid) x = static_cast<float>(nd(rng));
+  const Bf16Data delta = random_bf16(resid.size(), 0.5, rng);
+  const Bf16Data w = random_bf16(H, 0.2, rng);
+  for (bool vec : {false, true}) {
+    auto d_resid = to_device(resid);
+    auto d_delta = to_device_bf16(delta.bits);
+    auto d_w = to_device_bf16(w.bits);
+    auto d_rows = to_device(rows);
+    const int n = static_cast<int>(rows.size());
+    DeviceArray<bf16> d_out(static_cast<std::size_t>(n) * H);
+    poison(d_out);
+    launch_rmsnorm({d_resid.get(),
+                    d_delta.get(),
+                    d_w.get(),
+                    d_out.get(),
+                    d_rows.get(),
+                    n,
+                    H,
+                    1e-5f,
+                    {},
+                    0.0f,
+                    vec},
+                   nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<double> ref(static_cast<std::size_t>(n) * H), ref_resid(resid.begin(), resid.end());
+    for (int r = 0; r < n; ++r) {
+      const std::size_t src = static_cast<std::size_t>(rows[static_cast<std::size_t>(r)]);
+      double ss = 0;
+      for (int i = 0; i < H; ++i) {
+        const std::size_t k = src * H + i;
+        ref_resid[k] = resid[k] + delta.val[k];
+        ss += ref_resid[k] * ref_resid[k];
+      }
+      const double inv = 1.0 / std::sqrt(ss / H + 1e-5);
+      for (int i = 0; i < H; ++i)
+        ref[static_cast<std::size_t>(r) * H + i] =
+            ref_resid[src * H + i] * inv * w.val[static_cast<std::size_t>(i)];
+    }
+    const ErrStats e = compare(to_host_bf16(d_out.get(), ref.size()), ref);
+    const auto got_resid = to_host(d_resid);
+    const ErrStats er = compare(std::vector<double>(got_resid.begin(), got_resid.end()), ref_resid);
+    EXPECT_EQ(e.nan + er.nan, 0u);
+    EXPECT_LE(e.max_rel, 1e-2) << "vec=" << vec;
+    EXPECT_LE(er.max_rel, 1e-5) << "residual (unlisted rows untouched) vec=" << vec;
   }
 }
 
@@ -101,6 +170,39 @@ TEST(GpuKernels, EmbeddingAndSwiglu) {
   figure("swiglu_max_rel", e.max_rel);
 }
 
+// The 16-byte SwiGLU (issue 19 item 2) against fp64 and bit-identical to the scalar kernel. I =
+// 1000: 125 chunks (one partial block); 2056: 257 chunks (a second block of one thread); 14336:
+// the 8B shape; 1001: not a multiple of 8 (the scalar kernel).
+TEST(GpuKernels, SwigluVec) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(16);
+  for (int I : {1000, 2056, 14336, 1001}) {
+    const int T = 19;
+    const Bf16Data gu = random_bf16(static_cast<std::size_t>(T) * 2 * I, 2.0, rng);
+    auto d_gu = to_device_bf16(gu.bits);
+    DeviceArray<bf16> d_vec(static_cast<std::size_t>(T) * I), d_ref(d_vec.size());
+    poison(d_vec);
+    poison(d_ref);
+    launch_swiglu({d_gu.get(), d_ref.get(), T, I}, nullptr);
+    launch_swiglu({d_gu.get(), d_vec.get(), T, I, {}, 0.0f, true}, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<double> ref(static_cast<std::size_t>(T) * I);
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < I; ++j) {
+        const double g = gu.val[static_cast<std::size_t>(t) * 2 * I + j],
+                     u = gu.val[static_cast<std::size_t>(t) * 2 * I + I + j];
+        ref[static_cast<std::size_t>(t) * I + j] = g / (1 + std::exp(-g)) * u;
+      }
+    const auto got = to_host_bf16(d_vec.get(), ref.size());
+    const ErrStats e = compare(got, ref);
+    EXPECT_EQ(e.nan, 0u) << "I=" << I;
+    EXPECT_LE(e.max_rel, 1e-2) << "I=" << I;
+    EXPECT_EQ(compare(got, to_host_bf16(d_ref.get(), ref.size())).max_abs, 0.0)
+        << "vec differs from the scalar kernel, I=" << I;
+    figure("swiglu_vec_max_rel_I" + std::to_string(I), e.max_rel);
+  }
+}
+
 // RoPE (llama3 scaling) on q and k in place and the K/V write into scattered pages.
 TEST(GpuKernels, RopeAndKvWrite) {
   REQUIRE_GPU();
@@ -108,73 +210,77 @@ TEST(GpuKernels, RopeAndKvWrite) {
   struct Case {
     int heads, kv_heads, hd;
   };
-  for (const Case c : {Case{4, 2, 64}, Case{32, 8, 128}, Case{8, 1, 128}}) {
-    ModelConfig mc = preset_config("llama3-8b");
-    mc.head_dim = c.hd;
-    const std::vector<double> inv = mc.rope_inv_freq();
-    const int T = 37, row = (c.heads + 2 * c.kv_heads) * c.hd;
-    const KvLayout layout{c.kv_heads, c.hd, 2};
-    const int num_seqs = 3, table_stride = 300, num_pages = num_seqs * table_stride;
-    std::vector<int> pos(T), seq_of(T), table(static_cast<std::size_t>(num_seqs) * table_stride);
-    std::vector<int> perm(num_pages);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    for (std::size_t i = 0; i < table.size(); ++i) table[i] = perm[i];
-    for (int t = 0; t < T; ++t) {
-      seq_of[static_cast<std::size_t>(t)] = t % num_seqs;
-      // positions: 0, 1, 17, 4095, random up to 4800 (distinct per sequence)
-      pos[static_cast<std::size_t>(t)] =
-          t < 3 ? std::vector<int>{0, 1, 17}[static_cast<std::size_t>(t)]
-                : (t == 3 ? 4095 : 18 + t * 123);
+  // hd 96: 6 chunks of 8 pairs per head (vec); hd 72: not a multiple of 16 (the scalar kernel).
+  for (bool vec : {false, true})
+    for (const Case c :
+         {Case{4, 2, 64}, Case{32, 8, 128}, Case{8, 1, 128}, Case{6, 3, 96}, Case{4, 2, 72}}) {
+      ModelConfig mc = preset_config("llama3-8b");
+      mc.head_dim = c.hd;
+      const std::vector<double> inv = mc.rope_inv_freq();
+      const int T = 37, row = (c.heads + 2 * c.kv_heads) * c.hd;
+      const KvLayout layout{c.kv_heads, c.hd, 2};
+      const int num_seqs = 3, table_stride = 300, num_pages = num_seqs * table_stride;
+      std::vector<int> pos(T), seq_of(T), table(static_cast<std::size_t>(num_seqs) * table_stride);
+      std::vector<int> perm(num_pages);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (std::size_t i = 0; i < table.size(); ++i) table[i] = perm[i];
+      for (int t = 0; t < T; ++t) {
+        seq_of[static_cast<std::size_t>(t)] = t % num_seqs;
+        // positions: 0, 1, 17, 4095, random up to 4800 (distinct per sequence)
+        pos[static_cast<std::size_t>(t)] =
+            t < 3 ? std::vector<int>{0, 1, 17}[static_cast<std::size_t>(t)]
+                  : (t == 3 ? 4095 : 18 + t * 123);
+      }
+      seq_of[static_cast<std::size_t>(T - 1)] = -1;  // padding row: untouched
+      const Bf16Data x = random_bf16(static_cast<std::size_t>(T) * row, 1.0, rng);
+      auto d_x = to_device_bf16(x.bits);
+      auto d_pos = to_device(pos);
+      auto d_seq = to_device(seq_of);
+      auto d_table = to_device(table);
+      auto d_inv = to_device(inv);
+      DeviceArray<bf16> pool(static_cast<std::size_t>(num_pages) * layout.page_elems());
+      poison(pool);
+      launch_rope_kv_write({d_x.get(), d_pos.get(), d_seq.get(), d_table.get(), table_stride,
+                            d_inv.get(), pool.get(), static_cast<long long>(layout.page_elems()), T,
+                            c.heads, c.kv_heads, c.hd, nullptr, 0, vec},
+                           nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got = to_host_bf16(d_x.get(), x.val.size());
+      const auto got_pool = to_host_bf16(pool.get(), pool.size());
+      std::vector<double> ref = x.val, ref_k, got_k, ref_v, got_v;
+      const int half = c.hd / 2;
+      for (int t = 0; t < T; ++t) {
+        if (seq_of[static_cast<std::size_t>(t)] < 0) continue;
+        double* r = ref.data() + static_cast<std::size_t>(t) * row;
+        for (int h = 0; h < c.heads + c.kv_heads; ++h)
+          for (int i = 0; i < half; ++i) {
+            const double a = r[h * c.hd + i], b = r[h * c.hd + i + half];
+            const double ang = pos[static_cast<std::size_t>(t)] * inv[static_cast<std::size_t>(i)];
+            r[h * c.hd + i] = a * std::cos(ang) - b * std::sin(ang);
+            r[h * c.hd + i + half] = b * std::cos(ang) + a * std::sin(ang);
+          }
+        const int p = pos[static_cast<std::size_t>(t)];
+        const int page =
+            table[static_cast<std::size_t>(seq_of[static_cast<std::size_t>(t)]) * table_stride +
+                  p / 16];
+        for (int g = 0; g < c.kv_heads; ++g)
+          for (int d = 0; d < c.hd; ++d) {
+            ref_k.push_back(r[(c.heads + g) * c.hd + d]);
+            ref_v.push_back(r[(c.heads + c.kv_heads + g) * c.hd + d]);
+            got_k.push_back(got_pool[page * layout.page_elems() + layout.k_offset(g, p % 16) + d]);
+            got_v.push_back(got_pool[page * layout.page_elems() + layout.v_offset(g, p % 16) + d]);
+          }
+      }
+      const ErrStats e = compare(got, ref), ek = compare(got_k, ref_k), ev = compare(got_v, ref_v);
+      EXPECT_EQ(e.nan + ek.nan + ev.nan, 0u);
+      EXPECT_LE(e.max_rel, 1e-2) << "hd " << c.hd << " vec=" << vec;
+      EXPECT_LE(ek.max_rel, 1e-2) << "hd " << c.hd << " vec=" << vec;
+      EXPECT_EQ(ev.max_abs, 0.0) << "hd " << c.hd << " vec=" << vec;
+      figure("rope_max_rel_hd" + std::to_string(c.hd) + "_g" +
+                 std::to_string(c.heads / c.kv_heads) + (vec ? "_vec" : ""),
+             e.max_rel);
     }
-    seq_of[static_cast<std::size_t>(T - 1)] = -1;  // padding row: untouched
-    const Bf16Data x = random_bf16(static_cast<std::size_t>(T) * row, 1.0, rng);
-    auto d_x = to_device_bf16(x.bits);
-    auto d_pos = to_device(pos);
-    auto d_seq = to_device(seq_of);
-    auto d_table = to_device(table);
-    auto d_inv = to_device(inv);
-    DeviceArray<bf16> pool(static_cast<std::size_t>(num_pages) * layout.page_elems());
-    poison(pool);
-    launch_rope_kv_write(
-        {d_x.get(), d_pos.get(), d_seq.get(), d_table.get(), table_stride, d_inv.get(), pool.get(),
-         static_cast<long long>(layout.page_elems()), T, c.heads, c.kv_heads, c.hd},
-        nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const auto got = to_host_bf16(d_x.get(), x.val.size());
-    const auto got_pool = to_host_bf16(pool.get(), pool.size());
-    std::vector<double> ref = x.val, ref_k, got_k, ref_v, got_v;
-    const int half = c.hd / 2;
-    for (int t = 0; t < T; ++t) {
-      if (seq_of[static_cast<std::size_t>(t)] < 0) continue;
-      double* r = ref.data() + static_cast<std::size_t>(t) * row;
-      for (int h = 0; h < c.heads + c.kv_heads; ++h)
-        for (int i = 0; i < half; ++i) {
-          const double a = r[h * c.hd + i], b = r[h * c.hd + i + half];
-          const double ang = pos[static_cast<std::size_t>(t)] * inv[static_cast<std::size_t>(i)];
-          r[h * c.hd + i] = a * std::cos(ang) - b * std::sin(ang);
-          r[h * c.hd + i + half] = b * std::cos(ang) + a * std::sin(ang);
-        }
-      const int p = pos[static_cast<std::size_t>(t)];
-      const int page =
-          table[static_cast<std::size_t>(seq_of[static_cast<std::size_t>(t)]) * table_stride +
-                p / 16];
-      for (int g = 0; g < c.kv_heads; ++g)
-        for (int d = 0; d < c.hd; ++d) {
-          ref_k.push_back(r[(c.heads + g) * c.hd + d]);
-          ref_v.push_back(r[(c.heads + c.kv_heads + g) * c.hd + d]);
-          got_k.push_back(got_pool[page * layout.page_elems() + layout.k_offset(g, p % 16) + d]);
-          got_v.push_back(got_pool[page * layout.page_elems() + layout.v_offset(g, p % 16) + d]);
-        }
-    }
-    const ErrStats e = compare(got, ref), ek = compare(got_k, ref_k), ev = compare(got_v, ref_v);
-    EXPECT_EQ(e.nan + ek.nan + ev.nan, 0u);
-    EXPECT_LE(e.max_rel, 1e-2) << "hd " << c.hd;
-    EXPECT_LE(ek.max_rel, 1e-2);
-    EXPECT_EQ(ev.max_abs, 0.0);
-    figure("rope_max_rel_hd" + std::to_string(c.hd) + "_g" + std::to_string(c.heads / c.kv_heads),
-           e.max_rel);
-  }
 }
 
 TEST(GpuKernels, RandomFillMatchesMakeModel) {

@@ -28,6 +28,7 @@
 #include "cuda/testing/backend_probe.h"
 #include "runtime/config.h"
 #include "runtime/kv_layout.h"
+#include "runtime/model/make_model.h"
 #include "runtime/sparsity_profile.h"
 
 using namespace strata;
@@ -680,6 +681,187 @@ void bench_sparse() {
   }
 }
 
+// Issue 19 item 2: where the 4000-token prefill's time goes outside its GEMMs and attention.
+// (1) The three element-wise kernels alone at the 8B shape and 4000 rows, scalar and 16-byte
+// (RmsNormParams::vec etc.), against their fewest bytes (each input read once, each output
+// written once) over the 4.27 TB/s copy ceiling. (2) The whole prefill (one 4000-token prompt,
+// random:llama3-8b) with a CUDA event after each launch group inside the real forward
+// (CudaBackendProbe::set_forward_profile; cuda/backend/forward_profile.h), scalar then 16-byte
+// kernels in the same process: per class ms per forward, share, bytes or FLOPs and their
+// ceiling ratio, and GEMM + attention (profiled) against the end-to-end step (unprofiled
+// median): the done-when ratio of issue 19 (<= 1.05).
+void bench_prefill_breakdown() {
+  const int n = 4000;
+  {
+    const ModelConfig mc = preset_config("llama3-8b");
+    const int H = mc.hidden_size, I = mc.intermediate_size, heads = mc.num_attention_heads,
+              kvh = mc.num_key_value_heads, hd = mc.head_dim;
+    const int qkv_dim = (heads + 2 * kvh) * hd;
+    const KvLayout layout{kvh, hd, 2};
+    const int pages = pages_for_slots(n);
+    DeviceArray<bf16> table_src(static_cast<std::size_t>(n) * H), delta(table_src.size()),
+        out(table_src.size()), w(static_cast<std::size_t>(H)),
+        qkv(static_cast<std::size_t>(n) * qkv_dim),
+        pool(static_cast<std::size_t>(pages) * layout.page_elems()),
+        gu(static_cast<std::size_t>(n) * 2 * I), act(static_cast<std::size_t>(n) * I);
+    DeviceArray<float> resid(table_src.size());
+    fill_random(table_src.get(), table_src.size(), 21);
+    fill_random(delta.get(), delta.size(), 22);
+    fill_random(w.get(), w.size(), 23);
+    fill_random(qkv.get(), qkv.size(), 24);
+    fill_random(gu.get(), gu.size(), 25);
+    std::vector<int> ids(static_cast<std::size_t>(n)), zeros(ids.size(), 0),
+        tab(static_cast<std::size_t>(pages));
+    for (int i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = i;
+    for (int i = 0; i < pages; ++i) tab[static_cast<std::size_t>(i)] = pages - 1 - i;
+    const std::vector<double> inv = mc.rope_inv_freq();
+    DeviceArray<int> d_ids(ids.size()), d_zero(ids.size()), d_tab(tab.size());
+    DeviceArray<double> d_inv(inv.size());
+    CUDA_CHECK(cudaMemcpy(d_ids.get(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_zero.get(), zeros.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_tab.get(), tab.data(), tab.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_inv.get(), inv.data(), inv.size() * 8, cudaMemcpyHostToDevice));
+    // fp32 residual from random bf16 rows (row t = table_src row t).
+    launch_embedding({d_ids.get(), table_src.get(), resid.get(), n, H}, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const double norm_bytes = static_cast<double>(n) * H * (4 + 2 + 4 + 2);
+    const double rope_bytes =
+        static_cast<double>(n) * 2 * ((heads + kvh) * hd * 2.0 + kvh * hd * 1.0 + 2.0 * kvh * hd);
+    const double swiglu_bytes = static_cast<double>(n) * I * 6;
+    for (bool vec : {false, true}) {
+      const std::string tag = vec ? "vec" : "scalar";
+      const double t_norm = median_ms(
+          [&] {
+            launch_rmsnorm(
+                {resid.get(), delta.get(), w.get(), out.get(), nullptr, n, H, 1e-5f, {}, 0.0f, vec},
+                nullptr);
+          },
+          3, 20);
+      const double t_rope = median_ms(
+          [&] {
+            launch_rope_kv_write(
+                {qkv.get(), d_ids.get(), d_zero.get(), d_tab.get(), pages, d_inv.get(), pool.get(),
+                 static_cast<long long>(layout.page_elems()), n, heads, kvh, hd, nullptr, 0, vec},
+                nullptr);
+          },
+          3, 20);
+      const double t_swiglu = median_ms(
+          [&] {
+            launch_swiglu({gu.get(), act.get(), n, I, {}, 0.0f, vec}, nullptr);
+          },
+          3, 20);
+      const struct {
+        const char* name;
+        double ms, bytes;
+      } rows[] = {{"rmsnorm", t_norm, norm_bytes},
+                  {"rope_kv", t_rope, rope_bytes},
+                  {"swiglu", t_swiglu, swiglu_bytes}};
+      for (const auto& r : rows) {
+        const double frac = r.bytes / (r.ms * 1e-3) / kCopyBw;
+        std::printf(
+            "%-8s alone T=%d (%s): %.4f ms, %.3g MB -> %.1f%% of 4.27 TB/s (floor %.4f ms)\n",
+            r.name, n, tag.c_str(), r.ms, r.bytes / 1e6, 100 * frac, r.bytes / kCopyBw * 1e3);
+        figure(std::string("bench_elementwise_") + r.name + "_t4000_" + tag + "_ms", r.ms);
+        figure(std::string("bench_elementwise_") + r.name + "_t4000_" + tag + "_frac_copy_bw",
+               frac);
+      }
+    }
+  }
+
+  CudaBackend be(llama8b_bench_config(), 0);
+  CudaBackendProbe probe(be);
+  const ModelConfig& mc = be.model();
+  const int L = mc.num_hidden_layers, H = mc.hidden_size, I = mc.intermediate_size,
+            V = mc.vocab_size;
+  const double qd = mc.q_dim(), kvd = mc.kv_dim(), N = n;
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<std::int32_t> empty;
+  StepPlan pp;
+  SeqStep s;
+  s.seq_id = 2000;
+  for (int i = 0; i < n; ++i) s.tokens.push_back((i * 7919) % V);
+  s.start = 0, s.prompt_len = n, s.prefill = true, s.sample = true, s.params = &greedy,
+  s.prompt = &empty, s.output = &empty;
+  int next = 0;
+  for (int l = 0; l < L; ++l) {
+    LayerSlots ls;
+    for (int i = 0; i < pages_for_slots(n); ++i) ls.pages.push_back(next++);
+    s.layers.push_back(ls);
+  }
+  pp.seqs.push_back(s);
+  // Per class over one forward: fewest bytes (bf16 activations, fp32 residual) and FLOPs.
+  auto gemm_flops = [&](double Nn, double K) { return 2.0 * N * Nn * K * L; };
+  auto gemm_bytes = [&](double Nn, double K) { return 2.0 * (N * K + Nn * K + N * Nn) * L; };
+  std::map<std::string, std::pair<double, double>> count = {
+      // name -> (bytes, flops)
+      {"embedding", {N * H * 6, 0}},
+      {"rmsnorm", {N * H * (6 + 12.0 * (2 * L - 1)), 0}},
+      {"gemm_qkv", {gemm_bytes(qd + 2 * kvd, H), gemm_flops(qd + 2 * kvd, H)}},
+      {"rope_kv", {N * L * 2 * ((qd + kvd) * 2 + kvd + 2 * kvd), 0}},
+      {"attn_prefill",
+       {N * L * 2 * (2 * qd + 2 * kvd),
+        4.0 * mc.num_attention_heads * mc.head_dim * N * (N / 2) * L}},
+      {"gemm_o", {gemm_bytes(H, qd), gemm_flops(H, qd)}},
+      {"gemm_gate_up", {gemm_bytes(2.0 * I, H), gemm_flops(2.0 * I, H)}},
+      {"swiglu", {N * I * 6.0 * L, 0}},
+      {"gemm_down", {gemm_bytes(H, I), gemm_flops(H, I)}},
+      {"lm_head", {2.0 * V * H, 2.0 * V * H}}};
+  for (bool vec : {false, true}) {
+    const std::string tag = vec ? "vec" : "scalar";
+    probe.set_prefill_fusion(vec);
+    probe.set_forward_profile(false);
+    const double e2e = median_step_ms(be, pp, 1, 5);
+    probe.set_forward_profile(true);
+    be.step(pp);                      // warm with the events on
+    probe.set_forward_profile(true);  // fresh profile: the next 5 steps
+    for (int i = 0; i < 5; ++i) be.step(pp);
+    const CudaBackendProbe::ForwardBreakdown b = probe.forward_profile();
+    probe.set_forward_profile(false);
+    const double f = b.forwards > 0 ? b.forwards : 1;
+    double total = 0, gemm_attn = 0;
+    for (double m : b.ms) total += m / f;
+    std::printf(
+        "prefill %d tokens 8B breakdown (%s kernels, STRATA_PREFILL_ATTN as set): %d "
+        "profiled forwards, %.2f ms per forward (events), step %.2f ms profiled, %.2f ms "
+        "unprofiled\n",
+        n, tag.c_str(), b.forwards, total, b.step_ms / f, e2e);
+    for (std::size_t i = 0; i < b.names.size(); ++i) {
+      const double ms = b.ms[i] / f;
+      if (ms <= 0) continue;
+      const std::string& name = b.names[i];
+      const bool mm = name.rfind("gemm", 0) == 0 || name == "attn_prefill";
+      if (mm) gemm_attn += ms;
+      const auto it = count.find(name);
+      std::printf("  %-13s %8.3f ms %5.1f%%", name.c_str(), ms, 100 * ms / total);
+      const std::string tg = "bench_prefill_breakdown_" + tag + "_" + name;
+      figure(tg + "_ms", ms);
+      figure(tg + "_share", ms / total);
+      if (it != count.end()) {
+        const double bw = it->second.first / (ms * 1e-3);
+        std::printf("  %8.3g GB %5.1f%% of 4.27 TB/s", it->second.first / 1e9, 100 * bw / kCopyBw);
+        figure(tg + "_frac_copy_bw", bw / kCopyBw);
+        if (it->second.second > 0) {
+          const double tf = it->second.second / (ms * 1e-3);
+          std::printf("  %7.1f TFLOP/s %5.1f%% of 769", tf / 1e12, 100 * tf / kBf16Flops);
+          figure(tg + "_tflops", tf / 1e12);
+        }
+      }
+      std::printf("\n");
+    }
+    const double rest = e2e - gemm_attn;
+    std::printf(
+        "  GEMM + attention %.3f ms; end-to-end %.3f ms = %.4fx (issue 19: <= 1.05); rest "
+        "%.3f ms (events add %.3f ms per step)\n",
+        gemm_attn, e2e, e2e / gemm_attn, rest, b.step_ms / f - e2e);
+    const std::string tg = "bench_prefill_breakdown_" + tag;
+    figure(tg + "_gemm_attn_ms", gemm_attn);
+    figure(tg + "_end_to_end_ms", e2e);
+    figure(tg + "_rest_ms", rest);
+    figure(tg + "_ratio_vs_gemm_attn", e2e / gemm_attn);
+    figure(tg + "_event_overhead_ms", b.step_ms / f - e2e);
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -712,7 +894,9 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "gemm-fp8") bench_gemm_fp8();
     if (what == "all" || what == "sampling") bench_sampling();
     if (what == "all" || what == "model") bench_model();
-    if (what == "all" || what == "sparse") bench_sparse();  // issue 9 (well under 60 s)
+    if (what == "all" || what == "sparse") bench_sparse();
+    if (what == "all" || what == "prefill-breakdown")
+      bench_prefill_breakdown();  // issue 19  // issue 9 (well under 60 s)
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_bench: %s\n", e.what());
     return 1;

@@ -217,8 +217,13 @@ PrefillKernel prefill_kernel_from_env() {
     if (s == "fa2") return PrefillKernel::kFa2;
     if (s == "wmma") return PrefillKernel::kWmma;
     if (s == "fa2_single") return PrefillKernel::kFa2Single;
-    throw ConfigError("STRATA_PREFILL_ATTN", "prefill attention kernel '" + s +
-                                                 "' is not one of: fa2, fa2_single, wmma, hopper");
+    if (s == "hopper_v2") return PrefillKernel::kHopperV2;
+    if (s == "hopper_v3") return PrefillKernel::kHopperV3;
+    if (s == "hopper_lpt") return PrefillKernel::kHopperLpt;
+    throw ConfigError("STRATA_PREFILL_ATTN",
+                      "prefill attention kernel '" + s +
+                          "' is not one of: fa2, fa2_single, wmma, hopper, hopper_v2, hopper_v3, "
+                          "hopper_lpt");
   }();
   return k;
 }
@@ -231,6 +236,12 @@ const char* prefill_kernel_name(PrefillKernel k) {
       return "fa2_single";
     case PrefillKernel::kHopper:
       return "hopper";
+    case PrefillKernel::kHopperV2:
+      return "hopper_v2";
+    case PrefillKernel::kHopperV3:
+      return "hopper_v3";
+    case PrefillKernel::kHopperLpt:
+      return "hopper_lpt";
     case PrefillKernel::kFa2:
       break;
   }
@@ -247,9 +258,14 @@ void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s, P
     throw ConfigError("num_key_value_heads", "prefill attention: heads " + std::to_string(p.heads) +
                                                  " not a multiple of kv_heads " +
                                                  std::to_string(p.kv_heads));
-  if (k == PrefillKernel::kHopper) {
+  if (k == PrefillKernel::kHopper || k == PrefillKernel::kHopperV2 ||
+      k == PrefillKernel::kHopperV3 || k == PrefillKernel::kHopperLpt) {
+    const int variant = k == PrefillKernel::kHopper     ? 1
+                        : k == PrefillKernel::kHopperV2 ? 2
+                        : k == PrefillKernel::kHopperV3 ? 3
+                                                        : 4;
     std::string why;
-    if (launch_prefill_attention_hopper(p, s, &why)) return;
+    if (launch_prefill_attention_hopper(p, s, &why, variant)) return;
     // Shapes or devices the Hopper kernel does not take run the FA2 kernel; said once per process.
     static std::once_flag said;
     std::call_once(said, [&] {

@@ -23,6 +23,26 @@
 //   stage s: K then V, each HD/64 panels x [128 keys][128 B] (written by TMA, swizzled)
 //   mbarriers: full[kStages], empty[kStages]
 // HD 128, NC 2: 32 KB + 3 x 64 KB + 48 B = 229,424 B (1 block per SM).
+//
+// Variants (template parameter V, chosen by the launcher: PrefillKernel::kHopper / kHopperV2 /
+// kHopperV3, see cuda/attention.h). Same shared memory, producer, masking and results; they
+// differ in the consumers' schedule and the block -> tile order:
+//   v1: per K/V tile S = Q K^T, wait, softmax, O += P V, wait (the validated kernel). Grid
+//       (tiles, head groups), tiles reversed inside each head group.
+//   v2: intra-warpgroup pipelining (FA3's "2-stage" consumer): round t issues S_t = Q K_t^T
+//       and then O += P_{t-1} V_{t-1} as two wgmma groups, waits for the first only
+//       (wait_group 1), runs tile t's mask and softmax while P_{t-1} V_{t-1} runs on the tensor
+//       cores, then waits for the second, rescales O and packs P_t. The stage of tile t-1 is
+//       released one round later than in v1 (3 stages still give the producer a tile of lead).
+//       Grid 1-D, block b -> head group b % HG, tile num_tiles - 1 - b / HG: every head group
+//       of the heaviest tile first (longest-first across the whole grid, not per head group).
+//       The producer is a whole warpgroup (one warp issues the copies) so that setmaxnreg can
+//       move registers to the consumers (NC = 2: 40 / 232 per thread): the pipelined loop keeps
+//       S, O and P live together (64 + 64 + 32 registers), which at v1's 168 cap spilled.
+//   v3: v2 + inter-warpgroup ping-pong (NC = 2 only): each warpgroup issues its round's wgmma
+//       only on its turn (named barriers 4 + wg), so one warpgroup's softmax overlaps the
+//       other's GEMMs instead of both contending at once.
+//   v1_lpt (V = 4): v1's consumers and producer with v2's block order - to A/B the order alone.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -73,8 +93,217 @@ struct HopperSmem {
   static_assert(kQPanel % 1024 == 0 && kKvPanel % 1024 == 0, "1024-aligned swizzle atoms");
 };
 
-template <int HD, int NC>
-__global__ void __launch_bounds__(NC * 128 + 32, 1)
+// ---- v2 / v3 consumer main loop ------------------------------------------------------------
+// Rounds r = 0 .. n (n = num_kv_tiles): round 0 issues S_0; round t (1 <= t < n) issues S_t then
+// P_{t-1} V_{t-1}; round n issues P_{n-1} V_{n-1}. Each round's wgmma are issued behind one
+// wgmma.fence ([wgmma] 9.7.15.6: required before a wgmma.mma_async whose accumulator or A
+// registers were touched by other instructions: sacc by the softmax, o by the rescale, pa by the
+// packing) and committed as one group per GEMM (9.7.15.7), S first. wait_group 1 (9.7.15.8: all
+// but the newest group complete) then means S_t is in registers while P_{t-1} V_{t-1} may still
+// run: the softmax of tile t reads and writes only sacc, m, l - never o or pa, the registers of
+// the pending group (reading or writing them before its wait is undefined, 9.7.15.8). After
+// wait_group 0, o is rescaled by tile t's alpha and pa overwritten by P_t; the stage of tile t-1
+// (its V just read) is released then.
+//
+// Ping-pong (kPingPong, 2 consumer warpgroups): warpgroup w issues a round's wgmma only after
+// bar.sync on barrier 4 + w (256 threads: its own 128 + the other warpgroup's 128 arrivals),
+// and after issuing does bar.arrive on the other's barrier 5 - w (PTX ISA "bar, barrier": arrive
+// does not wait). Warpgroup 1 arrives once on barrier 4 up front, so warpgroup 0 issues round 0
+// first. Turns strictly alternate - w can arrive on the other's barrier for round r + 1 only after
+// its own sync of round r + 1, which needs the other's round-r arrival - so no barrier ever sees
+// two arrivals from one side in one phase. Counts balance: warpgroup 0 syncs on 4 in rounds 0..n (n
+// + 1 times) and warpgroup 1 arrives there 1 + n times (up front, after rounds 0 .. n-1: it skips
+// the arrival after its last round); warpgroup 1 syncs on 5 n + 1 times, warpgroup 0 arrives after
+// each of its n + 1 rounds. Both warpgroups run the same n (one query tile), and the full-barrier
+// wait and the last tile's V zeroing (barrier 3, both warpgroups) come before the turn in each
+// round: reaching them needs only the other's previous rounds, so no cycle.
+template <int HD, int NC, bool kPingPong>
+__device__ __forceinline__ void consumer_pipelined(std::uint32_t base, unsigned char* base_ptr,
+                                                   std::uint32_t full0, std::uint32_t empty0,
+                                                   std::uint32_t sQ, int num_kv_tiles, int kv_end,
+                                                   int diag, int wg, int tw, int wq, int g4, int c4,
+                                                   float scale_log2, float (&o)[HD / 2],
+                                                   float (&sacc)[kBN / 2], float (&m)[2],
+                                                   float (&l)[2]) {
+  using L = HopperSmem<HD, NC>;
+  constexpr int kConsumers = NC * 128;
+  constexpr int kTurn0 = 4;  // barriers 4 (warpgroup 0's turn) and 5 (warpgroup 1's)
+  const int n = num_kv_tiles;
+  std::uint32_t pa[kBN / 16][4];
+  float alpha[2];
+
+  // Tile t's K/V have landed; the last tile's V rows past kv_end zeroed (as v1).
+  auto wait_tile = [&](int t) {
+    const int s = t % kStages;
+    mbar_wait(full0 + 8 * s, static_cast<std::uint32_t>((t / kStages) & 1));
+    const int key0 = t * kBN;
+    if (key0 + kBN > kv_end) {
+      const std::uint32_t sV = base + L::kKv + s * L::kStage + L::kPart;
+      const int first = kv_end - key0;
+      const int n16 = (kBN - first) * L::kPanels * 8;
+      for (int i = wg * 128 + tw; i < n16; i += kConsumers) {
+        const int pn = i / ((kBN - first) * 8), rem = i % ((kBN - first) * 8);
+        const std::uint32_t off = pn * L::kKvPanel + (first + rem / 8) * kRowBytes + (rem % 8) * 16;
+        *reinterpret_cast<uint4*>(base_ptr + (sV - base) + off) = make_uint4(0, 0, 0, 0);
+      }
+      fence_proxy_async_smem();
+      named_bar_sync(3, kConsumers);
+    }
+  };
+  auto turn_begin = [&] {
+    if constexpr (kPingPong) named_bar_sync(kTurn0 + wg, 256);
+  };
+  auto turn_end = [&](bool pass) {
+    if constexpr (kPingPong) {
+      if (pass) named_bar_arrive(kTurn0 + 1 - wg, 256);
+    }
+  };
+  auto issue_s = [&](int t) {
+    const std::uint32_t sK = base + L::kKv + (t % kStages) * L::kStage;
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ++ks) {
+      const std::uint32_t koff = (ks & 3) * 32u;
+      const std::uint64_t da = desc_sw128(sQ + (ks >> 2) * L::kQPanel + koff, 16, 1024);
+      const std::uint64_t db = desc_sw128(sK + (ks >> 2) * L::kKvPanel + koff, 16, 1024);
+      wgmma_m64n128k16_ss(sacc, da, db, ks > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+  };
+  auto issue_pv = [&](int t) {
+    const std::uint32_t sV = base + L::kKv + (t % kStages) * L::kStage + L::kPart;
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const std::uint64_t dv = desc_sw128(sV + kk * 16 * kRowBytes, L::kKvPanel, 1024);
+      if constexpr (HD == 128)
+        wgmma_m64n128k16_rs_tb(o, pa[kk], dv);
+      else
+        wgmma_m64n64k16_rs_tb(o, pa[kk], dv);
+    }
+    wgmma_commit();
+  };
+  // Mask and online softmax of tile t on sacc (v1's arithmetic); o is rescaled later.
+  auto softmax = [&](int t) {
+    const int key0 = t * kBN;
+    if (key0 + kBN - 1 > diag || key0 + kBN > kv_end) {
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) {
+        const int row = wq * 16 + g4 + 8 * ((i >> 1) & 1);
+        const int key = key0 + 8 * (i >> 2) + 2 * c4 + (i & 1);
+        if (key > diag + row || key >= kv_end) sacc[i] = -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nn = 0; nn < kBN / 8; ++nn)
+        mx = fmaxf(mx, fmaxf(sacc[4 * nn + 2 * hf], sacc[4 * nn + 2 * hf + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[hf], mx);
+      const float ms = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+      alpha[hf] = mma::fast_exp2(fmaf(m[hf], scale_log2, -ms));
+      m[hf] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nn = 0; nn < kBN / 8; ++nn)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = mma::fast_exp2(fmaf(sacc[4 * nn + 2 * hf + e], scale_log2, -ms));
+          sacc[4 * nn + 2 * hf + e] = pv;
+          sum += pv;
+        }
+      l[hf] = l[hf] * alpha[hf] + sum;
+    }
+  };
+  auto rescale_and_pack = [&] {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+      for (int nn = 0; nn < HD / 8; ++nn) {
+        o[4 * nn + 2 * hf] *= alpha[hf];
+        o[4 * nn + 2 * hf + 1] *= alpha[hf];
+      }
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const __nv_bfloat162 v =
+            __floats2bfloat162_rn(sacc[8 * kk + 2 * r], sacc[8 * kk + 2 * r + 1]);
+        pa[kk][r] = *reinterpret_cast<const std::uint32_t*>(&v);
+      }
+  };
+
+  if constexpr (kPingPong) {
+    if (wg == 1) named_bar_arrive(kTurn0, 256);  // warpgroup 0 takes round 0 first
+  }
+
+  // Round 0: S_0 alone.
+  wait_tile(0);
+  turn_begin();
+  fence_operands(sacc);
+  wgmma_fence();
+  issue_s(0);
+  turn_end(true);
+  wgmma_wait<0>();
+  fence_operands(sacc);
+  softmax(0);
+  rescale_and_pack();  // o is still zero; alpha is finite (0 on the first tile)
+
+  // Rounds 1 .. n-1: S_t and P_{t-1} V_{t-1} in flight together.
+  for (int t = 1; t < n; ++t) {
+    wait_tile(t);
+    turn_begin();
+    fence_operands(sacc);
+    fence_operands(o);
+    wgmma_fence();
+    issue_s(t);
+    issue_pv(t - 1);
+    turn_end(true);
+    wgmma_wait<1>();  // S_t complete; P_{t-1} V_{t-1} may still run (o, pa untouched)
+    fence_operands(sacc);
+    softmax(t);
+    wgmma_wait<0>();  // P_{t-1} V_{t-1} complete: stage t-1 no longer read
+    fence_operands(o);
+    // Also pins the packing of P_t (computed from sacc) after the wait, so that no new value of
+    // pa can be placed while the old one is still an operand of the pending group.
+    fence_operands(sacc);
+    mbar_arrive(empty0 + 8 * ((t - 1) % kStages));
+    rescale_and_pack();
+  }
+
+  // Round n: the last P V.
+  turn_begin();
+  fence_operands(o);
+  wgmma_fence();
+  issue_pv(n - 1);
+  turn_end(wg == 0);  // warpgroup 1's last turn has no successor (counts above)
+  wgmma_wait<0>();
+  fence_operands(o);
+  mbar_arrive(empty0 + 8 * ((n - 1) % kStages));
+}
+
+// Threads per block: NC consumer warpgroups + the producer: one warp (v1) or a whole warpgroup
+// (v2, v3: setmaxnreg acts on warpgroups), of which one warp issues the copies.
+// Variant V's parts: the whole-grid longest-first block order (v2, v3, v1_lpt), the pipelined
+// consumer loop with a producer warpgroup and setmaxnreg (v2, v3), the ping-pong (v3).
+template <int V>
+constexpr bool kGridOrder = V != 1;
+template <int V>
+constexpr bool kPipelined = V == 2 || V == 3;
+template <int NC, int V>
+constexpr int kThreads = NC * 128 + (kPipelined<V> ? 128 : 32);
+// v2/v3 with 2 consumer warpgroups: 384 threads enter with 168 registers each (65536 / 384,
+// rounded down to 8: the cap __launch_bounds__(384, 1) sets); the producer warpgroup drops to
+// kProducerRegs and the consumers rise to kConsumerRegs: 128 x 40 + 256 x 232 = 64,512 =
+// 384 x 168, exactly the block's pool, so the increase never waits for registers that do not
+// exist (per SM sub-partition: 1 producer + 2 consumer warps, 40 x 32 + 2 x 232 x 32 = 16,128 of
+// 16,384).
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+
+template <int HD, int NC, int V>
+__global__ void __launch_bounds__(kThreads<NC, V>, 1)
     prefill_attention_hopper_kernel(const __grid_constant__ CUtensorMap kv_map,
                                     const __grid_constant__ PrefillAttentionParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -88,9 +317,11 @@ __global__ void __launch_bounds__(NC * 128 + 32, 1)
   const std::uint32_t empty0 = full0 + 8 * kStages;
 
   // Heaviest tiles first: within a sequence later tiles see more keys, and the interface lists
-  // a sequence's tiles in q0 order.
-  const int tile = p.num_tiles - 1 - static_cast<int>(blockIdx.x);
-  const int h0 = static_cast<int>(blockIdx.y) * NC;
+  // a sequence's tiles in q0 order. v1: per head group (grid.y); v2+: across all head groups
+  // (a 1-D grid, head group fastest).
+  const int bx = static_cast<int>(blockIdx.x), groups = p.heads / NC;
+  const int tile = p.num_tiles - 1 - (kGridOrder<V> ? bx / groups : bx);
+  const int h0 = (kGridOrder<V> ? bx % groups : static_cast<int>(blockIdx.y)) * NC;
   const int seq = p.tile_seq[tile], q0 = p.tile_q0[tile];
   const int nq = p.nq[seq], pos0 = p.q_pos0[seq], row0 = p.row_start[seq];
   const int g = h0 / (p.heads / p.kv_heads);
@@ -108,8 +339,16 @@ __global__ void __launch_bounds__(NC * 128 + 32, 1)
   }
   __syncthreads();  // the only block-wide barrier: the roles part here
 
-  if (warp == NC * 4) {
+  if (kPipelined<V> ? warp >= NC * 4 : warp == NC * 4) {
     // ---- producer ----
+    if constexpr (kPipelined<V>) {
+      // setmaxnreg (PTX ISA "setmaxnreg", sm_90a): .dec releases registers of the executing warp
+      // to the CTA's pool, .inc blocks until the pool has enough; the same instruction must be
+      // executed by all warps of the warpgroup (the whole producer warpgroup runs this branch,
+      // the consumer warpgroups the other); counts are multiples of 8 in 24..256.
+      if constexpr (NC == 2) setmaxnreg_dec<kProducerRegs>();
+      if (warp != NC * 4) return;  // warps 1..3 of the producer warpgroup have no work
+    }
     const int* table = p.block_table + static_cast<long long>(seq) * p.table_stride;
     for (int t = 0; t < num_kv_tiles; ++t) {
       const int s = t % kStages;
@@ -140,6 +379,7 @@ __global__ void __launch_bounds__(NC * 128 + 32, 1)
   }
 
   // ---- consumers ----
+  if constexpr (kPipelined<V> && NC == 2) setmaxnreg_inc<kConsumerRegs>();
   const int wg = warp >> 2;                            // warpgroup = head h0 + wg
   const int tw = static_cast<int>(threadIdx.x) & 127;  // thread within the warpgroup
   const int wq = tw >> 5;                              // warp within: rows 16 wq .. 16 wq + 15
@@ -176,112 +416,119 @@ __global__ void __launch_bounds__(NC * 128 + 32, 1)
   for (int i = 0; i < kBN / 2; ++i) sacc[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g4 (0) and g4 + 8 (1)
 
-  for (int t = 0; t < num_kv_tiles; ++t) {
-    const int s = t % kStages;
-    mbar_wait(full0 + 8 * s, static_cast<std::uint32_t>((t / kStages) & 1));
-    const int key0 = t * kBN;
-    const std::uint32_t sK = base + L::kKv + s * L::kStage;
-    const std::uint32_t sV = sK + L::kPart;
+  if constexpr (!kPipelined<V>) {
+    for (int t = 0; t < num_kv_tiles; ++t) {
+      const int s = t % kStages;
+      mbar_wait(full0 + 8 * s, static_cast<std::uint32_t>((t / kStages) & 1));
+      const int key0 = t * kBN;
+      const std::uint32_t sK = base + L::kKv + s * L::kStage;
+      const std::uint32_t sV = sK + L::kPart;
 
-    if (key0 + kBN > kv_end) {
-      // Last tile: zero V rows kv_end - key0 .. kBN - 1 in every panel (whole 128-byte rows, so
-      // the swizzle does not matter). Both warpgroups read this V: all consumers split the work,
-      // fence (generic stores -> wgmma reads), and meet before either issues P V.
-      const int first = kv_end - key0;
-      const int n16 = (kBN - first) * L::kPanels * 8;  // 16-byte chunks to clear
-      for (int i = wg * 128 + tw; i < n16; i += kConsumers) {
-        const int pn = i / ((kBN - first) * 8), rem = i % ((kBN - first) * 8);
-        const std::uint32_t off = pn * L::kKvPanel + (first + rem / 8) * kRowBytes + (rem % 8) * 16;
-        *reinterpret_cast<uint4*>(base_ptr + (sV - base) + off) = make_uint4(0, 0, 0, 0);
-      }
-      fence_proxy_async_smem();
-      named_bar_sync(3, kConsumers);
-    }
-
-    // S = Q K^T over HD/16 k-steps: step ks reads bytes 32 (ks % 4) .. +31 of panel ks / 4 of
-    // every row (descriptor start advanced inside the swizzled row, base offset stays 0).
-    fence_operands(sacc);
-    wgmma_fence();  // sacc was read by the previous tile's softmax
-#pragma unroll
-    for (int ks = 0; ks < HD / 16; ++ks) {
-      const std::uint32_t koff = (ks & 3) * 32u;
-      const std::uint64_t da = desc_sw128(sQ + (ks >> 2) * L::kQPanel + koff, 16, 1024);
-      const std::uint64_t db = desc_sw128(sK + (ks >> 2) * L::kKvPanel + koff, 16, 1024);
-      wgmma_m64n128k16_ss(sacc, da, db, ks > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(sacc);
-
-    // Mask keys past a row's position and keys at or past kv_end (a select, so that NaN or
-    // garbage K in the page tail or in unloaded pages disappears). Only tiles that reach past
-    // row 0's position or past kv_end need it.
-    if (key0 + kBN - 1 > diag || key0 + kBN > kv_end) {
-#pragma unroll
-      for (int i = 0; i < kBN / 2; ++i) {
-        const int row = wq * 16 + g4 + 8 * ((i >> 1) & 1);
-        const int key = key0 + 8 * (i >> 2) + 2 * c4 + (i & 1);
-        if (key > diag + row || key >= kv_end) sacc[i] = -INFINITY;
-      }
-    }
-
-    // Online softmax (raw-score max m, rescale by exp2((m_old - m_new) * scale log2 e)).
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < kBN / 8; ++n)
-        mx = fmaxf(mx, fmaxf(sacc[4 * n + 2 * hf], sacc[4 * n + 2 * hf + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 lanes of a row
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[hf], mx);
-      const float ms = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
-      const float alpha = mma::fast_exp2(fmaf(m[hf], scale_log2, -ms));  // m_old = -inf: 0
-      m[hf] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < kBN / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = mma::fast_exp2(fmaf(sacc[4 * n + 2 * hf + e], scale_log2, -ms));
-          sacc[4 * n + 2 * hf + e] = pv;
-          sum += pv;
+      if (key0 + kBN > kv_end) {
+        // Last tile: zero V rows kv_end - key0 .. kBN - 1 in every panel (whole 128-byte rows, so
+        // the swizzle does not matter). Both warpgroups read this V: all consumers split the work,
+        // fence (generic stores -> wgmma reads), and meet before either issues P V.
+        const int first = kv_end - key0;
+        const int n16 = (kBN - first) * L::kPanels * 8;  // 16-byte chunks to clear
+        for (int i = wg * 128 + tw; i < n16; i += kConsumers) {
+          const int pn = i / ((kBN - first) * 8), rem = i % ((kBN - first) * 8);
+          const std::uint32_t off =
+              pn * L::kKvPanel + (first + rem / 8) * kRowBytes + (rem % 8) * 16;
+          *reinterpret_cast<uint4*>(base_ptr + (sV - base) + off) = make_uint4(0, 0, 0, 0);
         }
-      l[hf] = l[hf] * alpha + sum;
-#pragma unroll
-      for (int n = 0; n < HD / 8; ++n) {
-        o[4 * n + 2 * hf] *= alpha;
-        o[4 * n + 2 * hf + 1] *= alpha;
-      }
-    }
-
-    // P (bf16) as the A fragments of the kBN / 16 k-steps: a[kk][r] = (d[8kk + 2r], d[8kk + 2r +
-    // 1]).
-    std::uint32_t pa[kBN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const __nv_bfloat162 v =
-            __floats2bfloat162_rn(sacc[8 * kk + 2 * r], sacc[8 * kk + 2 * r + 1]);
-        pa[kk][r] = *reinterpret_cast<const std::uint32_t*>(&v);
+        fence_proxy_async_smem();
+        named_bar_sync(3, kConsumers);
       }
 
-    // O += P V: k-step kk covers keys 16 kk .. 16 kk + 15 = rows 16 kk.. of every V panel.
-    fence_operands(o);
-    wgmma_fence();  // o rescaled and pa written by ordinary instructions
+      // S = Q K^T over HD/16 k-steps: step ks reads bytes 32 (ks % 4) .. +31 of panel ks / 4 of
+      // every row (descriptor start advanced inside the swizzled row, base offset stays 0).
+      fence_operands(sacc);
+      wgmma_fence();  // sacc was read by the previous tile's softmax
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      const std::uint64_t dv = desc_sw128(sV + kk * 16 * kRowBytes, L::kKvPanel, 1024);
-      if constexpr (HD == 128)
-        wgmma_m64n128k16_rs_tb(o, pa[kk], dv);
-      else
-        wgmma_m64n64k16_rs_tb(o, pa[kk], dv);
+      for (int ks = 0; ks < HD / 16; ++ks) {
+        const std::uint32_t koff = (ks & 3) * 32u;
+        const std::uint64_t da = desc_sw128(sQ + (ks >> 2) * L::kQPanel + koff, 16, 1024);
+        const std::uint64_t db = desc_sw128(sK + (ks >> 2) * L::kKvPanel + koff, 16, 1024);
+        wgmma_m64n128k16_ss(sacc, da, db, ks > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(sacc);
+
+      // Mask keys past a row's position and keys at or past kv_end (a select, so that NaN or
+      // garbage K in the page tail or in unloaded pages disappears). Only tiles that reach past
+      // row 0's position or past kv_end need it.
+      if (key0 + kBN - 1 > diag || key0 + kBN > kv_end) {
+#pragma unroll
+        for (int i = 0; i < kBN / 2; ++i) {
+          const int row = wq * 16 + g4 + 8 * ((i >> 1) & 1);
+          const int key = key0 + 8 * (i >> 2) + 2 * c4 + (i & 1);
+          if (key > diag + row || key >= kv_end) sacc[i] = -INFINITY;
+        }
+      }
+
+      // Online softmax (raw-score max m, rescale by exp2((m_old - m_new) * scale log2 e)).
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kBN / 8; ++n)
+          mx = fmaxf(mx, fmaxf(sacc[4 * n + 2 * hf], sacc[4 * n + 2 * hf + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 lanes of a row
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[hf], mx);
+        const float ms = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+        const float alpha = mma::fast_exp2(fmaf(m[hf], scale_log2, -ms));  // m_old = -inf: 0
+        m[hf] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kBN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pv = mma::fast_exp2(fmaf(sacc[4 * n + 2 * hf + e], scale_log2, -ms));
+            sacc[4 * n + 2 * hf + e] = pv;
+            sum += pv;
+          }
+        l[hf] = l[hf] * alpha + sum;
+#pragma unroll
+        for (int n = 0; n < HD / 8; ++n) {
+          o[4 * n + 2 * hf] *= alpha;
+          o[4 * n + 2 * hf + 1] *= alpha;
+        }
+      }
+
+      // P (bf16) as the A fragments of the kBN / 16 k-steps: a[kk][r] = (d[8kk + 2r], d[8kk + 2r +
+      // 1]).
+      std::uint32_t pa[kBN / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const __nv_bfloat162 v =
+              __floats2bfloat162_rn(sacc[8 * kk + 2 * r], sacc[8 * kk + 2 * r + 1]);
+          pa[kk][r] = *reinterpret_cast<const std::uint32_t*>(&v);
+        }
+
+      // O += P V: k-step kk covers keys 16 kk .. 16 kk + 15 = rows 16 kk.. of every V panel.
+      fence_operands(o);
+      wgmma_fence();  // o rescaled and pa written by ordinary instructions
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        const std::uint64_t dv = desc_sw128(sV + kk * 16 * kRowBytes, L::kKvPanel, 1024);
+        if constexpr (HD == 128)
+          wgmma_m64n128k16_rs_tb(o, pa[kk], dv);
+        else
+          wgmma_m64n64k16_rs_tb(o, pa[kk], dv);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();  // the stage's K and V are no longer read
+      fence_operands(o);
+      mbar_arrive(empty0 + 8 * s);
     }
-    wgmma_commit();
-    wgmma_wait<0>();  // the stage's K and V are no longer read
-    fence_operands(o);
-    mbar_arrive(empty0 + 8 * s);
+  } else {
+    consumer_pipelined<HD, NC, V == 3 && NC == 2>(base, base_ptr, full0, empty0, sQ, num_kv_tiles,
+                                                  kv_end, diag, wg, tw, wq, g4, c4, scale_log2, o,
+                                                  sacc, m, l);
   }
 
   // Normalise, write O (bf16) and LSE = scale * max + log(sum), natural log.
@@ -411,21 +658,44 @@ bool device_is_sm90() {
   return known.back().second;
 }
 
-template <int HD, int NC>
+template <int HD, int NC, int V>
 void launch_hopper(const CUtensorMap& map, const PrefillAttentionParams& p, cudaStream_t s) {
   constexpr std::uint32_t bytes = HopperSmem<HD, NC>::kAlloc;
-  CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_hopper_kernel<HD, NC>,
+  CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_hopper_kernel<HD, NC, V>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(bytes)));
-  prefill_attention_hopper_kernel<HD, NC>
-      <<<dim3(p.num_tiles, p.heads / NC), NC * 128 + 32, bytes, s>>>(map, p);
+  // v1: (tiles, head groups); v2+: 1-D, head group fastest (the kernel's block -> tile map).
+  const dim3 grid = !kGridOrder<V> ? dim3(p.num_tiles, p.heads / NC)
+                                   : dim3(static_cast<unsigned>(p.num_tiles) * (p.heads / NC));
+  prefill_attention_hopper_kernel<HD, NC, V><<<grid, kThreads<NC, V>, bytes, s>>>(map, p);
   CUDA_CHECK_LAUNCH();
+}
+
+template <int V>
+void launch_hopper_variant(const CUtensorMap& map, const PrefillAttentionParams& p,
+                           cudaStream_t s) {
+  const bool pair = (p.heads / p.kv_heads) % 2 == 0;
+  if (p.head_dim == 128) {
+    if (pair)
+      launch_hopper<128, 2, V>(map, p, s);
+    else
+      launch_hopper<128, 1, V>(map, p, s);
+  } else {
+    if (pair)
+      launch_hopper<64, 2, V>(map, p, s);
+    else
+      launch_hopper<64, 1, V>(map, p, s);
+  }
 }
 
 }  // namespace
 
 bool launch_prefill_attention_hopper(const PrefillAttentionParams& p, cudaStream_t s,
-                                     std::string* why) {
+                                     std::string* why, int variant) {
+  if (variant < 1 || variant > 4) {
+    *why = "Hopper kernel variant " + std::to_string(variant) + " (takes 1 to 4)";
+    return false;
+  }
   if (p.head_dim != 64 && p.head_dim != 128) {
     *why = "head_dim " + std::to_string(p.head_dim) + " (takes 64 and 128)";
     return false;
@@ -445,18 +715,18 @@ bool launch_prefill_attention_hopper(const PrefillAttentionParams& p, cudaStream
   }
   CUtensorMap map;
   if (!kv_tensor_map(p, &map, why)) return false;
-  const bool pair = (p.heads / p.kv_heads) % 2 == 0;
-  if (p.head_dim == 128) {
-    if (pair)
-      launch_hopper<128, 2>(map, p, s);
-    else
-      launch_hopper<128, 1>(map, p, s);
-  } else {
-    if (pair)
-      launch_hopper<64, 2>(map, p, s);
-    else
-      launch_hopper<64, 1>(map, p, s);
+  if (static_cast<long long>(p.num_tiles) * p.heads > 0x7fffffffLL) {
+    *why = "more than 2^31 - 1 blocks";
+    return false;
   }
+  if (variant == 1)
+    launch_hopper_variant<1>(map, p, s);
+  else if (variant == 2)
+    launch_hopper_variant<2>(map, p, s);
+  else if (variant == 3)
+    launch_hopper_variant<3>(map, p, s);
+  else
+    launch_hopper_variant<4>(map, p, s);
   return true;
 }
 

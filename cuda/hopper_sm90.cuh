@@ -92,6 +92,33 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Signals arrival at named barrier `id` without waiting (PTX ISA "bar, barrier":
+// barrier.arrive does not cause the executing thread to wait; a non-zero thread count is
+// required; the barrier completes once `threads` threads have arrived, counting both the
+// threads that wait there with bar.sync and those that only arrive). Producer/consumer use:
+// the arriving side must not arrive twice before the waiting side has synced once, which the
+// caller's protocol has to guarantee (see the ping-pong in attention_prefill_hopper.cu).
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- setmaxnreg ---------------------------------------------------------------------------
+// PTX ISA "setmaxnreg" (sm_90a): sets the per-thread register maximum of the executing warp; .dec
+// releases the registers above N to the CTA's pool, .inc blocks until the pool can supply them
+// (their contents undefined until written). Every warp of the warpgroup executes the same
+// instruction; N is a multiple of 8 in 24..256; ptxas honours it only when the kernel has a
+// register cap at entry (__launch_bounds__(threads, 1)) and each warpgroup role is its own branch
+// (else warning C7508).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256);
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256);
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 
 // ---- wgmma --------------------------------------------------------------------------------
 // Shared-memory matrix descriptor ([wgmma] 9.7.15.5.1.2.2 "Matrix Descriptor Format"):

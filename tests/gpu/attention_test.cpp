@@ -2,10 +2,14 @@
 // q/k/v in scattered pages. Bounds: output relative L2 <= 5e-3, LSE absolute <= 2e-3, no NaN
 // (outputs poisoned first). Sweeps: head_dim 64/128, GQA 1/2/3/4/8, batch, lengths incl. 1,
 // 17, 4096, chunked prefill over paged prior context, decode splits. Every prefill case runs
-// every prefill kernel (PrefillKernel::kFa2, kFa2Single, kWmma, kHopper) on the same inputs,
-// each checked against the reference. In the prefill cases every slot past a sequence's end
-// (the tail of its last page, the spare pages) is NaN, so a kernel that lets 0 * NaN into P V
-// fails. The page size is the fixed kBlockSize (16) of runtime/kv_layout.h.
+// every prefill kernel (PrefillKernel::kFa2, kFa2Single, kWmma, and the Hopper kernel's
+// variants kHopper = v1, kHopperV2, kHopperV3, kHopperLpt) on the same inputs, each checked
+// against the reference; the variants do v1's arithmetic in v1's order, so their count of
+// outputs that differ from v1's bit for bit is printed too (a figure, expected 0; the gate is
+// the reference). In the
+// prefill cases every slot past a sequence's end (the tail of its last page, the spare pages) is
+// NaN, so a kernel that lets 0 * NaN into P V fails. The page size is the fixed kBlockSize (16) of
+// runtime/kv_layout.h.
 #include "cuda/attention.h"
 
 #include <gtest/gtest.h>
@@ -145,8 +149,11 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
                ref_o.data() + (static_cast<std::size_t>(t) * c.heads + h) * c.hd,
                &ref_lse[static_cast<std::size_t>(idx)]);
   });
-  for (const PrefillKernel kern : {PrefillKernel::kFa2, PrefillKernel::kFa2Single,
-                                   PrefillKernel::kWmma, PrefillKernel::kHopper}) {
+  std::vector<double> hopper_v1_o;  // v1's output, for the bitwise comparison of v2 and v3
+  for (const PrefillKernel kern :
+       {PrefillKernel::kFa2, PrefillKernel::kFa2Single, PrefillKernel::kWmma,
+        PrefillKernel::kHopper, PrefillKernel::kHopperV2, PrefillKernel::kHopperV3,
+        PrefillKernel::kHopperLpt}) {
     const std::string ktag = std::string(prefill_kernel_name(kern)) + "_" + tag;
     poison(out);
     poison(lse);
@@ -157,7 +164,8 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
          c.heads, c.kv_heads, c.hd, static_cast<float>(scale)},
         nullptr, kern);
     CUDA_CHECK(cudaDeviceSynchronize());
-    const ErrStats eo = compare(to_host_bf16(out.get(), out.size()), ref_o);
+    const std::vector<double> got_o = to_host_bf16(out.get(), out.size());
+    const ErrStats eo = compare(got_o, ref_o);
     const auto got_lse = to_host(lse);
     const ErrStats el = compare(std::vector<double>(got_lse.begin(), got_lse.end()), ref_lse);
     EXPECT_EQ(eo.nan + el.nan, 0u) << ktag;
@@ -165,6 +173,15 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
     EXPECT_LE(el.max_abs, 2e-3) << ktag;
     figure("prefill_rel_l2_" + ktag, eo.rel_l2);
     figure("prefill_lse_abs_" + ktag, el.max_abs);
+    if (kern == PrefillKernel::kHopper) hopper_v1_o = got_o;
+    if ((kern == PrefillKernel::kHopperV2 || kern == PrefillKernel::kHopperV3 ||
+         kern == PrefillKernel::kHopperLpt) &&
+        hopper_v1_o.size() == got_o.size()) {
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < got_o.size(); ++i)
+        differ += got_o[i] != hopper_v1_o[i] ? 1u : 0u;  // NaN counts as differing
+      figure("prefill_bits_differ_vs_hopper_" + ktag, static_cast<double>(differ));
+    }
   }
 }
 

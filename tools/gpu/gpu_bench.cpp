@@ -197,8 +197,10 @@ void bench_prefill_attention(int B, int len, int prior = 0) {
                            hd,
                            1.0f / std::sqrt(128.0f)};
   const double flops = 4.0 * B * heads * hd * static_cast<double>(len) * (prior + len / 2.0);
-  for (const PrefillKernel kern : {PrefillKernel::kFa2, PrefillKernel::kFa2Single,
-                                   PrefillKernel::kWmma, PrefillKernel::kHopper}) {
+  for (const PrefillKernel kern :
+       {PrefillKernel::kFa2, PrefillKernel::kFa2Single, PrefillKernel::kWmma,
+        PrefillKernel::kHopper, PrefillKernel::kHopperV2, PrefillKernel::kHopperV3,
+        PrefillKernel::kHopperLpt}) {
     const double ms = median_ms([&] { launch_prefill_attention(p, nullptr, kern); }, 2, 10);
     const double tf = flops / (ms * 1e-3);
     std::printf(

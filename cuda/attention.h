@@ -48,12 +48,23 @@ struct PrefillAttentionParams {
 // kHopperV2 and kHopperV3 are schedules of the same Hopper kernel for A/B runs (same results
 // up to fp32 summation order): v2 pipelines the next tile's S = Q K^T against this tile's
 // softmax inside each warpgroup and orders blocks heaviest tile first across all heads; v3 adds
-// the ping-pong of the two consumer warpgroups; kHopperLpt is v1 with v2's block order only
-// (attention_prefill_hopper.cu). The two-argument launch uses the environment variable
-// STRATA_PREFILL_ATTN=hopper|hopper_v2|hopper_v3|hopper_lpt|fa2|fa2_single|wmma (default
-// hopper, i.e. v1, since it passed on the H200 on 2026-12-01; read once; anything else throws
-// ConfigError).
-enum class PrefillKernel { kFa2, kWmma, kFa2Single, kHopper, kHopperV2, kHopperV3, kHopperLpt };
+// the ping-pong of the two consumer warpgroups; kHopperLpt is v1 with v2's block order only;
+// kHopperV4 / kHopperV5 are v2 / v3 with K and V guarded by separate barriers and loaded by
+// separate producer warps (attention_prefill_hopper.cu). The two-argument launch uses the
+// environment variable STRATA_PREFILL_ATTN=hopper|hopper_v2|hopper_v3|hopper_v4|hopper_v5|
+// hopper_lpt|fa2|fa2_single|wmma (default hopper, i.e. v1, since it passed on the H200 on
+// 2026-12-01; read once; anything else throws ConfigError).
+enum class PrefillKernel {
+  kFa2,
+  kWmma,
+  kFa2Single,
+  kHopper,
+  kHopperV2,
+  kHopperV3,
+  kHopperLpt,
+  kHopperV4,
+  kHopperV5
+};
 PrefillKernel prefill_kernel_from_env();
 const char* prefill_kernel_name(PrefillKernel k);
 void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s);

@@ -74,7 +74,9 @@ constexpr int kPagesPerTile = kBN / kBlockSize;  // 8: one producer lane per pag
 constexpr std::uint32_t kRowBytes = 128;         // one swizzled row: 64 bf16
 static_assert(kPagesPerTile <= 32);
 
-template <int HD, int NC>
+// kBarSets: 2 = full[kStages], empty[kStages] (one ring of (K, V) stages); 4 = additionally
+// full_v[kStages], empty_v[kStages] (split ring: full/empty then guard K only, full_v/empty_v V).
+template <int HD, int NC, int kBarSets = 2>
 struct HopperSmem {
   static constexpr int kPanels = HD / 64;                     // 64-column panels of a row
   static constexpr std::uint32_t kQPanel = kBM * kRowBytes;   // 8 KB
@@ -85,7 +87,7 @@ struct HopperSmem {
   static constexpr std::uint32_t kQ = 0;
   static constexpr std::uint32_t kKv = kQ + NC * kQHead;
   static constexpr std::uint32_t kBar = kKv + kStages * kStage;
-  static constexpr std::uint32_t kBytes = kBar + 2 * kStages * 8;
+  static constexpr std::uint32_t kBytes = kBar + kBarSets * kStages * 8;
   static constexpr std::uint32_t kAlloc = kBytes + 1024;  // slack to align the base
   // Bytes one page brings into a stage: K and V, 16 rows of HD bf16 each.
   static constexpr std::uint32_t kPageTx = 2 * kBlockSize * HD * 2;
@@ -117,25 +119,26 @@ struct HopperSmem {
 // each of its n + 1 rounds. Both warpgroups run the same n (one query tile), and the full-barrier
 // wait and the last tile's V zeroing (barrier 3, both warpgroups) come before the turn in each
 // round: reaching them needs only the other's previous rounds, so no cycle.
-template <int HD, int NC, bool kPingPong>
-__device__ __forceinline__ void consumer_pipelined(std::uint32_t base, unsigned char* base_ptr,
-                                                   std::uint32_t full0, std::uint32_t empty0,
-                                                   std::uint32_t sQ, int num_kv_tiles, int kv_end,
-                                                   int diag, int wg, int tw, int wq, int g4, int c4,
-                                                   float scale_log2, float (&o)[HD / 2],
-                                                   float (&sacc)[kBN / 2], float (&m)[2],
-                                                   float (&l)[2]) {
-  using L = HopperSmem<HD, NC>;
+template <int HD, int NC, bool kPingPong, bool kSplit>
+__device__ __forceinline__ void consumer_pipelined(
+    std::uint32_t base, unsigned char* base_ptr, std::uint32_t full0, std::uint32_t empty0,
+    std::uint32_t fullv0, std::uint32_t emptyv0, std::uint32_t sQ, int num_kv_tiles, int kv_end,
+    int diag, int wg, int tw, int wq, int g4, int c4, float scale_log2, float (&o)[HD / 2],
+    float (&sacc)[kBN / 2], float (&m)[2], float (&l)[2]) {
+  using L = HopperSmem<HD, NC, kSplit ? 4 : 2>;
   constexpr int kConsumers = NC * 128;
   constexpr int kTurn0 = 4;  // barriers 4 (warpgroup 0's turn) and 5 (warpgroup 1's)
   const int n = num_kv_tiles;
   std::uint32_t pa[kBN / 16][4];
   float alpha[2];
 
-  // Tile t's K/V have landed; the last tile's V rows past kv_end zeroed (as v1).
-  auto wait_tile = [&](int t) {
+  // Joint ring (!kSplit): wait_k(t) waits for tile t's K and V and zeroes the last tile's V
+  // rows past kv_end (as v1); wait_v is empty. Split ring: wait_k(t) waits for K only (full[s]),
+  // wait_v(t) for V (full_v[s], the same parity rule) and then zeroes; each is called before the
+  // first wgmma that reads the part (S_t in round t, P_t V_t in round t + 1), and before the
+  // round's turn, so the ping-pong argument below is unchanged.
+  auto zero_v_tail = [&](int t) {
     const int s = t % kStages;
-    mbar_wait(full0 + 8 * s, static_cast<std::uint32_t>((t / kStages) & 1));
     const int key0 = t * kBN;
     if (key0 + kBN > kv_end) {
       const std::uint32_t sV = base + L::kKv + s * L::kStage + L::kPart;
@@ -150,6 +153,22 @@ __device__ __forceinline__ void consumer_pipelined(std::uint32_t base, unsigned 
       named_bar_sync(3, kConsumers);
     }
   };
+  auto wait_k = [&](int t) {
+    mbar_wait(full0 + 8 * (t % kStages), static_cast<std::uint32_t>((t / kStages) & 1));
+    if constexpr (!kSplit) zero_v_tail(t);
+  };
+  auto wait_v = [&](int t) {
+    if constexpr (kSplit) {
+      mbar_wait(fullv0 + 8 * (t % kStages), static_cast<std::uint32_t>((t / kStages) & 1));
+      zero_v_tail(t);
+    }
+  };
+  // Releases: joint ring, the stage once P V has read it; split ring, K once S has read it
+  // (release_k) and V once P V has (release_v), each to its own empty barrier.
+  auto release_k = [&](int t) {
+    if constexpr (kSplit) mbar_arrive(empty0 + 8 * (t % kStages));
+  };
+  auto release_v = [&](int t) { mbar_arrive((kSplit ? emptyv0 : empty0) + 8 * (t % kStages)); };
   auto turn_begin = [&] {
     if constexpr (kPingPong) named_bar_sync(kTurn0 + wg, 256);
   };
@@ -239,7 +258,7 @@ __device__ __forceinline__ void consumer_pipelined(std::uint32_t base, unsigned 
   }
 
   // Round 0: S_0 alone.
-  wait_tile(0);
+  wait_k(0);
   turn_begin();
   fence_operands(sacc);
   wgmma_fence();
@@ -247,12 +266,14 @@ __device__ __forceinline__ void consumer_pipelined(std::uint32_t base, unsigned 
   turn_end(true);
   wgmma_wait<0>();
   fence_operands(sacc);
+  release_k(0);
   softmax(0);
   rescale_and_pack();  // o is still zero; alpha is finite (0 on the first tile)
 
   // Rounds 1 .. n-1: S_t and P_{t-1} V_{t-1} in flight together.
   for (int t = 1; t < n; ++t) {
-    wait_tile(t);
+    wait_k(t);
+    wait_v(t - 1);
     turn_begin();
     fence_operands(sacc);
     fence_operands(o);
@@ -262,17 +283,19 @@ __device__ __forceinline__ void consumer_pipelined(std::uint32_t base, unsigned 
     turn_end(true);
     wgmma_wait<1>();  // S_t complete; P_{t-1} V_{t-1} may still run (o, pa untouched)
     fence_operands(sacc);
+    release_k(t);
     softmax(t);
     wgmma_wait<0>();  // P_{t-1} V_{t-1} complete: stage t-1 no longer read
     fence_operands(o);
     // Also pins the packing of P_t (computed from sacc) after the wait, so that no new value of
     // pa can be placed while the old one is still an operand of the pending group.
     fence_operands(sacc);
-    mbar_arrive(empty0 + 8 * ((t - 1) % kStages));
+    release_v(t - 1);
     rescale_and_pack();
   }
 
   // Round n: the last P V.
+  wait_v(n - 1);
   turn_begin();
   fence_operands(o);
   wgmma_fence();
@@ -280,7 +303,7 @@ __device__ __forceinline__ void consumer_pipelined(std::uint32_t base, unsigned 
   turn_end(wg == 0);  // warpgroup 1's last turn has no successor (counts above)
   wgmma_wait<0>();
   fence_operands(o);
-  mbar_arrive(empty0 + 8 * ((n - 1) % kStages));
+  release_v(n - 1);
 }
 
 // Threads per block: NC consumer warpgroups + the producer: one warp (v1) or a whole warpgroup
@@ -290,7 +313,11 @@ __device__ __forceinline__ void consumer_pipelined(std::uint32_t base, unsigned 
 template <int V>
 constexpr bool kGridOrder = V != 1;
 template <int V>
-constexpr bool kPipelined = V == 2 || V == 3;
+constexpr bool kPipelined = V == 2 || V == 3 || V == 5 || V == 6;
+template <int V>
+constexpr bool kPingPongV = V == 3 || V == 6;
+template <int V>
+constexpr bool kSplitKV = V == 5 || V == 6;
 template <int NC, int V>
 constexpr int kThreads = NC * 128 + (kPipelined<V> ? 128 : 32);
 // v2/v3 with 2 consumer warpgroups: 384 threads enter with 168 registers each (65536 / 384,
@@ -307,7 +334,7 @@ __global__ void __launch_bounds__(kThreads<NC, V>, 1)
     prefill_attention_hopper_kernel(const __grid_constant__ CUtensorMap kv_map,
                                     const __grid_constant__ PrefillAttentionParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = HopperSmem<HD, NC>;
+  using L = HopperSmem<HD, NC, kSplitKV<V> ? 4 : 2>;
   constexpr int kConsumers = NC * 128;
   extern __shared__ unsigned char smem_raw[];
   const std::uint32_t raw = smem_u32(smem_raw);
@@ -315,6 +342,8 @@ __global__ void __launch_bounds__(kThreads<NC, V>, 1)
   unsigned char* const base_ptr = smem_raw + (base - raw);
   const std::uint32_t full0 = base + L::kBar;  // full[s] at full0 + 8 s
   const std::uint32_t empty0 = full0 + 8 * kStages;
+  const std::uint32_t fullv0 = empty0 + 8 * kStages;  // split ring only: full_v, empty_v
+  const std::uint32_t emptyv0 = fullv0 + 8 * kStages;
 
   // Heaviest tiles first: within a sequence later tiles see more keys, and the interface lists
   // a sequence's tiles in q0 order. v1: per head group (grid.y); v2+: across all head groups
@@ -334,6 +363,10 @@ __global__ void __launch_bounds__(kThreads<NC, V>, 1)
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full0 + 8 * s, 1);
       mbar_init(empty0 + 8 * s, kConsumers);
+      if constexpr (kSplitKV<V>) {
+        mbar_init(fullv0 + 8 * s, 1);
+        mbar_init(emptyv0 + 8 * s, kConsumers);
+      }
     }
     fence_mbarrier_init();
   }
@@ -347,6 +380,34 @@ __global__ void __launch_bounds__(kThreads<NC, V>, 1)
       // executed by all warps of the warpgroup (the whole producer warpgroup runs this branch,
       // the consumer warpgroups the other); counts are multiples of 8 in 24..256.
       if constexpr (NC == 2) setmaxnreg_dec<kProducerRegs>();
+      if constexpr (kSplitKV<V>) {
+        // Split ring: warp 0 of the producer warpgroup loads K (full/empty), warp 1 loads V
+        // (full_v/empty_v), each its own loop with v1's parity rules on its own barriers, each
+        // announcing only its part's bytes; warps 2, 3 have no work.
+        const int part = warp - NC * 4;
+        if (part > 1) return;
+        const std::uint32_t fb = part == 0 ? full0 : fullv0, eb = part == 0 ? empty0 : emptyv0;
+        const int* table = p.block_table + static_cast<long long>(seq) * p.table_stride;
+        for (int t = 0; t < num_kv_tiles; ++t) {
+          const int s = t % kStages;
+          if (t >= kStages)
+            mbar_wait(eb + 8 * s, static_cast<std::uint32_t>((t / kStages - 1) & 1));
+          const int key0 = t * kBN;
+          const int pages = min(kPagesPerTile, (kv_end - key0 + kBlockSize - 1) / kBlockSize);
+          if (lane == 0) mbar_arrive_expect_tx(fb + 8 * s, pages * (L::kPageTx / 2));
+          __syncwarp();
+          if (lane < pages) {
+            const long long page = table[key0 / kBlockSize + lane];
+            const std::uint32_t dst =
+                base + L::kKv + s * L::kStage + part * L::kPart + lane * kBlockSize * kRowBytes;
+            const int row = static_cast<int>(((page * 2 + part) * p.kv_heads + g) * kBlockSize);
+#pragma unroll
+            for (int pn = 0; pn < L::kPanels; ++pn)
+              tma_load_2d(dst + pn * L::kKvPanel, &kv_map, pn * 64, row, fb + 8 * s);
+          }
+        }
+        return;
+      }
       if (warp != NC * 4) return;  // warps 1..3 of the producer warpgroup have no work
     }
     const int* table = p.block_table + static_cast<long long>(seq) * p.table_stride;
@@ -526,9 +587,9 @@ __global__ void __launch_bounds__(kThreads<NC, V>, 1)
       mbar_arrive(empty0 + 8 * s);
     }
   } else {
-    consumer_pipelined<HD, NC, V == 3 && NC == 2>(base, base_ptr, full0, empty0, sQ, num_kv_tiles,
-                                                  kv_end, diag, wg, tw, wq, g4, c4, scale_log2, o,
-                                                  sacc, m, l);
+    consumer_pipelined<HD, NC, kPingPongV<V> && NC == 2, kSplitKV<V>>(
+        base, base_ptr, full0, empty0, fullv0, emptyv0, sQ, num_kv_tiles, kv_end, diag, wg, tw, wq,
+        g4, c4, scale_log2, o, sacc, m, l);
   }
 
   // Normalise, write O (bf16) and LSE = scale * max + log(sum), natural log.
@@ -660,7 +721,7 @@ bool device_is_sm90() {
 
 template <int HD, int NC, int V>
 void launch_hopper(const CUtensorMap& map, const PrefillAttentionParams& p, cudaStream_t s) {
-  constexpr std::uint32_t bytes = HopperSmem<HD, NC>::kAlloc;
+  constexpr std::uint32_t bytes = HopperSmem < HD, NC, kSplitKV<V> ? 4 : 2 > ::kAlloc;
   CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_hopper_kernel<HD, NC, V>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(bytes)));
@@ -692,8 +753,8 @@ void launch_hopper_variant(const CUtensorMap& map, const PrefillAttentionParams&
 
 bool launch_prefill_attention_hopper(const PrefillAttentionParams& p, cudaStream_t s,
                                      std::string* why, int variant) {
-  if (variant < 1 || variant > 4) {
-    *why = "Hopper kernel variant " + std::to_string(variant) + " (takes 1 to 4)";
+  if (variant < 1 || variant > 6) {
+    *why = "Hopper kernel variant " + std::to_string(variant) + " (takes 1 to 6)";
     return false;
   }
   if (p.head_dim != 64 && p.head_dim != 128) {
@@ -725,8 +786,12 @@ bool launch_prefill_attention_hopper(const PrefillAttentionParams& p, cudaStream
     launch_hopper_variant<2>(map, p, s);
   else if (variant == 3)
     launch_hopper_variant<3>(map, p, s);
-  else
+  else if (variant == 4)
     launch_hopper_variant<4>(map, p, s);
+  else if (variant == 5)
+    launch_hopper_variant<5>(map, p, s);
+  else
+    launch_hopper_variant<6>(map, p, s);
   return true;
 }
 

@@ -3,7 +3,7 @@
 // (outputs poisoned first). Sweeps: head_dim 64/128, GQA 1/2/3/4/8, batch, lengths incl. 1,
 // 17, 4096, chunked prefill over paged prior context, decode splits. Every prefill case runs
 // every prefill kernel (PrefillKernel::kFa2, kFa2Single, kWmma, and the Hopper kernel's
-// variants kHopper = v1, kHopperV2, kHopperV3, kHopperLpt) on the same inputs, each checked
+// variants kHopper = v1, kHopperV2 .. V5, kHopperLpt) on the same inputs, each checked
 // against the reference; the variants do v1's arithmetic in v1's order, so their count of
 // outputs that differ from v1's bit for bit is printed too (a figure, expected 0; the gate is
 // the reference). In the
@@ -153,7 +153,7 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
   for (const PrefillKernel kern :
        {PrefillKernel::kFa2, PrefillKernel::kFa2Single, PrefillKernel::kWmma,
         PrefillKernel::kHopper, PrefillKernel::kHopperV2, PrefillKernel::kHopperV3,
-        PrefillKernel::kHopperLpt}) {
+        PrefillKernel::kHopperLpt, PrefillKernel::kHopperV4, PrefillKernel::kHopperV5}) {
     const std::string ktag = std::string(prefill_kernel_name(kern)) + "_" + tag;
     poison(out);
     poison(lse);
@@ -175,7 +175,8 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
     figure("prefill_lse_abs_" + ktag, el.max_abs);
     if (kern == PrefillKernel::kHopper) hopper_v1_o = got_o;
     if ((kern == PrefillKernel::kHopperV2 || kern == PrefillKernel::kHopperV3 ||
-         kern == PrefillKernel::kHopperLpt) &&
+         kern == PrefillKernel::kHopperLpt || kern == PrefillKernel::kHopperV4 ||
+         kern == PrefillKernel::kHopperV5) &&
         hopper_v1_o.size() == got_o.size()) {
       std::size_t differ = 0;
       for (std::size_t i = 0; i < got_o.size(); ++i)

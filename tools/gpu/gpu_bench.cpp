@@ -200,7 +200,7 @@ void bench_prefill_attention(int B, int len, int prior = 0) {
   for (const PrefillKernel kern :
        {PrefillKernel::kFa2, PrefillKernel::kFa2Single, PrefillKernel::kWmma,
         PrefillKernel::kHopper, PrefillKernel::kHopperV2, PrefillKernel::kHopperV3,
-        PrefillKernel::kHopperLpt}) {
+        PrefillKernel::kHopperLpt, PrefillKernel::kHopperV4, PrefillKernel::kHopperV5}) {
     const double ms = median_ms([&] { launch_prefill_attention(p, nullptr, kern); }, 2, 10);
     const double tf = flops / (ms * 1e-3);
     std::printf(

@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(kThreads<NC, V>, 1)
         for (int t = 0; t < num_kv_tiles; ++t) {
           const int s = t % kStages;
           if (t >= kStages)
-            mbar_wait(eb + 8 * s, static_cast<std::uint32_t>((t / kStages - 1) & 1));
+            mbar_wait_or_trap(eb + 8 * s, static_cast<std::uint32_t>((t / kStages - 1) & 1));
           const int key0 = t * kBN;
           const int pages = min(kPagesPerTile, (kv_end - key0 + kBlockSize - 1) / kBlockSize);
           if (lane == 0) mbar_arrive_expect_tx(fb + 8 * s, pages * (L::kPageTx / 2));
@@ -415,8 +415,14 @@ __global__ void __launch_bounds__(kThreads<NC, V>, 1)
       const int s = t % kStages;
       // Stage s last held tile t - kStages: wait for that use's release, the
       // (t / kStages - 1)-th completion of empty[s] (parity rule in hopper_sm90.cuh).
-      if (t >= kStages)
-        mbar_wait(empty0 + 8 * s, static_cast<std::uint32_t>((t / kStages - 1) & 1));
+      if (t >= kStages) {
+        // v1 keeps its validated plain wait; the variants not yet run trap on a hang
+        // (mbar_wait_or_trap, hopper_sm90.cuh).
+        if constexpr (kPipelined<V>)
+          mbar_wait_or_trap(empty0 + 8 * s, static_cast<std::uint32_t>((t / kStages - 1) & 1));
+        else
+          mbar_wait(empty0 + 8 * s, static_cast<std::uint32_t>((t / kStages - 1) & 1));
+      }
       const int key0 = t * kBN;
       const int pages = min(kPagesPerTile, (kv_end - key0 + kBlockSize - 1) / kBlockSize);
       // expect_tx before any copy can complete_tx on the barrier; the arrival is the phase's

@@ -66,6 +66,41 @@ __device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parit
   } while (!done);
 }
 
+// One poll: true once the phase with parity `parity` has completed (the same acquire semantics).
+__device__ __forceinline__ bool mbar_try_wait(std::uint32_t bar, std::uint32_t parity) {
+  std::uint32_t done = 0;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ std::uint64_t globaltimer_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+// mbar_wait for kernels not yet run on a GPU: the same wait, but a phase that has not completed
+// after kHangNs of polling (far beyond any real wait: a whole test kernel takes milliseconds)
+// ends the grid with __trap() - the launch then fails with an error instead of hanging the
+// process - so a protocol bug shows as "unspecified launch failure" at the next sync. The
+// timer is read only after a failed first poll. attention_prefill_hopper.cu uses it in the
+// producers of its new variants only (in the consumers the timer's registers made ptxas spill):
+// a consumer stuck on a barrier stops releasing stages, so the producer's next wait traps as
+// long as the producer still has a tile to load (more than 3 K/V tiles).
+inline constexpr std::uint64_t kHangNs = 20'000'000'000ull;  // 20 s
+__device__ __forceinline__ void mbar_wait_or_trap(std::uint32_t bar, std::uint32_t parity) {
+  if (mbar_try_wait(bar, parity)) return;
+  const std::uint64_t t0 = globaltimer_ns();
+  while (!mbar_try_wait(bar, parity))
+    if (globaltimer_ns() - t0 > kHangNs) __trap();
+}
+
 // ---- TMA --------------------------------------------------------------------------------
 // 2-D tiled bulk tensor copy global -> shared, completing on `bar` with complete_tx of the box's
 // bytes. c0 = innermost coordinate (element column), c1 = row. The tensor map lives in kernel

@@ -6,16 +6,18 @@
 // variants kHopper = v1, kHopperV2 .. V5, kHopperLpt) on the same inputs, each checked
 // against the reference; the variants do v1's arithmetic in v1's order, so their count of
 // outputs that differ from v1's bit for bit is printed too (a figure, expected 0; the gate is
-// the reference). In the
-// prefill cases every slot past a sequence's end (the tail of its last page, the spare pages) is
-// NaN, so a kernel that lets 0 * NaN into P V fails. The page size is the fixed kBlockSize (16) of
-// runtime/kv_layout.h.
+// the reference). STRATA_ATTN_KERNELS=hopper,hopper_v2,... restricts the prefill kernels run. In
+// the prefill cases every slot past a sequence's end (the tail of its last page, the spare pages)
+// is NaN, so a kernel that lets 0 * NaN into P V fails. The page size is the fixed kBlockSize (16)
+// of runtime/kv_layout.h.
 #include "cuda/attention.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "runtime/kv_layout.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -24,6 +26,15 @@ namespace strata::gputest {
 namespace {
 
 using namespace strata::cuda;
+
+// STRATA_ATTN_KERNELS=name,name,... (prefill_kernel_name's names) restricts which prefill
+// kernels run here (unset or empty: all) - e.g. to rerun without a variant that failed or hung.
+bool prefill_kernel_selected(PrefillKernel k) {
+  const char* v = std::getenv("STRATA_ATTN_KERNELS");
+  if (!v || !*v) return true;
+  const std::string list = std::string(",") + v + ",";
+  return list.find(std::string(",") + prefill_kernel_name(k) + ",") != std::string::npos;
+}
 
 // A paged KV cache for `lens` sequences with random contents; K/V also kept as doubles.
 struct PagedKv {
@@ -154,6 +165,7 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
        {PrefillKernel::kFa2, PrefillKernel::kFa2Single, PrefillKernel::kWmma,
         PrefillKernel::kHopper, PrefillKernel::kHopperV2, PrefillKernel::kHopperV3,
         PrefillKernel::kHopperLpt, PrefillKernel::kHopperV4, PrefillKernel::kHopperV5}) {
+    if (!prefill_kernel_selected(kern)) continue;
     const std::string ktag = std::string(prefill_kernel_name(kern)) + "_" + tag;
     poison(out);
     poison(lse);

@@ -153,6 +153,15 @@ void bench_decode_attention(int B, int len, bool with_logits = false) {
 // Causal prefill attention, Llama-3-8B heads (32/8, hd128): B sequences of `len` query tokens
 // after `prior` tokens of paged context (chunked prefill when prior > 0), every kernel.
 // FLOPs: 4 * heads * hd * len * (prior + len / 2) per sequence (causal inside the chunk).
+// STRATA_ATTN_KERNELS=name,name,... (prefill_kernel_name's names) restricts which prefill
+// kernels run here (unset or empty: all) - e.g. to rerun without a variant that failed or hung.
+bool prefill_kernel_selected(PrefillKernel k) {
+  const char* v = std::getenv("STRATA_ATTN_KERNELS");
+  if (!v || !*v) return true;
+  const std::string list = std::string(",") + v + ",";
+  return list.find(std::string(",") + prefill_kernel_name(k) + ",") != std::string::npos;
+}
+
 void bench_prefill_attention(int B, int len, int prior = 0) {
   const int heads = 32, kvh = 8, hd = 128;
   const KvLayout lay{kvh, hd, 2};
@@ -201,6 +210,7 @@ void bench_prefill_attention(int B, int len, int prior = 0) {
        {PrefillKernel::kFa2, PrefillKernel::kFa2Single, PrefillKernel::kWmma,
         PrefillKernel::kHopper, PrefillKernel::kHopperV2, PrefillKernel::kHopperV3,
         PrefillKernel::kHopperLpt, PrefillKernel::kHopperV4, PrefillKernel::kHopperV5}) {
+    if (!prefill_kernel_selected(kern)) continue;
     const double ms = median_ms([&] { launch_prefill_attention(p, nullptr, kern); }, 2, 10);
     const double tf = flops / (ms * 1e-3);
     std::printf(

@@ -59,26 +59,9 @@ start=$(date +%s)
 status=$out/status.txt
 : >"$status"
 rc_all=0
-server_pid=
-stop_server() {
-  [ -n "$server_pid" ] || return 0
-  kill "$server_pid" 2>/dev/null
-  for _ in $(seq 1 40); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
-  kill -9 "$server_pid" 2>/dev/null
-  wait "$server_pid" 2>/dev/null
-  server_pid=
-}
+# stop_server, healthy (and server_pid)
+. "$(dirname "${BASH_SOURCE[0]}")/server_lib.sh"
 trap stop_server EXIT
-
-# GET /health over bash's /dev/tcp (no curl needed): 0 when it answers 200.
-healthy() {
-  local reply
-  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
-  printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
-  IFS= read -r -t 5 reply <&3
-  exec 3<&- 3>&-
-  [[ $reply == *" 200 "* ]]
-}
 
 # "idle busy table_bytes table_steps" from GET /metrics (strata_gpu_{idle,busy}_seconds_total,
 # strata_table_upload_{bytes,steps}_total; 0 when the backend does not measure them): two

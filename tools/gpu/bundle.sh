@@ -16,7 +16,7 @@ done
 mkdir -p .gpu-bundle
 find .gpu-bundle -mindepth 1 -maxdepth 1 ! -name evalmodel -exec rm -rf {} +
 mkdir -p .gpu-bundle/bin
-cp tools/gpu/run.sh tools/gpu/bench_serve.sh .gpu-bundle/
+cp tools/gpu/run.sh tools/gpu/bench_serve.sh tools/gpu/server_lib.sh .gpu-bundle/
 git rev-parse HEAD >.gpu-bundle/COMMIT
 git status --porcelain -- cuda tests/gpu tools/gpu | sed 's/^/dirty: /' >>.gpu-bundle/COMMIT || true
 cp "$build"/cuda/gpu_bench .gpu-bundle/bin/

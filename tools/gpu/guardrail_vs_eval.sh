@@ -39,26 +39,9 @@ sets_b=${STRATA_GUARDRAIL_SETS_B:-sparsity.capacity=256}
 ready_s=${STRATA_GUARDRAIL_READY_S:-180}
 [ -x "$strata" ] || { echo "guardrail_vs_eval: no strata binary at $strata (STRATA_BIN)" >&2; exit 2; }
 
-server_pid=
-stop_server() {
-  [ -n "$server_pid" ] || return 0
-  kill "$server_pid" 2>/dev/null
-  for _ in $(seq 1 40); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
-  kill -9 "$server_pid" 2>/dev/null
-  wait "$server_pid" 2>/dev/null
-  server_pid=
-}
+# stop_server, healthy (and server_pid)
+. "$(dirname "${BASH_SOURCE[0]}")/server_lib.sh"
 trap stop_server EXIT
-
-# GET /health over bash's /dev/tcp: 0 when it answers 200.
-healthy() {
-  local reply
-  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
-  printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
-  IFS= read -r -t 5 reply <&3
-  exec 3<&- 3>&-
-  [[ $reply == *" 200 "* ]]
-}
 
 "$strata" eval --write-prompts "$out/prompts.json" --model "$model" --context "$context" \
   --docs "$docs" --seed "$seed" || exit 1

@@ -432,6 +432,28 @@ int write_prompts(const Args& a) {
   return 0;
 }
 
+// The backend `strata eval` runs on: kind "cpu" builds the CPU backend with options `o`, "cuda"
+// the CUDA backend of `cfg` (backend.kind set here) with room for one step of `step_tokens`.
+std::unique_ptr<Backend> eval_backend(const std::string& kind,
+                                      const std::shared_ptr<const ModelWeights>& weights,
+                                      const CpuBackendOptions& o, Config cfg, int step_tokens) {
+  if (kind == "cpu") return make_cpu_backend(weights, o);
+  if (kind == "cuda") {
+#ifdef STRATA_WITH_CUDA
+    cfg.backend.kind = "cuda";
+    cfg.scheduler.max_num_batched_tokens =
+        std::max(cfg.scheduler.max_num_batched_tokens, step_tokens);
+    auto all = cuda::make_cuda_backends(cfg);
+    return std::move(all.at(0));
+#else
+    (void)cfg;
+    (void)step_tokens;
+    throw ConfigError("--backend", "this strata was built without CUDA");
+#endif
+  }
+  throw ConfigError("--backend", "got '" + kind + "' (allowed: cpu, cuda)");
+}
+
 // --guardrail-agreement: the guardrail's quantity offline, for the profile of --config/--set.
 int guardrail_offline(const Args& a) {
   Config cfg = guardrail_config(a);
@@ -442,25 +464,12 @@ int guardrail_offline(const Args& a) {
   const int tokens = static_cast<int>(longest) + n;
   auto weights = std::shared_ptr<const ModelWeights>(ModelWeights::load(cfg.model.path));
   const ModelConfig& model = weights->config();
-  std::unique_ptr<Backend> backend;
-  if (cfg.backend.kind == "cpu") {
-    CpuBackendOptions o = cpu_backend_options(cfg);
-    const std::uint64_t slot_bytes = 2ull * model.num_key_value_heads * model.head_dim * 4;
-    o.kv_bytes = std::max<std::uint64_t>(
-        o.kv_bytes, 3ull * tokens * model.num_hidden_layers * slot_bytes + (64ull << 20));
-    backend = make_cpu_backend(weights, o);
-  } else if (cfg.backend.kind == "cuda") {
-#ifdef STRATA_WITH_CUDA
-    // The full-cache replay runs as one prefill step of prompt + N - 1 tokens.
-    cfg.scheduler.max_num_batched_tokens = std::max(cfg.scheduler.max_num_batched_tokens, tokens);
-    auto all = cuda::make_cuda_backends(cfg);
-    backend = std::move(all.at(0));
-#else
-    throw ConfigError("--backend", "this strata was built without CUDA");
-#endif
-  } else {
-    throw ConfigError("--backend", "got '" + cfg.backend.kind + "' (allowed: cpu, cuda)");
-  }
+  CpuBackendOptions o = cpu_backend_options(cfg);
+  const std::uint64_t slot_bytes = 2ull * model.num_key_value_heads * model.head_dim * 4;
+  o.kv_bytes = std::max<std::uint64_t>(
+      o.kv_bytes, 3ull * tokens * model.num_hidden_layers * slot_bytes + (64ull << 20));
+  // The full-cache replay runs as one prefill step of prompt + N - 1 tokens.
+  const auto backend = eval_backend(cfg.backend.kind, weights, o, cfg, tokens);
   const QualityCell c = offline_guardrail_agreement(*backend, prompts, cfg.sparsity, n);
   const Interval ci = c.agreement_interval();
   std::printf(
@@ -701,37 +710,23 @@ int run(int argc, char** argv) {
   // shared-prefill batch (bounded by --max-batch; the pool only reserves address space).
   const int longest =
       static_cast<int>(*std::max_element(contexts.begin(), contexts.end())) + scored + 64;
-  std::unique_ptr<Backend> backend;
   const auto kind = a.get_or("backend", "cpu");
   const auto quant = a.get_or("quantization", "none");
   if (quant != "none" && quant != "fp8")
     throw ConfigError("--quantization", "got '" + quant + "' (allowed: none, fp8)");
   const Quantization q = quant == "fp8" ? Quantization::kFp8 : Quantization::kNone;
-  if (kind == "cpu") {
-    CpuBackendOptions o;
-    o.threads = static_cast<int>(a.get_int("threads", 0));
-    o.quantization = q;
-    const std::uint64_t slot_bytes = 2ull * model.num_key_value_heads * model.head_dim * 4;
-    o.kv_bytes = static_cast<std::uint64_t>(2.5 * longest * model.num_hidden_layers) * slot_bytes +
-                 (256ull << 20);
-    backend = make_cpu_backend(weights, o);
-  } else if (kind == "cuda") {
-#ifdef STRATA_WITH_CUDA
-    Config cfg;
-    cfg.model.path = dir;
-    cfg.backend.kind = "cuda";
-    cfg.backend.cuda_graphs = false;
-    cfg.model.quantization = q;  // fp8: W8A8, quantized at load (docs/cuda-backend.md "FP8")
-    // The shared prefill runs the longest context's prefix as one step.
-    cfg.scheduler.max_num_batched_tokens = std::max(cfg.scheduler.max_num_batched_tokens, longest);
-    auto all = cuda::make_cuda_backends(cfg);
-    backend = std::move(all.at(0));
-#else
-    throw ConfigError("--backend", "this strata was built without CUDA");
-#endif
-  } else {
-    throw ConfigError("--backend", "got '" + kind + "' (allowed: cpu, cuda)");
-  }
+  CpuBackendOptions o;
+  o.threads = static_cast<int>(a.get_int("threads", 0));
+  o.quantization = q;
+  const std::uint64_t slot_bytes = 2ull * model.num_key_value_heads * model.head_dim * 4;
+  o.kv_bytes = static_cast<std::uint64_t>(2.5 * longest * model.num_hidden_layers) * slot_bytes +
+               (256ull << 20);
+  Config cfg;
+  cfg.model.path = dir;
+  cfg.backend.cuda_graphs = false;
+  cfg.model.quantization = q;  // fp8: W8A8, quantized at load (docs/cuda-backend.md "FP8")
+  // The shared prefill runs the longest context's prefix as one step.
+  const auto backend = eval_backend(kind, weights, o, cfg, longest);
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();

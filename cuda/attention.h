@@ -52,8 +52,8 @@ struct PrefillAttentionParams {
 // kHopperV4 / kHopperV5 are v2 / v3 with K and V guarded by separate barriers and loaded by
 // separate producer warps (attention_prefill_hopper.cu). The two-argument launch uses the
 // environment variable STRATA_PREFILL_ATTN=hopper|hopper_v2|hopper_v3|hopper_v4|hopper_v5|
-// hopper_lpt|fa2|fa2_single|wmma (default hopper, i.e. v1, since it passed on the H200 on
-// 2026-12-01; read once; anything else throws ConfigError).
+// hopper_lpt|fa2|fa2_single|wmma (default fa2 until a server on the Hopper kernel has been
+// load-tested on the H200: its tests pass; read once; anything else throws ConfigError).
 enum class PrefillKernel {
   kFa2,
   kWmma,

@@ -436,14 +436,14 @@ TEST(PrefillFrag, ReplayPairedHeadsHd128) {
   replay_case<128, 2, 2>(2, 1, {129, 5}, {0, 77});
 }
 
-// The run-time kernel choice (no GPU needed): hopper unless STRATA_PREFILL_ATTN says otherwise.
-TEST(PrefillKernelChoice, EnvironmentDefaultIsHopper) {
+// The run-time kernel choice (no GPU needed): fa2 unless STRATA_PREFILL_ATTN says otherwise.
+TEST(PrefillKernelChoice, EnvironmentDefaultIsFa2) {
   const char* v = std::getenv("STRATA_PREFILL_ATTN");
   const std::string s = v ? v : "";
   const PrefillKernel want = s == "wmma"         ? PrefillKernel::kWmma
                              : s == "fa2_single" ? PrefillKernel::kFa2Single
-                             : s == "fa2"        ? PrefillKernel::kFa2
-                                                 : PrefillKernel::kHopper;
+                             : s == "hopper"     ? PrefillKernel::kHopper
+                                                 : PrefillKernel::kFa2;
   EXPECT_EQ(prefill_kernel_from_env(), want);
   EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kFa2), "fa2");
   EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kWmma), "wmma");

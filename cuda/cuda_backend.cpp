@@ -25,6 +25,14 @@ const ModelConfig& CudaBackend::model() const {
 StepResult CudaBackend::step(const StepPlan& plan) {
   return impl_->step(plan);
 }
+void CudaBackend::submit(const StepPlan& plan) {
+  if (!impl_->native_async) return Backend::submit(plan);
+  impl_->submit(plan);
+}
+StepResult CudaBackend::collect() {
+  if (!impl_->native_async) return Backend::collect();
+  return impl_->collect();
+}
 
 std::vector<std::unique_ptr<Backend>> make_cuda_backends(const Config& config) {
   if (config.backend.tp_size != 1) return tp::make_cuda_tp_backends(config);

@@ -48,6 +48,12 @@ class CudaBackend : public Backend {
   const BackendInfo& info() const override;
   const ModelConfig& model() const override;
   StepResult step(const StepPlan& plan) override;
+  // scheduler.async_steps on one GPU: native pipelined steps (docs/cuda-backend.md "Pipelined
+  // steps"; not yet run on a GPU): submit() plans into one of two upload images and launches
+  // without synchronizing, pending inputs are read on the device. Otherwise Backend's
+  // defaults. Do not mix step() with steps in flight.
+  void submit(const StepPlan& plan) override;
+  StepResult collect() override;
 
  private:
   friend class CudaBackendProbe;  // test/benchmark hooks: cuda/testing/backend_probe.h

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda/async_feed.h"
 #include "cuda/cuda_check.h"
 #include "runtime/error.h"
 
@@ -144,7 +145,8 @@ DeviceSampler::~DeviceSampler() {
   if (d_counts_) cudaFree(d_counts_);
 }
 
-void DeviceSampler::run(float* logits, int vocab, const SampleBatch& batch, cudaStream_t s) {
+void DeviceSampler::run(float* logits, int vocab, const SampleBatch& batch, cudaStream_t s,
+                        const SampleHistoryFeed& feed) {
   const std::size_t n = batch.rows.size();
   if (n == 0) return;
   const std::size_t rows_off = 0;
@@ -185,6 +187,9 @@ void DeviceSampler::run(float* logits, int vocab, const SampleBatch& batch, cuda
   put(bias_off, batch.biases.data(), batch.biases.size() * sizeof(float));
   put(hist_off, batch.history.data(), batch.history.size() * sizeof(std::int32_t));
   CUDA_CHECK(cudaMemcpyAsync(d, h, upload, cudaMemcpyHostToDevice, s));
+  if (feed.n > 0)
+    CUDA_CHECK(launch_feed_gather(reinterpret_cast<std::int32_t*>(d + hist_off), feed.pairs, feed.n,
+                                  feed.fed, s));
   SampleKernelParams kp;
   kp.logits = logits;
   kp.vocab = vocab;
@@ -196,6 +201,7 @@ void DeviceSampler::run(float* logits, int vocab, const SampleBatch& batch, cuda
   kp.counts = d_counts_;
   kp.out = reinterpret_cast<SampleResultDev*>(d + out_off);
   launch_sample(kp, s);
+  d_out_ = kp.out;
   h_out_ = reinterpret_cast<SampleResultDev*>(h + out_off);
   CUDA_CHECK(
       cudaMemcpyAsync(h_out_, kp.out, n * sizeof(SampleResultDev), cudaMemcpyDeviceToHost, s));

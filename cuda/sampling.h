@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/async_steps.h"
 #include "cuda/sampling_prep.h"
 
 namespace strata::cuda {
@@ -40,6 +41,14 @@ struct SampleKernelParams {
 };
 void launch_sample(const SampleKernelParams& p, cudaStream_t s);
 
+// Pipelined steps (cuda/async_steps.h): history entries DeviceSampler::run overwrites on the
+// device with the pending tokens (fed[src]) after its upload, before the kernel; n == 0: none.
+struct SampleHistoryFeed {
+  const FeedPair* pairs = nullptr;  // device: dst = index into the batch's history
+  int n = 0;
+  const std::int32_t* fed = nullptr;
+};
+
 // Device buffers + pinned staging of the sampler, grow-only (one per backend/stream).
 // run(): uploads the batch, launches, and queues the download of the results on `s`;
 // results() is valid after the stream is synchronised.
@@ -50,8 +59,11 @@ class DeviceSampler {
   DeviceSampler(const DeviceSampler&) = delete;
   DeviceSampler& operator=(const DeviceSampler&) = delete;
 
-  void run(float* logits, int vocab, const SampleBatch& batch, cudaStream_t s);
+  void run(float* logits, int vocab, const SampleBatch& batch, cudaStream_t s,
+           const SampleHistoryFeed& feed = {});
   const SampleResultDev* results() const { return h_out_; }
+  // The last run's results on the device (read by the pipelined steps' token feed).
+  const SampleResultDev* device_results() const { return d_out_; }
 
  private:
   void* d_buf_ = nullptr;  // rows | edits | biases | history | results
@@ -61,6 +73,7 @@ class DeviceSampler {
   int* d_counts_ = nullptr;
   std::size_t counts_elems_ = 0;
   SampleResultDev* h_out_ = nullptr;
+  SampleResultDev* d_out_ = nullptr;
 };
 
 }  // namespace strata::cuda

@@ -8,8 +8,12 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/async_steps.h"
 #include "cuda/backend/forward_profile.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
@@ -27,6 +32,7 @@
 #include "cuda/sampling.h"
 #include "cuda/sparse/sparse_kernels.h"
 #include "cuda/step_layout.h"
+#include "runtime/pending_inputs.h"
 #include "runtime/tp/tp_shard.h"
 
 namespace strata::cuda {
@@ -176,6 +182,65 @@ struct CudaBackendImpl {
   void upload_tables();              // run.cpp: whole tables, or the delta rounds + their kernel
   void run_layout(const StepPlan& plan, StepResult& result);  // run.cpp: step() after the plan
   // ---- end resident page tables ----
+
+  // ---- Pipelined steps (scheduler.async_steps; pipeline.cpp, docs/cuda-backend.md "Pipelined
+  // steps"). Off: none of this is allocated or touched and step() is the whole story. ----
+  // What one in-flight step owns on the host: its upload image, sparse metadata staging, the
+  // pinned outputs its async copies write, the feed index lists, its device sampler, its layout.
+  struct AsyncSlot {
+    PinnedArray<std::byte> image_mem;
+    StepImage image;
+    PinnedArray<unsigned char> sp_meta;
+    PinnedArray<int> h_argmax;      // [logit_rows]
+    PinnedArray<float> h_logz;      // [logit_rows]
+    PinnedArray<std::int32_t> aux;  // [5 * max_seqs] the host side of d_aux
+    std::unique_ptr<DeviceSampler> sampler;
+    StepLayout layout;
+    bool busy = false;  // submitted and not finished
+  };
+  // One submitted step, oldest first. done: its result (or error) is on the host.
+  struct AsyncStep {
+    bool done = false;
+    StepResult result;
+    std::exception_ptr error;
+    int slot = -1, ev = -1;
+    cudaEvent_t prev_end = nullptr;  // the previous submitted step's end (device_gap_ms)
+    const StepPlan* plan = nullptr;  // the engine's plan (alive until collect: the contract)
+    std::vector<SampleRowDesc> dev_rows;
+    std::vector<int> dev_index;  // plan index -> device sampler request, -1
+    bool fed = false;            // its input rows read the previous step's tokens on the device
+    double host_ms = 0.0;
+  };
+  enum class LastStep : std::uint8_t { kNone, kDevice, kHost };
+  bool native_async = false;  // cfg.scheduler.async_steps and one rank
+  bool async_ready = false;   // ensure_async() ran
+  std::array<AsyncSlot, 2> aslots;
+  int next_slot = 0;
+  // Start/end events of steps, a ring of three: a step's gap reads the previous step's end,
+  // which is recorded again only two submissions later (after this step was collected).
+  std::array<std::array<cudaEvent_t, 2>, 3> aev{};
+  int next_ev = 0;
+  std::deque<AsyncStep> inflight;
+  PendingFeed feed;            // pending rows of the next step, fed on the device
+  PendingInputs host_pending;  // ... or resolved on the host after a synchronous step
+  LastStep last_kind = LastStep::kNone;
+  cudaEvent_t last_end = nullptr;
+  bool last_failed = false;
+  // [max_seqs] the last pipelined step's sampled token per plan index (cuda/async_steps.h).
+  DeviceArray<std::int32_t> d_fed;
+  // [5 * max_seqs] token feed pairs | history feed pairs | feed sources (AsyncSlot::aux).
+  DeviceArray<std::int32_t> d_aux;
+  // Counts for tests (CudaBackendProbe::async_counts; written by the backend's thread).
+  std::atomic<int> async_device_steps{0}, async_host_steps{0}, async_fed_rows{0},
+      async_overlapped{0};
+  void ensure_async();
+  void submit(const StepPlan& plan);
+  StepResult collect();
+  void submit_device(const StepPlan& plan);
+  void submit_host(const StepPlan& plan);  // the synchronous step, after the steps in flight
+  void finish(AsyncStep& st);              // waits for its end event, builds its result
+  void finish_all();
+  // ---- end pipelined steps ----
 
   bool use_graphs = true;
   // Graphs also for decode steps with sparse layers (backend.sparse_graphs; off by default:

@@ -49,6 +49,7 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
     logits_parts =
         DeviceArray<float>(static_cast<std::size_t>(tp.size) * logit_rows * shard.vocab_slice);
   }
+  native_async = cfg.scheduler.async_steps && !tp.comm;  // pipeline.cpp
   use_graphs = cfg.backend.cuda_graphs;
   sparse_graphs = cfg.backend.sparse_graphs;
   if (tp.comm && !tp.comm->capturable()) use_graphs = false;  // host-staged collectives
@@ -69,6 +70,12 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
 
 CudaBackendImpl::~CudaBackendImpl() {
   cudaSetDevice(device);
+  if (async_ready) {  // pipelined steps: nothing may still read or write their pinned buffers
+    cudaStreamSynchronize(stream);
+    for (auto& pair : aev)
+      for (cudaEvent_t e : pair)
+        if (e) cudaEventDestroy(e);
+  }
   for (auto& [k, g] : graphs) cudaGraphExecDestroy(g);
   if (ev0) cudaEventDestroy(ev0);
   if (ev1) cudaEventDestroy(ev1);

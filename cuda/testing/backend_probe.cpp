@@ -150,6 +150,10 @@ std::vector<float> CudaBackendProbe::read_score_pages(const std::vector<int>& pa
 int CudaBackendProbe::graphs_captured() const {
   return static_cast<int>(b_.graphs.size());
 }
+CudaBackendProbe::AsyncCounts CudaBackendProbe::async_counts() const {
+  return {b_.async_device_steps.load(), b_.async_host_steps.load(), b_.async_fed_rows.load(),
+          b_.async_overlapped.load()};
+}
 std::size_t CudaBackendProbe::activation_bytes() const {
   return b_.activation_bytes;
 }

@@ -34,6 +34,13 @@ class CudaBackendProbe {
   // the captured graphs, which bake the choice in.
   void set_score_update_from_logits(bool on);
   int graphs_captured() const;
+  // Pipelined steps (scheduler.async_steps, cuda/backend/pipeline.cpp): steps launched without
+  // waiting, steps run synchronously (a blocker), pending rows fed on the device, and device
+  // steps launched while an earlier one was not yet waited for.
+  struct AsyncCounts {
+    int device_steps = 0, host_steps = 0, fed_rows = 0, overlapped = 0;
+  };
+  AsyncCounts async_counts() const;
   // Issue 9 diagnostics (tests only). While layer taps are on, every step (eager, and graph
   // replays: graphs are keyed by the flag) copies each layer's post-RoPE qkv rows, attention
   // output rows and (sparse decode) decode LSE into device buffers; layer_taps() returns those

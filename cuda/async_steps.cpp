@@ -1,0 +1,122 @@
+#include "cuda/async_steps.h"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/error.h"
+
+namespace strata::cuda {
+
+namespace {
+
+// The step layout's routes (cuda/step_layout.cpp plan_logits): a row goes to the host sampler
+// when neither the device argmax nor the device sampler covers its parameters.
+bool host_sampled(const SeqStep& s, int vocab) {
+  const SamplingParams* p = s.params;
+  if (!p) return false;  // the planner's checks reject it
+  const bool greedy = p->temperature == 0.0f && p->logprobs < 0 && p->logit_bias.empty() &&
+                      p->repetition_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+                      p->presence_penalty == 0.0f;
+  return !greedy && !device_sampling_supported(*p, vocab);
+}
+
+}  // namespace
+
+const char* pipeline_blocker_of_plan(const StepPlan& plan, int vocab, bool tensor_parallel,
+                                     bool profiling) {
+  if (tensor_parallel) return "tensor parallelism";
+  if (profiling) return "forward profile";
+  for (const SeqStep& s : plan.seqs) {
+    if (s.return_logits) return "return_logits";
+    if (s.report_kept) return "report_kept";
+    if (s.sample && host_sampled(s, vocab)) return "host-sampled row";
+  }
+  return nullptr;
+}
+
+const char* pipeline_blocker_of_layout(const StepLayout& layout) {
+  if (layout.chunks.size() > 1) return "more than one lm_head chunk";
+  for (const LmChunk& c : layout.chunks)
+    if (!c.host_rows.empty()) return "host logits rows";
+  for (SampleRoute r : layout.route)
+    if (r == SampleRoute::kHost) return "host-sampled row";
+  return nullptr;
+}
+
+void PendingFeed::record(const StepPlan& plan) {
+  sampled_.clear();
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i)
+    if (plan.seqs[i].sample)
+      sampled_.emplace_back(plan.seqs[i].seq_id, static_cast<std::int32_t>(i));
+  std::sort(sampled_.begin(), sampled_.end());
+}
+
+const StepPlan& PendingFeed::stage(const StepPlan& plan, std::vector<FeedPair>& inputs) {
+  inputs.clear();
+  std::size_t pending = 0;
+  for (const SeqStep& s : plan.seqs) pending += s.input_pending ? 1 : 0;
+  if (pending == 0) return plan;
+  staged_ = plan;
+  histories_.resize(pending);  // (before any pointer into it is taken)
+  std::size_t h = 0;
+  for (std::size_t i = 0; i < staged_.seqs.size(); ++i) {
+    SeqStep& s = staged_.seqs[i];
+    if (!s.input_pending) continue;
+    auto it = std::lower_bound(sampled_.begin(), sampled_.end(), s.seq_id,
+                               [](const std::pair<std::uint64_t, std::int32_t>& e,
+                                  std::uint64_t id) { return e.first < id; });
+    STRATA_CHECK(it != sampled_.end() && it->first == s.seq_id,
+                 "pending input of sequence " + std::to_string(s.seq_id) +
+                     ": the previous step sampled nothing for it");
+    STRATA_CHECK(!s.prefill && s.tokens.size() == 1 && s.output,
+                 "a pending input must be a decode row with an output history");
+    s.tokens[0] = kFeedPlaceholder;
+    s.input_pending = false;
+    auto& hist = histories_[h++];
+    hist.assign(s.output->begin(), s.output->end());
+    hist.push_back(kFeedPlaceholder);
+    s.output = &hist;
+    inputs.push_back({static_cast<std::int32_t>(i), it->second});
+  }
+  return staged_;
+}
+
+std::vector<FeedPair> token_feeds(const std::vector<FeedPair>& inputs, const StepLayout& layout) {
+  std::vector<FeedPair> out;
+  out.reserve(inputs.size());
+  for (const FeedPair& f : inputs)
+    out.push_back({layout.first_row[static_cast<std::size_t>(f.dst)], f.src});
+  return out;
+}
+
+std::vector<FeedPair> history_feeds(const std::vector<FeedPair>& inputs,
+                                    const std::vector<int>& dev_plan, const SampleBatch& batch) {
+  std::vector<FeedPair> out;
+  for (std::size_t j = 0; j < dev_plan.size() && j < batch.rows.size(); ++j) {
+    const SampleRowDesc& r = batch.rows[j];
+    if (r.output_n <= 0) continue;
+    for (const FeedPair& f : inputs) {
+      if (f.dst != dev_plan[j]) continue;
+      out.push_back({r.hist_off + r.prompt_n + r.output_n - 1, f.src});
+      break;
+    }
+  }
+  return out;
+}
+
+std::vector<std::int32_t> feed_sources(const StepLayout& layout) {
+  std::vector<std::int32_t> src(static_cast<std::size_t>(layout.num_seqs), -1);
+  for (int i = 0; i < layout.num_seqs; ++i) {
+    const LmSlot slot = layout.lm[static_cast<std::size_t>(i)];
+    if (slot.first >= 0 && layout.route[static_cast<std::size_t>(i)] == SampleRoute::kDeviceArgmax)
+      src[static_cast<std::size_t>(i)] = slot.first + slot.count - 1;
+  }
+  if (!layout.chunks.empty()) {
+    const std::vector<int>& dev = layout.chunks.front().device_sampled;
+    for (std::size_t j = 0; j < dev.size(); ++j)
+      src[static_cast<std::size_t>(dev[j])] = -2 - static_cast<std::int32_t>(j);
+  }
+  return src;
+}
+
+}  // namespace strata::cuda

@@ -6,9 +6,15 @@
 // min_tokens, a sparse profile, graphs on and off; and the pipelined run really launched steps
 // without waiting and fed pending rows on the device. Model: the tiny preset (2 layers), written
 // by make_model (bit-identical to random:tiny; the engine needs its tokenizer files).
+// Backend level (no scheduler, so both runs see exactly the same batches): hand-made plans on
+// random:tiny run once through step() with the sampled tokens resolved on the host and once
+// through submit/collect with every decode row pending — tokens, logprobs, argmax and top
+// lists bitwise equal, and the logits of a return_logits step in the middle (which runs
+// synchronously after the pipelined ones, its pending rows resolved on the host) too.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -19,6 +25,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/testing/backend_probe.h"
 #include "runtime/config.h"
+#include "runtime/kv_layout.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/runtime/sparsity_test_util.h"
 
@@ -147,6 +154,191 @@ std::vector<Request> sampled_workload() {
   }
   return w;
 }
+
+// ---- backend level --------------------------------------------------------------------------
+
+struct Seq {
+  std::uint64_t id = 0;
+  std::vector<std::int32_t> prompt;
+  std::vector<std::vector<std::int32_t>> pages;  // per layer, every slot of the run
+  SamplingParams params;
+};
+
+SeqStep seq_step(const Seq& q, int start, bool prefill, std::vector<std::int32_t> toks) {
+  SeqStep s;
+  s.seq_id = q.id;
+  s.tokens = std::move(toks);
+  s.start = start;
+  s.prompt_len = static_cast<int>(q.prompt.size());
+  s.prefill = prefill;
+  s.sample = true;
+  s.params = &q.params;
+  s.prompt = &q.prompt;
+  for (const auto& pl : q.pages) {
+    LayerSlots ls;
+    ls.valid = start;
+    ls.pages = pl;
+    s.layers.push_back(ls);
+  }
+  return s;
+}
+
+std::string row_trace(const SeqResult& r) {
+  std::ostringstream o;
+  o << r.seq_id << ":" << r.token << "/" << r.argmax << "/" << bits(r.logprob) << "{";
+  for (const auto& t : r.top) o << t.token << ":" << bits(t.logprob) << ",";
+  o << "}";
+  if (!r.logits.empty()) {
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the logits' bits
+    for (float f : r.logits) h = (h ^ bits(f)) * 1099511628211ull;
+    o << " logits#" << h;
+  }
+  return o.str();
+}
+
+constexpr int kDecodeSteps = 24;
+constexpr int kLogitsStep = 11;  // a return_logits step: synchronous inside the pipelined run
+
+// The prefill step, then kDecodeSteps decode steps of every sequence; pipelined: every decode row
+// pending (except the return_logits step's, which the engine would resolve the same way).
+std::vector<std::string> run_backend(bool graphs, bool pipelined, const std::vector<Seq>& seqs,
+                                     CudaBackendProbe::AsyncCounts* counts) {
+  Config c;
+  c.model.path = "random:tiny";
+  c.model.seed = 7;
+  c.model.max_model_len = 1024;
+  c.cache.kv_bytes = 64ull << 20;
+  c.scheduler.max_num_seqs = 8;
+  c.scheduler.max_num_batched_tokens = 512;
+  c.scheduler.async_steps = pipelined;
+  c.backend.cuda_graphs = graphs;
+  CudaBackend be(c, 0);
+  std::vector<std::string> out;
+  std::vector<std::vector<std::int32_t>> hist(seqs.size());  // collected outputs
+  // Plans and their histories stay alive and unchanged until collected (the contract).
+  std::deque<StepPlan> plans;
+  std::deque<std::vector<std::vector<std::int32_t>>> snaps;
+  auto take = [&](const StepResult& r) {
+    for (std::size_t i = 0; i < r.seqs.size(); ++i) {
+      out.push_back("step " + std::to_string(r.step_id) + " " + row_trace(r.seqs[i]));
+      hist[i].push_back(r.seqs[i].token);
+    }
+  };
+  for (int k = 0; k <= kDecodeSteps; ++k) {
+    const bool logits_step = k == kLogitsStep;
+    snaps.emplace_back(hist);
+    StepPlan& p = plans.emplace_back();
+    p.step_id = static_cast<std::uint64_t>(k + 1);
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      const Seq& q = seqs[i];
+      const int P = static_cast<int>(q.prompt.size());
+      SeqStep s;
+      if (k == 0) {
+        s = seq_step(q, 0, true, q.prompt);
+      } else if (pipelined && !logits_step) {
+        s = seq_step(q, P + k - 1, false, {kPendingToken});
+        s.input_pending = true;
+      } else {
+        s = seq_step(q, P + k - 1, false, {0});  // filled below, once the token is known
+      }
+      s.return_logits = logits_step;
+      p.seqs.push_back(std::move(s));
+    }
+    if (!pipelined) {
+      for (std::size_t i = 0; i < seqs.size(); ++i) {
+        if (k > 0) p.seqs[i].tokens[0] = hist[i].back();
+        p.seqs[i].output = &snaps.back()[i];
+      }
+      take(be.step(p));
+      continue;
+    }
+    if (logits_step) {  // the engine resolves nothing itself: mark pending, the backend resolves
+      for (std::size_t i = 0; i < seqs.size(); ++i) {
+        p.seqs[i].tokens = {kPendingToken};
+        p.seqs[i].input_pending = true;
+      }
+    }
+    for (std::size_t i = 0; i < seqs.size(); ++i) p.seqs[i].output = &snaps.back()[i];
+    be.submit(p);
+    if (k > 0) take(be.collect());  // step k's rows exclude step k-1's token: pending
+    while (plans.size() > 2) plans.pop_front(), snaps.pop_front();
+  }
+  take(be.collect());
+  if (counts) *counts = CudaBackendProbe(be).async_counts();
+  return out;
+}
+
+// Five sequences (prompts of 5 ... 97 tokens), each with its own pages for the whole run.
+std::vector<Seq> backend_seqs(bool sampled, int layers) {
+  std::mt19937 rng(3);
+  std::vector<Seq> seqs;
+  int next_page = 0;
+  for (int i = 0; i < 5; ++i) {
+    Seq q;
+    q.id = 100 + static_cast<std::uint64_t>(i);
+    const int P = 5 + 23 * i;
+    for (int t = 0; t < P; ++t) q.prompt.push_back(static_cast<std::int32_t>(rng() % 200));
+    q.pages.assign(static_cast<std::size_t>(layers), {});
+    for (auto& pl : q.pages)
+      for (int j = 0; j < pages_for_slots(P + kDecodeSteps + 1); ++j) pl.push_back(next_page++);
+    q.params.temperature = 0.0f;
+    q.params.ignore_eos = true;
+    if (sampled) {
+      q.params.temperature = i == 4 ? 0.0f : 0.8f;
+      q.params.top_p = 0.9f;
+      q.params.seed = 40 + static_cast<std::uint64_t>(i);
+      q.params.repetition_penalty = 1.0f + 0.2f * static_cast<float>(i % 3);
+      q.params.frequency_penalty = 0.5f * static_cast<float>((i + 1) % 3);
+      q.params.presence_penalty = 0.3f * static_cast<float>(i % 2);
+      q.params.logprobs = i % 2 ? 3 : -1;
+      if (i == 1) {
+        q.params.ignore_eos = false;
+        q.params.min_tokens = 6;
+      }
+    }
+    seqs.push_back(std::move(q));
+  }
+  return seqs;
+}
+
+void expect_backend_identical(bool graphs, bool sampled) {
+  // The layer count of random:tiny decides the tables: ask a backend once.
+  int layers = 0;
+  {
+    Config c;
+    c.model.path = "random:tiny";
+    c.model.seed = 7;
+    c.model.max_model_len = 1024;
+    c.cache.kv_bytes = 64ull << 20;
+    c.scheduler.max_num_seqs = 8;
+    layers = CudaBackend(c, 0).model().num_hidden_layers;
+  }
+  std::vector<Seq> seqs = backend_seqs(sampled, layers);
+  CudaBackendProbe::AsyncCounts n;
+  const std::vector<std::string> a = run_backend(graphs, false, seqs, nullptr);
+  const std::vector<std::string> b = run_backend(graphs, true, seqs, &n);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "row " << i;
+  EXPECT_EQ(n.host_steps, 1) << "only the return_logits step runs synchronously";
+  EXPECT_EQ(n.device_steps, kDecodeSteps);
+  EXPECT_GT(n.fed_rows, 0);
+  EXPECT_GT(n.overlapped, 0);
+}
+
+TEST(AsyncStepsBackend, GreedyEager) {
+  expect_backend_identical(false, false);
+}
+TEST(AsyncStepsBackend, GreedyGraphs) {
+  expect_backend_identical(true, false);
+}
+TEST(AsyncStepsBackend, SampledWithPenaltiesEager) {
+  expect_backend_identical(false, true);
+}
+TEST(AsyncStepsBackend, SampledWithPenaltiesGraphs) {
+  expect_backend_identical(true, true);
+}
+
+// ---- engine level ---------------------------------------------------------------------------
 
 class AsyncStepsGpu : public ::testing::TestWithParam<bool> {};  // graphs on / off
 

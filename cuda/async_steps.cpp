@@ -1,9 +1,8 @@
 #include "cuda/async_steps.h"
 
 #include <algorithm>
-#include <string>
 
-#include "runtime/error.h"
+#include "runtime/pending_inputs.h"
 
 namespace strata::cuda {
 
@@ -53,32 +52,12 @@ void PendingFeed::record(const StepPlan& plan) {
 
 const StepPlan& PendingFeed::stage(const StepPlan& plan, std::vector<FeedPair>& inputs) {
   inputs.clear();
-  std::size_t pending = 0;
-  for (const SeqStep& s : plan.seqs) pending += s.input_pending ? 1 : 0;
-  if (pending == 0) return plan;
-  staged_ = plan;
-  histories_.resize(pending);  // (before any pointer into it is taken)
-  std::size_t h = 0;
-  for (std::size_t i = 0; i < staged_.seqs.size(); ++i) {
-    SeqStep& s = staged_.seqs[i];
-    if (!s.input_pending) continue;
-    auto it = std::lower_bound(sampled_.begin(), sampled_.end(), s.seq_id,
-                               [](const std::pair<std::uint64_t, std::int32_t>& e,
-                                  std::uint64_t id) { return e.first < id; });
-    STRATA_CHECK(it != sampled_.end() && it->first == s.seq_id,
-                 "pending input of sequence " + std::to_string(s.seq_id) +
-                     ": the previous step sampled nothing for it");
-    STRATA_CHECK(!s.prefill && s.tokens.size() == 1 && s.output,
-                 "a pending input must be a decode row with an output history");
-    s.tokens[0] = kFeedPlaceholder;
-    s.input_pending = false;
-    auto& hist = histories_[h++];
-    hist.assign(s.output->begin(), s.output->end());
-    hist.push_back(kFeedPlaceholder);
-    s.output = &hist;
-    inputs.push_back({static_cast<std::int32_t>(i), it->second});
-  }
-  return staged_;
+  const bool any = resolve_pending_rows(plan, sampled_, staged_, histories_,
+                                        [&](std::size_t row, std::int32_t fed) {
+                                          inputs.push_back({static_cast<std::int32_t>(row), fed});
+                                          return kFeedPlaceholder;
+                                        });
+  return any ? staged_ : plan;
 }
 
 std::vector<FeedPair> token_feeds(const std::vector<FeedPair>& inputs, const StepLayout& layout) {

@@ -8,31 +8,42 @@
 
 namespace strata {
 
-const StepPlan& PendingInputs::resolve(const StepPlan& plan) {
+bool resolve_pending_rows(const StepPlan& plan,
+                          const std::vector<std::pair<std::uint64_t, std::int32_t>>& sampled,
+                          StepPlan& out, std::vector<std::vector<std::int32_t>>& histories,
+                          const std::function<std::int32_t(std::size_t, std::int32_t)>& token) {
   std::size_t pending = 0;
   for (const SeqStep& s : plan.seqs) pending += s.input_pending ? 1 : 0;
-  if (pending == 0) return plan;
-  resolved_ = plan;
-  histories_.resize(pending);  // (before any pointer into it is taken)
+  if (pending == 0) return false;
+  out = plan;
+  histories.resize(pending);  // (before any pointer into it is taken)
   std::size_t h = 0;
-  for (SeqStep& s : resolved_.seqs) {
+  for (std::size_t i = 0; i < out.seqs.size(); ++i) {
+    SeqStep& s = out.seqs[i];
     if (!s.input_pending) continue;
-    auto it = std::lower_bound(sampled_.begin(), sampled_.end(), s.seq_id,
+    auto it = std::lower_bound(sampled.begin(), sampled.end(), s.seq_id,
                                [](const std::pair<std::uint64_t, std::int32_t>& e,
                                   std::uint64_t id) { return e.first < id; });
-    STRATA_CHECK(it != sampled_.end() && it->first == s.seq_id,
+    STRATA_CHECK(it != sampled.end() && it->first == s.seq_id,
                  "pending input of sequence " + std::to_string(s.seq_id) +
                      ": the previous step sampled nothing for it");
     STRATA_CHECK(!s.prefill && s.tokens.size() == 1 && s.output,
                  "a pending input must be a decode row with an output history");
-    s.tokens[0] = it->second;
+    const std::int32_t t = token(i, it->second);
+    s.tokens[0] = t;
     s.input_pending = false;
-    auto& hist = histories_[h++];
+    auto& hist = histories[h++];
     hist.assign(s.output->begin(), s.output->end());
-    hist.push_back(it->second);
+    hist.push_back(t);
     s.output = &hist;
   }
-  return resolved_;
+  return true;
+}
+
+const StepPlan& PendingInputs::resolve(const StepPlan& plan) {
+  const bool any = resolve_pending_rows(plan, sampled_, resolved_, histories_,
+                                        [](std::size_t, std::int32_t token) { return token; });
+  return any ? resolved_ : plan;
 }
 
 void PendingInputs::record(const StepPlan& plan, const StepResult& result) {

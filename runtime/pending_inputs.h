@@ -6,13 +6,26 @@
 // Threading: the backend's thread only. Plain header (std only).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
 #include "runtime/step_plan.h"
 
 namespace strata {
+
+// The rule both resolvers share (PendingInputs here, cuda::PendingFeed on the device): `out`
+// becomes a copy of `plan` in which each pending row i gets input token(i, v) and `output` =
+// *output + token(i, v), where v is what `sampled` (sorted (seq_id, v)) holds for its sequence;
+// `histories` holds those outputs (valid until the next call). false, `out` untouched, when no
+// row is pending. InternalError when `sampled` has nothing for a pending row's sequence or the
+// row is not a decode row with an output history.
+bool resolve_pending_rows(const StepPlan& plan,
+                          const std::vector<std::pair<std::uint64_t, std::int32_t>>& sampled,
+                          StepPlan& out, std::vector<std::vector<std::int32_t>>& histories,
+                          const std::function<std::int32_t(std::size_t, std::int32_t)>& token);
 
 class PendingInputs {
  public:

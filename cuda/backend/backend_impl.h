@@ -181,6 +181,9 @@ struct CudaBackendImpl {
   void allocate_device_tables();     // start-up (allocate_workspace)
   void upload_tables();              // run.cpp: whole tables, or the delta rounds + their kernel
   void run_layout(const StepPlan& plan, StepResult& result);  // run.cpp: step() after the plan
+  // run.cpp: the step's forward — graph replay of layout.graph.bucket or the eager forward
+  // over `work` — and the tap_* extents sample_and_collect reads (step() and the pipeline).
+  void launch_forward(const std::vector<LayerSparseWork>& work);
   // ---- end resident page tables ----
 
   // ---- Pipelined steps (scheduler.async_steps; pipeline.cpp, docs/cuda-backend.md "Pipelined

@@ -207,23 +207,7 @@ void CudaBackendImpl::submit_device(const StepPlan& plan) {
         const auto* d_pairs = reinterpret_cast<const FeedPair*>(d_aux.get());
         CUDA_CHECK(launch_feed_gather(d_tokens.get(), d_pairs, static_cast<int>(tok_feed.size()),
                                       d_fed.get(), stream));
-        const int bucket = layout.graph.bucket;
-        if (bucket > 0) {
-          replay_graph();
-        } else {
-          forward({.rows = layout.rows,
-                   .decode_rows = layout.decode_rows,
-                   .tiles = layout.tiles,
-                   .splits = layout.eager_splits,
-                   .lm_rows = layout.lm_rows,
-                   .argmax = true,
-                   .work = work.empty() ? nullptr : &work,
-                   .sparse_decode = layout.sparse_decode,
-                   .dec_max_slots = layout.dec_max_slots});
-        }
-        tap_rows = bucket > 0 ? bucket : layout.rows;
-        tap_dec_rows = bucket > 0 ? bucket : layout.decode_rows;
-        tap_has_lse = layout.sparse_decode && tap_dec_rows > 0;
+        launch_forward(work);
         if (!layout.chunks.empty()) {  // one chunk at base 0: forward() ran its lm_head
           const int n = layout.chunks.front().rows;
           CUDA_CHECK(cudaMemcpyAsync(sl.h_argmax.get(), d_argmax.get(), n * sizeof(int),

@@ -136,11 +136,7 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
   return result;
 }
 
-void CudaBackendImpl::run_layout(const StepPlan& plan, StepResult& result) {
-  const std::vector<LayerSparseWork> work = upload_sparse_work();
-  std::swap(ev1, ev1_prev);  // ev1_prev: the previous step's last device work
-  CUDA_CHECK(cudaEventRecord(ev0, stream));
-  upload_step();
+void CudaBackendImpl::launch_forward(const std::vector<LayerSparseWork>& work) {
   const int bucket = layout.graph.bucket;
   if (bucket > 0) {
     replay_graph();
@@ -158,6 +154,14 @@ void CudaBackendImpl::run_layout(const StepPlan& plan, StepResult& result) {
   tap_rows = bucket > 0 ? bucket : layout.rows;
   tap_dec_rows = bucket > 0 ? bucket : layout.decode_rows;
   tap_has_lse = layout.sparse_decode && tap_dec_rows > 0;
+}
+
+void CudaBackendImpl::run_layout(const StepPlan& plan, StepResult& result) {
+  const std::vector<LayerSparseWork> work = upload_sparse_work();
+  std::swap(ev1, ev1_prev);  // ev1_prev: the previous step's last device work
+  CUDA_CHECK(cudaEventRecord(ev0, stream));
+  upload_step();
+  launch_forward(work);
   sample_and_collect(plan, result);
   collect_kept(plan, result);  // census.cpp: only rows with report_kept (none: no work)
   float ms = 0.0f;

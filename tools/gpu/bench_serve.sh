@@ -59,7 +59,7 @@ start=$(date +%s)
 status=$out/status.txt
 : >"$status"
 rc_all=0
-# stop_server, healthy (and server_pid)
+# stop_server, healthy, wait_ready (and server_pid)
 . "$(dirname "${BASH_SOURCE[0]}")/server_lib.sh"
 trap stop_server EXIT
 
@@ -93,21 +93,14 @@ for cfg in "${cfg_list[@]}"; do
   log=$out/server-$name.log
   "$strata" serve --config "$cfg" --port 0 "${serve_args[@]}" >"$log" 2>&1 &
   server_pid=$!
-  port=
-  t0=$(date +%s)
-  while [ $(($(date +%s) - t0)) -lt "$ready_s" ] && kill -0 "$server_pid" 2>/dev/null; do
-    [ -z "$port" ] && port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\).*/\1/p' "$log" | head -1)
-    [ -n "$port" ] && healthy "$port" && break
-    sleep 1
-  done
-  if [ -z "$port" ] || ! healthy "$port"; then
-    echo "$name: server not ready after $(($(date +%s) - t0)) s (log: $log)" | tee -a "$status"
+  if ! wait_ready "$log" "$ready_s" 1; then
+    echo "$name: server not ready after $ready_s_took s (log: $log)" | tee -a "$status"
     tail -20 "$log"
     stop_server
     rc_all=1
     continue
   fi
-  echo "$name: server ready on port $port in $(($(date +%s) - t0)) s" | tee -a "$status"
+  echo "$name: server ready on port $port in $ready_s_took s" | tee -a "$status"
   warm=1
   for lv in $levels; do
     c=${lv%%:*}

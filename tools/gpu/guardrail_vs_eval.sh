@@ -39,7 +39,7 @@ sets_b=${STRATA_GUARDRAIL_SETS_B:-sparsity.capacity=256}
 ready_s=${STRATA_GUARDRAIL_READY_S:-180}
 [ -x "$strata" ] || { echo "guardrail_vs_eval: no strata binary at $strata (STRATA_BIN)" >&2; exit 2; }
 
-# stop_server, healthy (and server_pid)
+# stop_server, healthy, wait_ready (and server_pid)
 . "$(dirname "${BASH_SOURCE[0]}")/server_lib.sh"
 trap stop_server EXIT
 
@@ -68,14 +68,7 @@ for p in A B; do
     --set quality_monitor.sample_rate=1 --set quality_monitor.max_pending=4096 \
     "${set_args[@]}" >"$log" 2>&1 &
   server_pid=$!
-  port=
-  t0=$(date +%s)
-  while [ $(($(date +%s) - t0)) -lt "$ready_s" ] && kill -0 "$server_pid" 2>/dev/null; do
-    [ -z "$port" ] && port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\).*/\1/p' "$log" | head -1)
-    [ -n "$port" ] && healthy "$port" && break
-    sleep 0.5
-  done
-  if [ -z "$port" ] || ! healthy "$port"; then
+  if ! wait_ready "$log" "$ready_s" 0.5; then
     echo "guardrail_vs_eval: profile $p: the server did not start (tail of $log):" >&2
     tail -5 "$log" >&2
     stop_server

@@ -22,3 +22,19 @@ healthy() {
   exec 3<&- 3>&-
   [[ $reply == *" 200 "* ]]
 }
+
+# wait_ready LOG READY_S POLL_S: waits (at most READY_S seconds, polling every POLL_S) for the
+# server started with `--port 0` (pid server_pid, output in LOG) to print its port and answer
+# /health; sets `port` (empty when it never printed one) and `ready_s_took`. 0 when healthy.
+wait_ready() {
+  local log=$1 limit=$2 poll=$3 t0
+  port=
+  t0=$(date +%s)
+  while [ $(($(date +%s) - t0)) -lt "$limit" ] && kill -0 "$server_pid" 2>/dev/null; do
+    [ -z "$port" ] && port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\).*/\1/p' "$log" | head -1)
+    [ -n "$port" ] && healthy "$port" && break
+    sleep "$poll"
+  done
+  ready_s_took=$(($(date +%s) - t0))
+  [ -n "$port" ] && healthy "$port"
+}

@@ -133,6 +133,16 @@ void Gemm::linear_f32out(const __nv_bfloat16* x, const __nv_bfloat16* w, float* 
   run(x, w, y, true, T, N, K);
 }
 
+void Gemm::linear_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, float* resid, int T,
+                           int N, int K) {
+  if (T == 0) return;
+  const float alpha = 1.0f, beta = 1.0f;
+  // The column-major view of gemm_ex: resid^T [N, T] = W^T-op . X^T + resid^T, in place.
+  CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, w, CUDA_R_16BF, K,
+                            x, CUDA_R_16BF, K, &beta, resid, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
 namespace {
 // The e4m3 view of make_lt_descs: A = Ŵ as K x N (op T: FP8 needs the "TN" form, which the HF
 // layout is), B = x̂ as K x T, D = y as N x T bf16 (outer scales) or fp32 (fallback); scales

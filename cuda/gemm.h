@@ -67,6 +67,15 @@ class Gemm {
   void linear(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int T, int N,
               int K);
   void linear_f32out(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int T, int N, int K);
+  // The residual add in the GEMM's epilogue (issue 19 item 2, prefill): resid[T, N] += x . W^T,
+  // fp32 accumulation added to the fp32 rows in place (beta = 1, C = D = resid, fp32 C/D with
+  // bf16 A/B: one of cuBLAS's supported type combinations; BLAS's C is input and output, i.e.
+  // cuBLASLt's in-place case C == D with Cdesc == Ddesc). The product is not rounded to bf16
+  // before the add (linear() + the RMSNorm's add did). cuBLAS's default algorithm for the shape,
+  // never the skinny kernel nor a tuned plan (those are decode paths: callers keep linear()
+  // there).
+  void linear_residual(const __nv_bfloat16* x, const __nv_bfloat16* w, float* resid, int T, int N,
+                       int K);
   // FP8 (W8A8, cuda/fp8.h): y[T, N] = bf16((x̂ · Ŵ^T) * x.scale[t] * w.scale[n]) with x̂ [T, K] and
   // Ŵ [N, K] e4m3, through one of four kernels (set_fp8_path): the CUDA-core skinny FP8 kernel
   // (1..kSkinnyFp8MaxRows rows), the tensor-core small-row kernel in its two shapes

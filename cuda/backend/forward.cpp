@@ -68,8 +68,9 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
   const LayerDev& w = layers[static_cast<std::size_t>(l)];
   const int* table = d_tables.get() + static_cast<std::size_t>(l) * pmax;
   const int table_stride = L * pmax;
+  // resid_in_gemm: the previous layer's down GEMM already added its output to resid.
   launch_rmsnorm({.resid = resid.get(),
-                  .delta = l == 0 ? nullptr : delta.get(),
+                  .delta = l == 0 || resid_in_gemm ? nullptr : delta.get(),
                   .weight = w.input_norm,
                   .out = normed.get(),
                   .rows = nullptr,
@@ -190,14 +191,17 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
     launch_quantize_rows(attn.get(), q_dim, T, q_dim, x8_rows(), stream, w.o_in);
     prof(KernelClass::kQuantize);
   }
-  linear(attn.get(), w.o, w.o8, delta.get(), T, H, q_dim);
+  if (resid_in_gemm)  // resid += attn . W_o^T in the epilogue (no tp, no fp8: residual_in_gemm)
+    gemm->linear_residual(attn.get(), w.o, resid.get(), T, H, q_dim);
+  else
+    linear(attn.get(), w.o, w.o8, delta.get(), T, H, q_dim);
   prof(KernelClass::kGemmO);
   if (tp.comm) {
     tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
     prof(KernelClass::kAllReduce);
   }
   launch_rmsnorm({.resid = resid.get(),
-                  .delta = delta.get(),
+                  .delta = resid_in_gemm ? nullptr : delta.get(),
                   .weight = w.post_norm,
                   .out = normed.get(),
                   .rows = nullptr,
@@ -220,7 +224,10 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                  .vec = vec_kernels},
                 stream);
   prof(KernelClass::kSwiglu);
-  linear(act.get(), w.down, w.down8, delta.get(), T, H, I);
+  if (resid_in_gemm)
+    gemm->linear_residual(act.get(), w.down, resid.get(), T, H, I);
+  else
+    linear(act.get(), w.down, w.down8, delta.get(), T, H, I);
   prof(KernelClass::kGemmDown);
   if (tp.comm) {
     tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
@@ -231,6 +238,8 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
 void CudaBackendImpl::forward(const ForwardArgs& a) {
   const int T = a.rows;
   const int H = mc.hidden_size, L = mc.num_hidden_layers;
+  // One choice for every layer and the lm_head's final norm (lm_chunk) of this step.
+  resid_in_gemm = residual_in_gemm(a);
   prof_on = false;
   if (profile) {  // never inside a graph capture (graphs.cpp runs forward() there too)
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;

@@ -34,8 +34,9 @@ void CudaBackendImpl::lm_logits(int n) {
 }
 
 void CudaBackendImpl::lm_chunk(int base, int n, bool argmax) {
+  // resid_in_gemm (this step's forward): the last down GEMM already added its output.
   launch_rmsnorm({.resid = resid.get(),
-                  .delta = delta.get(),
+                  .delta = resid_in_gemm ? nullptr : delta.get(),
                   .weight = final_norm,
                   .out = lm_normed.get(),
                   .rows = d_lm_rows.get() + base,

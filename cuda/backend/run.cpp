@@ -139,6 +139,7 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
 void CudaBackendImpl::launch_forward(const std::vector<LayerSparseWork>& work) {
   const int bucket = layout.graph.bucket;
   if (bucket > 0) {
+    resid_in_gemm = false;  // decode graphs are captured with tiles = 0 (residual_in_gemm)
     replay_graph();
   } else {
     forward({.rows = layout.rows,

@@ -66,6 +66,19 @@ void CudaBackendProbe::set_prefill_fusion(bool on) {
 bool CudaBackendProbe::prefill_fusion() const {
   return b_.vec_kernels;
 }
+void CudaBackendProbe::set_residual_epilogue(bool on) {
+  b_.resid_epilogue = on;
+}
+bool CudaBackendProbe::residual_epilogue() const {
+  return b_.resid_epilogue;
+}
+void CudaBackendProbe::set_skinny_gemm(bool on) {
+  if (b_.gemm->skinny() == on) return;
+  CUDA_CHECK(cudaSetDevice(b_.device));
+  for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
+  b_.graphs.clear();
+  b_.gemm->set_skinny(on);
+}
 void CudaBackendProbe::set_forward_profile(bool on) {
   CUDA_CHECK(cudaSetDevice(b_.device));
   b_.prof_on = false;

@@ -62,6 +62,15 @@ class CudaBackendProbe {
   // later step (default: STRATA_PREFILL_FUSION); drops the captured graphs, which bake it in.
   void set_prefill_fusion(bool on);
   bool prefill_fusion() const;
+  // The residual add of prefill steps in the O / down GEMMs' epilogue (same switch by default,
+  // CudaBackendImpl::residual_in_gemm) on or off for every later step, apart from the 16-byte
+  // kernels (A/B). Graphs never use it (decode-only steps), so none are dropped.
+  void set_residual_epilogue(bool on);
+  bool residual_epilogue() const;
+  // The skinny GEMM kernel for 1-2 row linear layers (Gemm::set_skinny; default on). Off, every
+  // row count goes through cuBLAS: a sequence's decode rows then take the same GEMM path alone
+  // (1 row) and in a batch (3+ rows). Drops the captured graphs, which bake the choice in.
+  void set_skinny_gemm(bool on);
   // Per-kernel-class device time of the eager forwards since set_forward_profile(true) (events
   // between launch groups, cuda/backend/forward_profile.h; graph replays are not profiled).
   // ms[i] is class i's time summed over `forwards` forwards, named by names[i]; step_ms the

@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <numeric>
 
+#include "cuda/gemm.h"
 #include "runtime/kv_layout.h"
 #include "runtime/model/make_model.h"
 #include "runtime/model/model_config.h"
@@ -131,6 +133,105 @@ TEST(GpuKernels, RmsNormVecGatheredRows) {
     EXPECT_EQ(e.nan + er.nan, 0u);
     EXPECT_LE(e.max_rel, 1e-2) << "vec=" << vec;
     EXPECT_LE(er.max_rel, 1e-5) << "residual (unlisted rows untouched) vec=" << vec;
+  }
+}
+
+// Issue 19 item 2: the residual add in the GEMM epilogue (Gemm::linear_residual: resid += x . W^T
+// in fp32, in place) and the RMSNorm after it without its add, against fp64 and against the
+// unfused path (bf16 GEMM output, then the RMSNorm's add), at row counts of a small prefill and
+// of the 8B shape's O projection (K = N = 4096). Random residuals, poisoned norm outputs.
+TEST(GpuKernels, ResidualInGemmEpilogue) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(16);
+  Gemm gemm(nullptr);
+  struct Shape {
+    int T, N, K;
+  };
+  for (const Shape sh : {Shape{3, 256, 256}, Shape{64, 256, 512}, Shape{300, 4096, 4096}}) {
+    const int T = sh.T, N = sh.N, K = sh.K;
+    const std::size_t TN = static_cast<std::size_t>(T) * N;
+    std::normal_distribution<double> nd(0, 1);
+    std::vector<float> resid(TN);
+    for (auto& x : resid) x = static_cast<float>(nd(rng));
+    const Bf16Data x = random_bf16(static_cast<std::size_t>(T) * K, 1.0, rng);
+    const Bf16Data w = random_bf16(static_cast<std::size_t>(N) * K, 1.0 / std::sqrt(K), rng);
+    const Bf16Data nw = random_bf16(N, 0.2, rng);
+    // fp64 reference: resid + x . W^T, then the RMSNorm of it.
+    std::vector<double> ref(TN), ref_norm(TN);
+    parallel_for(T, [&](int t) {
+      for (int n = 0; n < N; ++n) {
+        double acc = 0;
+        for (int k = 0; k < K; ++k)
+          acc += x.val[static_cast<std::size_t>(t) * K + k] *
+                 w.val[static_cast<std::size_t>(n) * K + k];
+        ref[static_cast<std::size_t>(t) * N + n] = resid[static_cast<std::size_t>(t) * N + n] + acc;
+      }
+      double ss = 0;
+      for (int n = 0; n < N; ++n)
+        ss += ref[static_cast<std::size_t>(t) * N + n] * ref[static_cast<std::size_t>(t) * N + n];
+      const double inv = 1.0 / std::sqrt(ss / N + 1e-5);
+      for (int n = 0; n < N; ++n) {
+        const std::size_t i = static_cast<std::size_t>(t) * N + n;
+        ref_norm[i] = ref[i] * inv * nw.val[static_cast<std::size_t>(n)];
+      }
+    });
+    auto d_x = to_device_bf16(x.bits);
+    auto d_w = to_device_bf16(w.bits);
+    auto d_nw = to_device_bf16(nw.bits);
+    // Fused: resid += x . W^T in the GEMM, then the norm without delta.
+    auto d_fused = to_device(resid);
+    gemm.linear_residual(d_x.get(), d_w.get(), d_fused.get(), T, N, K);
+    DeviceArray<bf16> d_out_f(TN);
+    poison(d_out_f);
+    launch_rmsnorm({.resid = d_fused.get(),
+                    .delta = nullptr,
+                    .weight = d_nw.get(),
+                    .out = d_out_f.get(),
+                    .rows = nullptr,
+                    .num_rows = T,
+                    .hidden = N,
+                    .eps = 1e-5f,
+                    .vec = true},
+                   nullptr);
+    // Unfused: bf16 y = x . W^T, then the norm adds it.
+    auto d_unf = to_device(resid);
+    DeviceArray<bf16> d_y(TN), d_out_u(TN);
+    poison(d_out_u);
+    gemm.linear(d_x.get(), d_w.get(), d_y.get(), T, N, K);
+    launch_rmsnorm({.resid = d_unf.get(),
+                    .delta = d_y.get(),
+                    .weight = d_nw.get(),
+                    .out = d_out_u.get(),
+                    .rows = nullptr,
+                    .num_rows = T,
+                    .hidden = N,
+                    .eps = 1e-5f,
+                    .vec = true},
+                   nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto hf = to_host(d_fused), hu = to_host(d_unf);
+    const ErrStats ef = compare(std::vector<double>(hf.begin(), hf.end()), ref);
+    const ErrStats eu = compare(std::vector<double>(hu.begin(), hu.end()), ref);
+    const std::vector<double> hf_d(hf.begin(), hf.end());
+    const ErrStats fu = compare(hf_d, std::vector<double>(hu.begin(), hu.end()));
+    const ErrStats nf = compare(to_host_bf16(d_out_f.get(), TN), ref_norm);
+    const ErrStats nu = compare(to_host_bf16(d_out_u.get(), TN), ref_norm);
+    char tagbuf[64];
+    std::snprintf(tagbuf, sizeof(tagbuf), "T%d_N%d_K%d", T, N, K);
+    const std::string tag = tagbuf;
+    EXPECT_EQ(ef.nan + nf.nan + nu.nan, 0u) << tag;
+    // fp32 accumulation added to fp32 rows: no bf16 rounding of the product.
+    EXPECT_LE(ef.rel_l2, 2e-5) << tag;
+    // The unfused residual carries the product's bf16 rounding (<= 2^-9 of it).
+    EXPECT_LE(eu.rel_l2, 4e-3) << tag;
+    EXPECT_LE(fu.rel_l2, 4e-3) << tag;
+    EXPECT_LE(ef.rel_l2, eu.rel_l2) << tag << ": the fused residual should be the closer one";
+    // The norm outputs: the element-wise bound of this file.
+    EXPECT_LE(nf.max_rel, 1e-2) << tag;
+    EXPECT_LE(nu.max_rel, 1e-2) << tag;
+    figure("resid_epilogue_rel_l2_" + tag, ef.rel_l2);
+    figure("resid_unfused_rel_l2_" + tag, eu.rel_l2);
+    figure("resid_epilogue_norm_max_rel_" + tag, nf.max_rel);
   }
 }
 

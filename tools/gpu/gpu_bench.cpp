@@ -819,9 +819,18 @@ void bench_prefill_breakdown() {
       {"swiglu", {N * I * 6.0 * L, 0}},
       {"gemm_down", {gemm_bytes(H, I), gemm_flops(H, I)}},
       {"lm_head", {2.0 * V * H, 2.0 * V * H}}};
-  for (bool vec : {false, true}) {
-    const std::string tag = vec ? "vec" : "scalar";
+  // scalar: the scalar element-wise kernels; vec: the 16-byte ones; fused: vec + the residual
+  // add in the O / down GEMMs' epilogue (resid += x . W^T in fp32; the norms then read resid
+  // once and write their bf16 output: 6 B per element instead of 12, the two GEMMs write 8 B
+  // per element (read + write the fp32 rows) instead of 2). STRATA_PREFILL_FUSION=1 = fused.
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool vec = mode >= 1, epi = mode == 2;
+    const std::string tag = mode == 0 ? "scalar" : mode == 1 ? "vec" : "fused";
     probe.set_prefill_fusion(vec);
+    probe.set_residual_epilogue(epi);
+    count["rmsnorm"].first = epi ? N * H * 6.0 * 2 * L : N * H * (6 + 12.0 * (2 * L - 1));
+    count["gemm_o"].first = gemm_bytes(H, qd) + (epi ? 6.0 * N * H * L : 0.0);
+    count["gemm_down"].first = gemm_bytes(H, I) + (epi ? 6.0 * N * H * L : 0.0);
     probe.set_forward_profile(false);
     const double e2e = median_step_ms(be, pp, 1, 5);
     probe.set_forward_profile(true);

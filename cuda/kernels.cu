@@ -403,13 +403,28 @@ bool prefill_fusion_from_env() {
   return on;
 }
 
+// The kernel a launch runs depends on the row shape and the base pointers only (never on
+// num_rows, rows or num_tokens): a row's result must not depend on which rows share the launch
+// (tests/cuda/kernels_choice_test.cpp varies the row count with everything else fixed).
+bool rmsnorm_vec_applies(const RmsNormParams& p) {
+  return p.vec && !p.out8.codes && p.hidden % 8 == 0 && p.hidden / 8 <= 4 * 1024 &&
+         aligned16(p.resid) && aligned16(p.out) && aligned16(p.weight) &&
+         (p.delta == nullptr || aligned16(p.delta));
+}
+
+bool rope_kv_vec_applies(const RopeKvParams& p) {
+  return p.vec && p.head_dim % 16 == 0 && p.head_dim / 2 <= kRopeVecMaxHalf &&
+         p.page_elems % 8 == 0 && aligned16(p.qkv) && aligned16(p.kv_pool);
+}
+
+bool swiglu_vec_applies(const SwigluParams& p) {
+  return p.vec && !p.out8.codes && p.inter % 8 == 0 && aligned16(p.gu) && aligned16(p.out);
+}
+
 void launch_rmsnorm(const RmsNormParams& p, cudaStream_t s) {
   if (p.num_rows == 0) return;
   const int nchunks = p.hidden / 8;
-  const bool vec = p.vec && !p.out8.codes && p.hidden % 8 == 0 && nchunks <= 4 * 1024 &&
-                   aligned16(p.resid) && aligned16(p.out) && aligned16(p.weight) &&
-                   (p.delta == nullptr || aligned16(p.delta));
-  if (vec) {
+  if (rmsnorm_vec_applies(p)) {
     // Fewest chunks per thread with at most 1024 threads; threads a multiple of 32.
     const int nv = nchunks <= 1024 ? 1 : nchunks <= 2048 ? 2 : 4;
     const int threads = ((nchunks + nv - 1) / nv + 31) / 32 * 32;
@@ -427,9 +442,7 @@ void launch_rmsnorm(const RmsNormParams& p, cudaStream_t s) {
 
 void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s) {
   if (p.num_tokens == 0) return;
-  const bool vec = p.vec && p.head_dim % 16 == 0 && p.head_dim / 2 <= kRopeVecMaxHalf &&
-                   p.page_elems % 8 == 0 && aligned16(p.qkv) && aligned16(p.kv_pool);
-  if (vec)
+  if (rope_kv_vec_applies(p))
     rope_kv_vec_kernel<<<p.num_tokens, 256, 0, s>>>(p);
   else
     rope_kv_kernel<<<p.num_tokens, 256, 0, s>>>(p);
@@ -443,7 +456,7 @@ void launch_swiglu(const SwigluParams& p, cudaStream_t s) {
     swiglu_fp8_vec_kernel<<<p.num_tokens, kSwigluVecThreads, 0, s>>>(p);
   else if (p.out8.codes)
     swiglu_fp8_kernel<<<p.num_tokens, 512, 0, s>>>(p);
-  else if (p.vec && p.inter % 8 == 0 && aligned16(p.gu) && aligned16(p.out))
+  else if (swiglu_vec_applies(p))
     swiglu_vec_kernel<<<dim3(static_cast<unsigned>(p.num_tokens),
                              static_cast<unsigned>((p.inter / 8 + kSwigluVecBf16Threads - 1) /
                                                    kSwigluVecBf16Threads)),

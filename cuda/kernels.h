@@ -94,6 +94,14 @@ struct SwigluParams {
 };
 void launch_swiglu(const SwigluParams& p, cudaStream_t s);
 
+// Whether a launch runs the 16-byte kernel (`vec` set and its preconditions met; else the scalar
+// one). A function of the row shape and the base pointers only, never of the row count or the
+// row list, so a row's result never depends on which other rows share the launch (a guard:
+// tests/cuda/kernels_choice_test.cpp). Host functions.
+bool rmsnorm_vec_applies(const RmsNormParams& p);
+bool rope_kv_vec_applies(const RopeKvParams& p);
+bool swiglu_vec_applies(const SwigluParams& p);
+
 // STRATA_PREFILL_FUSION=1: the backend sets `vec` on the RMSNorm, RoPE + K/V and SwiGLU
 // launches above (prefill and decode, eager and graphs); 0 or unset: the scalar kernels. Read
 // once; another value throws ConfigError. (Default off until the H200 run of issue 19 item 2.)

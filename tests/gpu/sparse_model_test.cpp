@@ -403,9 +403,20 @@ void shift(std::vector<StepPlan>& plans, int off, std::uint64_t id) {
 
 // Mixed batch: three sequences with different policies/capacities in every step (prefill
 // step with kSelect from scratch, then decode steps) equal each sequence run alone.
+// The skinny GEMM is off: with it a sequence's decode step runs the 1-2 row skinny kernel alone
+// and cuBLAS in the 3-row batch (graphs: buckets 1 and 4), two reduction orders whose bf16
+// flips the sparse policies amplify (H200, efa4788 tree: 5.9e-3 / 7.2e-3 / 6.6e-3 rel L2 for
+// window / scored / snapkv, first row over 1e-4 = 64 = the first decode step; with
+// STRATA_PREFILL_FUSION=1's different rounding the scored/snapkv decisions flipped past 3e-2 at
+// 17deb13). Without it every row takes the same path alone and together, and the comparison
+// tests what it is meant to: per-row metadata, row-independent kernels (the fused ones too:
+// tests/cuda/kernels_choice_test.cpp). Expected: equal but for the lm_head's fp32 rounding
+// (2.6e-7 before the skinny kernel, 2026-12-01 ab-split), so the bound is kMixedExact.
+constexpr double kMixedExact = 1e-4;
 void mixed(bool graphs) {
   const std::string dir = model_dir("tiny", 0);
   auto be = cuda_backend(dir);
+  CudaBackendProbe(*be).set_skinny_gemm(false);
   CudaBackendProbe(*be).set_cuda_graphs(graphs);
   CudaBackendProbe(*be).set_sparse_graphs(
       graphs);  // backend.sparse_graphs is off by default (issue 9)
@@ -449,7 +460,9 @@ void mixed(bool graphs) {
   }
   for (std::size_t k = 0; k < profs.size(); ++k) {
     const double e = worst_rel_l2(together[k], alone[k], V, "mixed " + std::to_string(k));
-    EXPECT_LE(e, kBound) << k;
+    EXPECT_LE(e, kMixedExact) << k << " (" << pn(profs[k].policy) << "), first row over 1e-4: "
+                              << first_row_over(together[k], alone[k], V, 1e-4)
+                              << " (prefill rows < " << P << ")";
     figure(std::string("sparse_mixed_vs_alone_first_row_over_1e-4_") +
                (graphs ? "graphs_" : "eager_") + pn(profs[k].policy),
            first_row_over(together[k], alone[k], V, 1e-4));

@@ -235,6 +235,54 @@ TEST(GpuKernels, ResidualInGemmEpilogue) {
   }
 }
 
+// Diagnostic for GpuSparseModel.MixedBatchEqualsAlone (its 1e-4 bound assumes a row's GEMM
+// result does not depend on how many rows share the launch): the first rows of a T-row launch
+// against the same rows alone in a smaller launch, bitwise, for the residual epilogue (tiny
+// model's O / down shapes, prefill 64 vs 192 rows) and cuBLAS's bf16 GEMM with the skinny kernel
+// off (decode: 1 vs 3 and 4 rows). cuBLAS promises no such invariance: figures only (differing
+// elements; 0 expected from the H200 runs before the skinny kernel).
+TEST(GpuKernels, GemmRowsIndependentOfRowCount) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(17);
+  Gemm gemm(nullptr);
+  gemm.set_skinny(false);
+  struct Case {
+    int small, big, N, K;
+    bool resid;
+  };
+  for (const Case c : {Case{64, 192, 256, 256, true}, Case{64, 192, 256, 512, true},
+                       Case{1, 3, 256, 256, false}, Case{1, 4, 512, 256, false}}) {
+    const Bf16Data x = random_bf16(static_cast<std::size_t>(c.big) * c.K, 1.0, rng);
+    const Bf16Data w = random_bf16(static_cast<std::size_t>(c.N) * c.K, 1.0 / std::sqrt(c.K), rng);
+    std::normal_distribution<double> nd(0, 1);
+    std::vector<float> resid(static_cast<std::size_t>(c.big) * c.N);
+    for (auto& v : resid) v = static_cast<float>(nd(rng));
+    auto d_x = to_device_bf16(x.bits);
+    auto d_w = to_device_bf16(w.bits);
+    std::size_t differ = 0;
+    const std::size_t n_small = static_cast<std::size_t>(c.small) * c.N;
+    if (c.resid) {
+      auto a = to_device(resid), b = to_device(resid);
+      gemm.linear_residual(d_x.get(), d_w.get(), a.get(), c.small, c.N, c.K);
+      gemm.linear_residual(d_x.get(), d_w.get(), b.get(), c.big, c.N, c.K);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const auto ha = to_host(a), hb = to_host(b);
+      for (std::size_t i = 0; i < n_small; ++i) differ += ha[i] != hb[i];
+    } else {
+      DeviceArray<bf16> a(n_small), b(static_cast<std::size_t>(c.big) * c.N);
+      gemm.linear(d_x.get(), d_w.get(), a.get(), c.small, c.N, c.K);
+      gemm.linear(d_x.get(), d_w.get(), b.get(), c.big, c.N, c.K);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const auto ha = to_host_bf16(a.get(), n_small), hb = to_host_bf16(b.get(), n_small);
+      for (std::size_t i = 0; i < n_small; ++i) differ += ha[i] != hb[i];
+    }
+    char name[96];
+    std::snprintf(name, sizeof(name), "gemm_%s_rows_differ_T%d_vs_T%d_N%d_K%d",
+                  c.resid ? "resid" : "bf16", c.small, c.big, c.N, c.K);
+    figure(name, static_cast<double>(differ));
+  }
+}
+
 TEST(GpuKernels, EmbeddingAndSwiglu) {
   REQUIRE_GPU();
   std::mt19937_64 rng(12);

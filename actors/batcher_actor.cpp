@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "actors/census_turns.h"
 #include "runtime/error.h"
 
 namespace strata::actors {
@@ -555,6 +556,18 @@ asio::awaitable<bool> BatcherActor::kick() {
   plan->step_id = next_step_++;
   const bool census = t0 - last_census_ >= kCensusInterval;
   if (census) last_census_ = t0;
+  // A census step reads the kept positions of at most kCensusRows served rows, those asked
+  // longest ago (Seq::census_turn), so its cost stays bounded at any batch and every running
+  // sequence takes its turn.
+  if (census) {
+    ++census_turn_;
+    census_turns_.resize(out.steps.size());
+    for (std::size_t i = 0; i < out.steps.size(); ++i)
+      census_turns_[i] = replays_.owns(out.steps[i].seq_id)
+                             ? kNotServed
+                             : seqs_.at(out.steps[i].seq_id)->census_turn;
+    pick_census_rows(census_turns_, kCensusRows, census_order_, census_pick_);
+  }
   plan->released_pages = std::move(out.released_pages);
   plan->seqs.resize(out.steps.size());
   InFlight f;
@@ -606,7 +619,8 @@ asio::awaitable<bool> BatcherActor::kick() {
     } else {
       st.output = &s.output;
     }
-    st.report_kept = census;
+    st.report_kept = census && census_pick_[i] != 0;
+    if (st.report_kept) s.census_turn = census_turn_;
     ++s.in_steps;
   }
   f.plan = plan;

@@ -123,6 +123,7 @@ class BatcherActor final : public Actor<BatcherMsg> {
     // histories the plans point to (alternating: the step in flight reads one, the next plan
     // gets the other, brought up to date).
     bool recompute_stale = false;
+    std::uint64_t census_turn = 0;  // the census step that last asked it (0: none yet)
     std::uint64_t result_step = 0;
     std::uint64_t pending_step = 0;
     std::array<std::vector<std::int32_t>, 2> history;
@@ -253,6 +254,15 @@ class BatcherActor final : public Actor<BatcherMsg> {
   // The per-layer census (EngineStats::layers): a step asks the backend for the kept
   // positions (SeqStep::report_kept) at most every kCensusInterval; the next scheduling call
   // records them and takes the census (also when the last running sequence left).
+  // A census step asks at most kCensusRows served sequences (those asked longest ago), so that
+  // its cost (on the CUDA backend a device gather and a host count of every kept slot of every
+  // layer) stays bounded: asking every row of a 200-sequence batch cost more than the 250 ms
+  // interval on the H200, so every step became a census step (2 steps/s at 256 requests).
+  static constexpr std::size_t kCensusRows = 16;
+  std::uint64_t census_turn_ = 0;                                    // census steps planned
+  std::vector<std::uint64_t> census_turns_;                          // per row, scratch
+  std::vector<std::pair<std::uint64_t, std::size_t>> census_order_;  // (turn, row) scratch
+  std::vector<char> census_pick_;                                    // rows asked this step
   static constexpr std::chrono::milliseconds kCensusInterval{250};
   Clock::time_point last_census_{};
   bool census_asked_ = false;  // a completed step had report_kept set: take the census

@@ -5,6 +5,7 @@
 // step that asks for no census does nothing here: no copy, no sync.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <unordered_map>
@@ -77,12 +78,17 @@ void CudaBackendImpl::collect_kept(const StepPlan& plan, StepResult& result) {
       if (!ls.rule.sparse()) {
         count.add_full(ls.valid, heads);
       } else {
-        for (int h = 0; h < heads; ++h)
-          for (std::int32_t j = 0; j < ls.valid; ++j) {
-            const int row = page_row.at(ls.pages[static_cast<std::size_t>(j / kBlockSize)]);
-            count.add(host[static_cast<std::size_t>(row) * per_page +
-                           static_cast<std::size_t>(h) * kBlockSize + j % kBlockSize]);
+        // One lookup per page (not per slot): a census of many rows counts millions of slots.
+        for (int k = 0; k < pages_for_slots(ls.valid); ++k) {
+          const std::size_t row =
+              static_cast<std::size_t>(page_row.at(ls.pages[static_cast<std::size_t>(k)]));
+          const int n = std::min(kBlockSize, ls.valid - k * kBlockSize);
+          for (int h = 0; h < heads; ++h) {
+            const std::int32_t* slot =
+                host.data() + row * per_page + static_cast<std::size_t>(h) * kBlockSize;
+            for (int j = 0; j < n; ++j) count.add(slot[j]);
           }
+        }
       }
       kept[l] = count.result();
     }

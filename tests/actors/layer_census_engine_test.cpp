@@ -3,6 +3,9 @@
 // them, the census sums them while sequences run and empties when the last one leaves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "actors/census_turns.h"
 #include "engine_fixture.h"
 #include "tests/runtime/sparsity_test_util.h"
 
@@ -52,6 +55,62 @@ TEST(LayerCensusEngine, KeptPositionsOfRunningSequencesThenEmpty) {
     EXPECT_EQ(u.kept_sequences, 0);
     EXPECT_EQ(u.pages, 0);
   }
+}
+
+// A census step asks at most 16 served rows for their kept positions (their cost on the CUDA
+// backend grows with every kept slot of every layer): the first census (the first step) and
+// every later one, however many sequences run.
+TEST(LayerCensusEngine, ACensusStepAsksAtMostSixteenRows) {
+  Config cfg = tiny_config();
+  cfg.sparsity = test::sparse_profile(Policy::kScored, 1, 40, 8, 2);
+  cfg.scheduler.max_num_seqs = 32;
+  auto probe = std::make_shared<StepProbe>();
+  auto e = Engine::create(cfg, probe_factory(probe));
+  std::mt19937 rng(5);
+  std::vector<std::shared_ptr<TokenStream>> streams;
+  for (int i = 0; i < 24; ++i)
+    streams.push_back(
+        e->submit(greedy_request(random_prompt(rng, 80, e->model().vocab_size), 300)));
+  for (auto& s : streams) {
+    const auto c = drain(*s);
+    EXPECT_EQ(c.finish[0], FinishReason::kLength) << c.error;
+  }
+  std::lock_guard<std::mutex> l(probe->mu);
+  std::size_t census_steps = 0, widest = 0;
+  for (const auto& plan : probe->plans) {
+    const auto n = static_cast<std::size_t>(std::count_if(
+        plan.seqs.begin(), plan.seqs.end(), [](const SeqStep& st) { return st.report_kept; }));
+    census_steps += n > 0;
+    widest = std::max(widest, n);
+  }
+  EXPECT_GE(census_steps, 1u);
+  EXPECT_LE(widest, 16u);
+}
+
+// The rows asked take turns: the longest-unasked first (ties by row), replays never.
+TEST(CensusTurns, LongestUnaskedFirstAndEveryRowWithinCeilNOverK) {
+  using actors::kNotServed;
+  std::vector<std::pair<std::uint64_t, std::size_t>> order;
+  std::vector<char> pick;
+  actors::pick_census_rows({3, 0, kNotServed, 1, 0}, 2, order, pick);
+  EXPECT_EQ(pick, (std::vector<char>{0, 1, 0, 0, 1}));
+  actors::pick_census_rows({kNotServed, kNotServed}, 16, order, pick);
+  EXPECT_EQ(pick, (std::vector<char>{0, 0}));
+  // 40 rows, 16 per census, rows shuffled between steps: every row within 3 censuses.
+  std::vector<std::uint64_t> turn(40, 0);  // by sequence
+  std::vector<std::size_t> row_seq(40);
+  for (std::size_t i = 0; i < row_seq.size(); ++i) row_seq[i] = i;
+  std::mt19937 rng(7);
+  for (std::uint64_t c = 1; c <= 3; ++c) {
+    std::shuffle(row_seq.begin(), row_seq.end(), rng);
+    std::vector<std::uint64_t> turns(40);
+    for (std::size_t i = 0; i < 40; ++i) turns[i] = turn[row_seq[i]];
+    actors::pick_census_rows(turns, 16, order, pick);
+    EXPECT_EQ(std::count(pick.begin(), pick.end(), 1), 16);
+    for (std::size_t i = 0; i < 40; ++i)
+      if (pick[i]) turn[row_seq[i]] = c;
+  }
+  EXPECT_EQ(std::count(turn.begin(), turn.end(), 0u), 0);
 }
 
 }  // namespace

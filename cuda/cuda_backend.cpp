@@ -8,13 +8,21 @@
 #include <vector>
 
 #include "cuda/backend/backend_impl.h"
+#include "cuda/dispatch.h"
 #include "cuda/tp/tp_backends.h"
 #include "runtime/error.h"
 
 namespace strata::cuda {
 
+namespace {
+const Config& checked(const Config& config) {
+  check_kv_dtype(config.cache.kv_dtype);  // before any device work
+  return config;
+}
+}  // namespace
+
 CudaBackend::CudaBackend(const Config& config, int device, CudaTpRank tp)
-    : impl_(std::make_unique<CudaBackendImpl>(config, device, tp)) {}
+    : impl_(std::make_unique<CudaBackendImpl>(checked(config), device, tp)) {}
 CudaBackend::~CudaBackend() = default;
 const BackendInfo& CudaBackend::info() const {
   return impl_->binfo;
@@ -35,6 +43,7 @@ StepResult CudaBackend::collect() {
 }
 
 std::vector<std::unique_ptr<Backend>> make_cuda_backends(const Config& config) {
+  check_kv_dtype(config.cache.kv_dtype);
   if (config.backend.tp_size != 1) return tp::make_cuda_tp_backends(config);
   const int dev = config.backend.devices.empty() ? 0 : config.backend.devices.front();
   std::vector<std::unique_ptr<Backend>> out;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/error.h"
+#include "runtime/kv_layout.h"
 
 namespace strata::cuda {
 
@@ -26,6 +27,20 @@ inline void check_elem_bytes(int elem_bytes, const char* where) {
   if (elem_bytes != 2)
     throw ConfigError("dtype", std::string(where) + ": element size " + std::to_string(elem_bytes) +
                                    " bytes is not supported by the CUDA kernels (supported: bf16)");
+}
+
+// cache.kv_dtype fp8 (issue 21, docs/kv-fp8.md) is implemented on the CPU backend only so far:
+// the CUDA kernels that write and read K/V (RoPE + K/V write, decode attention full and sparse
+// with the scored update, prefill attention over paged prior context, SnapKV scoring,
+// compaction, shrink) are bf16 only, so the backend refuses rather than read codes as bf16.
+inline void check_kv_dtype(KvDtype dtype) {
+  if (dtype != KvDtype::kBf16)
+    throw ConfigError(
+        "cache.kv_dtype",
+        "fp8 is not supported by the CUDA backend yet (missing: e4m3 quantization in "
+        "the RoPE + K/V write kernel; e4m3 reads in decode attention (full and sparse, "
+        "scored update), prefill attention over paged prior context, SnapKV scoring, "
+        "compaction and shrink); the CPU backend runs it (backend.kind: cpu)");
 }
 
 }  // namespace strata::cuda

@@ -93,7 +93,7 @@ void apply_scheduler(const YAML::Node& n, SchedulerSection& s) {
 void apply_cache(const YAML::Node& n, CacheSection& c) {
   check_keys(n, "cache",
              {"kv_bytes", "kv_fraction", "cpu_kv_bytes", "shrink_running", "prefix_cache",
-              "prefix_cache_fraction", "prefix_cache_bytes"});
+              "prefix_cache_fraction", "prefix_cache_bytes", "kv_dtype"});
   for (const auto& kv : n) {
     const auto k = kv.first.as<std::string>();
     const auto key = "cache." + k;
@@ -111,6 +111,9 @@ void apply_cache(const YAML::Node& n, CacheSection& c) {
       c.prefix_cache_fraction = read_double(kv.second, key, 0.001, 1.0);
     else if (k == "prefix_cache_bytes")
       c.prefix_cache_bytes = read_bytes(kv.second, key);
+    else if (k == "kv_dtype")
+      c.kv_dtype =
+          read_enum(kv.second, key, {"bf16", "fp8"}) == "fp8" ? KvDtype::kFp8 : KvDtype::kBf16;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/kv_layout.h"
 #include "runtime/sparsity_profile.h"
 
 namespace strata {
@@ -59,6 +60,10 @@ struct CacheSection {
   double kv_fraction = 0.9;                   // fraction of free device memory after weights (CUDA)
   std::uint64_t cpu_kv_bytes = 512ull << 20;  // CPU backend pool size
   bool shrink_running = false;                // live profile shrinks apply to running sequences
+  // bf16 (the backend's native type) | fp8: K and V as e4m3 with fixed per-(layer, KV head) fp32
+  // scales, from the checkpoint's kv_cache_scheme or calibrated once at start-up
+  // (runtime/kv_scales.h, docs/kv-fp8.md); pages are half the bytes.
+  KvDtype kv_dtype = KvDtype::kBf16;
   // Automatic prefix caching (docs/sparsity.md "Prefix cache"): full prompt blocks stay in the
   // pool, shared by later requests with the same prefix, evicted LRU when pages are needed.
   bool prefix_cache = true;

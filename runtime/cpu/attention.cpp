@@ -1,6 +1,7 @@
 #include "runtime/cpu/attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,28 +10,48 @@
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/error.h"
+#include "runtime/fp8.h"
 #include "runtime/kept_positions.h"
+#include "runtime/kv_scales.h"
 #include "runtime/snapkv.h"
 #include "runtime/step_plan_check.h"
 
 namespace strata::cpu {
 namespace {
 
-// Slots of one head, backed by a page table of the pool or by a contiguous scratch buffer.
+// Slots of one head, backed by a page table of the pool or by a contiguous scratch buffer
+// ([slot][head_dim] elements of the pool's type), in fp32 or as e4m3 codes (KvCodec).
 class Slots {
  public:
-  Slots(KvPool& pool, int head, const std::vector<std::int32_t>& pages)
-      : pool_(&pool), head_(head), pages_(&pages) {}
-  Slots(float* k, float* v, int head_dim) : k_(k), v_(v), head_dim_(head_dim) {}
+  Slots(KvPool& pool, int head, const std::vector<std::int32_t>& pages, const KvCodec& codec)
+      : pool_(&pool),
+        head_(head),
+        pages_(&pages),
+        head_dim_(pool.layout().head_dim),
+        codec_(codec) {}
+  Slots(std::byte* k, std::byte* v, int head_dim, const KvCodec& codec)
+      : k_(k), v_(v), head_dim_(head_dim), codec_(codec) {}
 
-  float* k(int slot) const {
-    return k_ ? k_ + static_cast<std::size_t>(slot) * head_dim_
-              : pool_->k(page(slot), head_, slot % kBlockSize);
+  // The stored elements of a slot (head_dim of them, row_bytes()).
+  std::byte* k_raw(int slot) const {
+    return k_ ? k_ + static_cast<std::size_t>(slot) * row_bytes()
+              : pool_->k_bytes(page(slot), head_, slot % kBlockSize);
   }
-  float* v(int slot) const {
-    return v_ ? v_ + static_cast<std::size_t>(slot) * head_dim_
-              : pool_->v(page(slot), head_, slot % kBlockSize);
+  std::byte* v_raw(int slot) const {
+    return v_ ? v_ + static_cast<std::size_t>(slot) * row_bytes()
+              : pool_->v_bytes(page(slot), head_, slot % kBlockSize);
   }
+  std::size_t row_bytes() const {
+    return static_cast<std::size_t>(head_dim_) * codec_.elem_bytes();
+  }
+  // K (V) of a slot in fp32: a pointer into fp32 storage, or `buf` (head_dim floats) holding the
+  // dequantized codes, e4m3_to_float(code) * scale.
+  const float* k(int slot, float* buf) const { return read(k_raw(slot), codec_.k_scale, buf); }
+  const float* v(int slot, float* buf) const { return read(v_raw(slot), codec_.v_scale, buf); }
+  bool fp8() const { return codec_.fp8; }
+  const KvCodec& codec() const { return codec_; }
+  int head_dim() const { return head_dim_; }
+
   float* score(int slot) const { return pool_->score(page(slot), head_, slot % kBlockSize); }
   // The token position the slot was written for; nullptr for scratch (slot p holds position p).
   std::int32_t* position(int slot) const {
@@ -41,23 +62,83 @@ class Slots {
   }
 
  private:
+  const float* read(const std::byte* p, float scale, float* buf) const {
+    if (!codec_.fp8) return reinterpret_cast<const float*>(p);
+    const float* lut = e4m3_values();
+    const auto* c = reinterpret_cast<const std::uint8_t*>(p);
+    for (int d = 0; d < head_dim_; ++d) buf[d] = lut[c[d]] * scale;  // = kv_dequantize
+    return buf;
+  }
+  // e4m3_to_float of every code (the dequantization's hot path).
+  static const float* e4m3_values() {
+    static const auto table = [] {
+      std::array<float, 256> t{};
+      for (int c = 0; c < 256; ++c)
+        t[static_cast<std::size_t>(c)] = e4m3_to_float(static_cast<std::uint8_t>(c));
+      return t;
+    }();
+    return table.data();
+  }
   int page(int slot) const { return (*pages_)[static_cast<std::size_t>(slot / kBlockSize)]; }
   KvPool* pool_ = nullptr;
   int head_ = 0;
   const std::vector<std::int32_t>* pages_ = nullptr;
-  float* k_ = nullptr;
-  float* v_ = nullptr;
+  std::byte* k_ = nullptr;
+  std::byte* v_ = nullptr;
   int head_dim_ = 0;
+  KvCodec codec_;
 };
 
-// K/V of the token at `pos` into `slot` (its position recorded next to the score).
+// Slots [0, n) of one head as fp32 rows: pointers into fp32 storage, or one dequantized copy
+// (each code is dequantized once per use, not once per query head).
+class Rows {
+ public:
+  Rows(const Slots& s, int n) : s_(&s), hd_(static_cast<std::size_t>(s.head_dim())) {
+    if (!s.fp8()) return;
+    k_.resize(static_cast<std::size_t>(n) * hd_);
+    v_.resize(static_cast<std::size_t>(n) * hd_);
+    for (int j = 0; j < n; ++j) {
+      s.k(j, &k_[j * hd_]);
+      s.v(j, &v_[j * hd_]);
+    }
+  }
+  const float* k(int j) const { return k_.empty() ? s_->k(j, nullptr) : &k_[j * hd_]; }
+  const float* v(int j) const { return v_.empty() ? s_->v(j, nullptr) : &v_[j * hd_]; }
+
+ private:
+  const Slots* s_;
+  std::size_t hd_;
+  std::vector<float> k_, v_;
+};
+
+// K/V of the token at `pos` into `slot` (its position recorded next to the score), quantized
+// to e4m3 with the head's scales in an fp8 cache.
 void write_kv(const Slots& s, int slot, const float* k, const float* v, int head_dim,
               std::int32_t pos) {
   STRATA_CHECK(slot >= 0 && slot < s.capacity(),
                "slot " + std::to_string(slot) + " outside the page table");
-  std::memcpy(s.k(slot), k, sizeof(float) * head_dim);
-  std::memcpy(s.v(slot), v, sizeof(float) * head_dim);
+  if (s.fp8()) {
+    auto* kc = reinterpret_cast<std::uint8_t*>(s.k_raw(slot));
+    auto* vc = reinterpret_cast<std::uint8_t*>(s.v_raw(slot));
+    for (int d = 0; d < head_dim; ++d) {
+      kc[d] = kv_quantize(k[d], s.codec().k_scale);
+      vc[d] = kv_quantize(v[d], s.codec().v_scale);
+    }
+  } else {
+    std::memcpy(s.k_raw(slot), k, sizeof(float) * head_dim);
+    std::memcpy(s.v_raw(slot), v, sizeof(float) * head_dim);
+  }
   if (auto* p = s.position(slot)) *p = pos;
+}
+
+// Slot `from` of `src` into slot `to` of `dst` (same layer and head: same element type and
+// scales), the stored bytes as they are: compaction never requantizes.
+void copy_kv(const Slots& dst, int to, const Slots& src, int from, std::int32_t pos) {
+  STRATA_CHECK(to >= 0 && to < dst.capacity(),
+               "slot " + std::to_string(to) + " outside the page table");
+  std::memmove(dst.k_raw(to), src.k_raw(from), dst.row_bytes());
+  std::memmove(dst.v_raw(to), src.v_raw(from), dst.row_bytes());
+  if (auto* p = dst.position(to)) *p = pos;
 }
 
 // One query row of the group over slots [0, visible): out, lse and (when probs is given)
@@ -67,11 +148,12 @@ void attend_row(const Slots& s, int visible, const AttnArgs& a, const float* q, 
   std::vector<float> logits(static_cast<std::size_t>(visible));
   std::vector<float> acc(static_cast<std::size_t>(a.head_dim));
   if (probs) probs->assign(static_cast<std::size_t>(a.group) * visible, 0.0f);
+  const Rows rows(s, visible);
   for (int h = 0; h < a.group; ++h) {
     const float* qh = q + static_cast<std::size_t>(h) * a.head_dim;
     float m = -std::numeric_limits<float>::infinity();
     for (int j = 0; j < visible; ++j) {
-      logits[j] = dot(qh, s.k(j), a.head_dim) * a.scale;
+      logits[j] = dot(qh, rows.k(j), a.head_dim) * a.scale;
       m = std::max(m, logits[j]);
     }
     double sum = 0.0;
@@ -80,7 +162,7 @@ void attend_row(const Slots& s, int visible, const AttnArgs& a, const float* q, 
       const float e = std::exp(logits[j] - m);
       logits[j] = e;
       sum += e;
-      const float* vj = s.v(j);
+      const float* vj = rows.v(j);
       for (int d = 0; d < a.head_dim; ++d) acc[d] += e * vj[d];
     }
     const float inv = static_cast<float>(1.0 / sum);
@@ -108,8 +190,9 @@ void attend_rows(const Slots& s, int t0, int nrows, const AttnArgs& a) {
   auto q = [&](int r, int h) {
     return a.q + static_cast<std::size_t>(t0 + r) * a.q_stride + static_cast<std::size_t>(h) * hd;
   };
+  const Rows rows(s, vmax);
   for (int j = 0; j < vmax; ++j) {
-    const float* kj = s.k(j);
+    const float* kj = rows.k(j);
     for (int r = std::max(0, j + 1 - vis0); r < nrows; ++r)
       for (int h = 0; h < G; ++h) {
         const int i = r * G + h;
@@ -119,7 +202,7 @@ void attend_rows(const Slots& s, int t0, int nrows, const AttnArgs& a) {
       }
   }
   for (int j = 0; j < vmax; ++j) {
-    const float* vj = s.v(j);
+    const float* vj = rows.v(j);
     for (int r = std::max(0, j + 1 - vis0); r < nrows; ++r)
       for (int h = 0; h < G; ++h) {
         const int i = r * G + h;
@@ -172,8 +255,10 @@ void select(const Slots& src, const Slots& dst, const AttnArgs& a) {
       lse[static_cast<std::size_t>(w) * a.group + h] = a.lse[row * a.lse_stride + h];
   }
   std::vector<float> k(static_cast<std::size_t>(L) * hd);
-  for (int i = 0; i < L; ++i)
-    std::memcpy(&k[static_cast<std::size_t>(i) * hd], src.k(i), sizeof(float) * hd);
+  for (int i = 0; i < L; ++i) {
+    float* ki = &k[static_cast<std::size_t>(i) * hd];
+    if (const float* p = src.k(i, ki); p != ki) std::memcpy(ki, p, sizeof(float) * hd);
+  }
   std::vector<double> S(static_cast<std::size_t>(L));
   if (a.fp64_scores) {
     snapkv::window_scores(q.data(), k.data(), lse.data(), L, alpha, a.group, hd, a.scale, S.data());
@@ -187,27 +272,29 @@ void select(const Slots& src, const Slots& dst, const AttnArgs& a) {
   for (std::size_t j = 0; j < sel.positions.size(); ++j) {
     const int slot = static_cast<int>(j);
     const std::int32_t pos = sel.positions[j];  // (the temp slot of position p is p)
-    write_kv(dst, slot, src.k(pos), src.v(pos), hd, pos);
+    copy_kv(dst, slot, src, pos, pos);
     *dst.score(slot) = sel.scores[j];
   }
 }
 
 // kShrink on the post-step state `st`.
-void shrink(const Slots& s, const LayerSlots& st, int shrink_to, int head_dim) {
+void shrink(const Slots& s, const LayerSlots& st, int shrink_to) {
   std::vector<float> scores(static_cast<std::size_t>(st.valid));
   for (int j = 0; j < st.valid; ++j) scores[j] = *s.score(j);
   const auto order = snapkv::shrink_order(scores, st.valid, st.ring_pos, st.rule, shrink_to);
-  const std::size_t n = order.size(), hd = static_cast<std::size_t>(head_dim);
-  std::vector<float> k(n * hd), v(n * hd), sc(n);
+  const std::size_t n = order.size(), rb = s.row_bytes();
+  std::vector<std::byte> k(n * rb), v(n * rb);  // the stored bytes, as they are
+  std::vector<float> sc(n);
   std::vector<std::int32_t> pos(n);
   for (std::size_t j = 0; j < n; ++j) {
-    std::memcpy(&k[j * hd], s.k(order[j]), sizeof(float) * hd);
-    std::memcpy(&v[j * hd], s.v(order[j]), sizeof(float) * hd);
+    std::memcpy(&k[j * rb], s.k_raw(order[j]), rb);
+    std::memcpy(&v[j * rb], s.v_raw(order[j]), rb);
     sc[j] = scores[static_cast<std::size_t>(order[j])];
     pos[j] = *s.position(order[j]);
   }
   for (std::size_t j = 0; j < n; ++j) {
-    write_kv(s, static_cast<int>(j), &k[j * hd], &v[j * hd], head_dim, pos[j]);
+    const Slots staged(&k[j * rb], &v[j * rb], s.head_dim(), s.codec());
+    copy_kv(s, static_cast<int>(j), staged, 0, pos[j]);
     *s.score(static_cast<int>(j)) = sc[j];
   }
 }
@@ -219,7 +306,7 @@ void attend(KvPool& pool, int head, const AttnArgs& a) {
   const LayerRule& rule = ls.rule;
   const int hd = a.head_dim;
   STRATA_CHECK(a.n >= 1 && (a.prefill || a.n == 1), "a decode step holds exactly one token");
-  const Slots own(pool, head, ls.pages);
+  const Slots own(pool, head, ls.pages, a.codec);
   std::vector<float> probs;
 
   if (a.prefill && ls.direct_prefill(a.prompt_len)) {
@@ -244,8 +331,8 @@ void attend(KvPool& pool, int head, const AttnArgs& a) {
     const bool scratch = ls.temp_pages.empty();
     STRATA_CHECK(!scratch || (a.start == 0 && a.n == a.prompt_len && a.scratch_k),
                  "empty temp_pages need the whole prompt in one step");
-    const Slots temp =
-        scratch ? Slots(a.scratch_k, a.scratch_v, hd) : Slots(pool, head, ls.temp_pages);
+    const Slots temp = scratch ? Slots(a.scratch_k, a.scratch_v, hd, a.codec)
+                               : Slots(pool, head, ls.temp_pages, a.codec);
     for (int t = 0; t < a.n; ++t)
       write_kv(temp, a.start + t, a.k + t * a.kv_stride, a.v + t * a.kv_stride, hd, a.start + t);
     for (int t = 0; t < a.n; t += kRowBlock) attend_rows(temp, t, std::min(kRowBlock, a.n - t), a);
@@ -266,7 +353,7 @@ void attend(KvPool& pool, int head, const AttnArgs& a) {
       const int leaver = C - rule.ring + ls.ring_pos;
       const int dst = snapkv::resolve_leaver(scores, rule, ls.ring_pos);
       if (dst >= 0) {
-        write_kv(own, dst, own.k(leaver), own.v(leaver), hd, *own.position(leaver));
+        copy_kv(own, dst, own, leaver, *own.position(leaver));
         *own.score(dst) = scores[leaver];
       }
     }
@@ -288,7 +375,7 @@ void attend(KvPool& pool, int head, const AttnArgs& a) {
         ls.shrink_to > rule.sinks + rule.window &&
             static_cast<int>(ls.pages.size()) * kBlockSize >= std::min(post.valid, ls.shrink_to),
         "kShrink to " + std::to_string(ls.shrink_to) + " slots is invalid");
-    shrink(own, post, ls.shrink_to, hd);
+    shrink(own, post, ls.shrink_to);
   }
 }
 

@@ -16,6 +16,15 @@
 
 namespace strata::cpu {
 
+// How one (layer, KV head)'s K/V are stored: fp32 values, or e4m3 codes with the fixed scales of
+// cache.kv_dtype fp8 (runtime/kv_scales.h; written as kv_quantize, read as kv_dequantize,
+// compaction copies the codes as they are). Must match the pool's elem_bytes.
+struct KvCodec {
+  bool fp8 = false;
+  float k_scale = 1.0f, v_scale = 1.0f;
+  std::size_t elem_bytes() const { return fp8 ? 1 : 4; }
+};
+
 struct AttnArgs {
   const LayerSlots* slots = nullptr;  // this layer's state before the step
   std::int32_t start = 0;             // position of row 0
@@ -36,9 +45,10 @@ struct AttnArgs {
   double* lse = nullptr;  // [group] per row: natural-log LSE of the row's attention logits
   std::size_t lse_stride = 0;
   // Sparse layer, prompt > capacity, temp_pages empty: the whole prompt's K/V of this head,
-  // [prompt_len][head_dim] each (filled here, read at kSelect).
-  float* scratch_k = nullptr;
-  float* scratch_v = nullptr;
+  // [prompt_len][head_dim] elements each of the pool's type (filled here, read at kSelect).
+  std::byte* scratch_k = nullptr;
+  std::byte* scratch_v = nullptr;
+  KvCodec codec;            // this layer and head's storage (the pool's type)
   bool fp64_scores = true;  // kSelect scoring in fp64 (oracle) or fp32 (kernel arithmetic)
 };
 

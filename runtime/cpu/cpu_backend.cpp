@@ -172,7 +172,18 @@ class CpuBackend final : public Backend {
       }
     }
     inv_freq_ = c.rope_inv_freq();
-    KvLayout layout{shard_.kv_heads, c.head_dim, 4};
+    const bool kv8 = opts.kv_dtype == KvDtype::kFp8;
+    KvLayout layout{shard_.kv_heads, c.head_dim, kv8 ? 1 : 4};
+    codecs_.resize(static_cast<std::size_t>(c.num_hidden_layers) * shard_.kv_heads);
+    if (kv8) {
+      STRATA_CHECK(!opts.kv_scales.empty(), "an fp8 KV cache needs its scales resolved first");
+      opts.kv_scales.check(c.num_hidden_layers, c.num_key_value_heads);
+      for (int l = 0; l < c.num_hidden_layers; ++l)
+        for (int g = 0; g < shard_.kv_heads; ++g)
+          codecs_[static_cast<std::size_t>(l) * shard_.kv_heads + g] =
+              cpu::KvCodec{true, opts.kv_scales.k_at(l, shard_.kv_begin + g),
+                           opts.kv_scales.v_at(l, shard_.kv_begin + g)};
+    }
     // kv_bytes is the pool over all ranks: each rank holds 1/size of every page.
     const auto pages =
         opts.kv_bytes / (layout.page_bytes() * static_cast<std::uint64_t>(shard_.size));
@@ -198,6 +209,7 @@ class CpuBackend final : public Backend {
     info_.name = shard_.size == 1 ? "cpu" : "cpu-tp" + std::to_string(shard_.size);
     if (fp8_) info_.name += "-fp8";
     if (weight_only) info_.name += "-fp8-weight-only";
+    if (kv8) info_.name += "-kv-fp8";
     info_.layout = layout;
     info_.num_pages = static_cast<int>(pages);
     info_.tp_size = shard_.size;
@@ -239,6 +251,7 @@ class CpuBackend final : public Backend {
   std::vector<LayerF32> layers_;
   std::vector<double> inv_freq_;
   std::unique_ptr<cpu::KvPool> kv_;
+  std::vector<cpu::KvCodec> codecs_;  // [layer][local KV head]: fp32, or e4m3 with its scales
   std::unique_ptr<cpu::ThreadPool> pool_;
   std::unique_ptr<StepPlanChecker> checker_;  // the StepPlan contract (runtime/step_plan_check.h)
   std::vector<std::int32_t> row_pos_;         // [T] position of each row of the step
@@ -258,13 +271,15 @@ void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
       act(tn * I);
   std::vector<double> lse(tn * nh);
 
-  // Scratch for sparse layers whose whole long prompt is in this step without temp pages.
-  std::vector<std::vector<float>> scratch(plan.seqs.size());
+  // Scratch for sparse layers whose whole long prompt is in this step without temp pages, in
+  // the pool's element type (fp8: the codes the selection copies into the pages).
+  const std::size_t eb = static_cast<std::size_t>(kv_->layout().elem_bytes);
+  std::vector<std::vector<std::byte>> scratch(plan.seqs.size());
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
     const auto& s = plan.seqs[i];
     for (const auto& ls : s.layers)
       if (s.prefill && !ls.direct_prefill(s.prompt_len) && ls.temp_pages.empty()) {
-        scratch[i].resize(2ull * nkv * s.prompt_len * hd);
+        scratch[i].resize(2ull * nkv * s.prompt_len * hd * eb);
         break;
       }
   }
@@ -285,6 +300,13 @@ void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
         cpu::rope(row + qd, nkv, hd, inv_freq_.data(), row_pos_[t]);
       }
     });
+    if (opts_.kv_amax)  // calibration: the K/V rows as they are about to be stored
+      for (int t = 0; t < T; ++t)
+        for (int g = 0; g < nkv; ++g) {
+          const float* row = &qkv[static_cast<std::size_t>(t) * qkvd];
+          opts_.kv_amax->observe(l, shard_.kv_begin + g, row + qd + g * hd, row + qd + kvd + g * hd,
+                                 hd);
+        }
     pool_->parallel_for(nseq * nkv, 1, [&](std::int64_t b, std::int64_t e) {
       for (auto task = b; task < e; ++task) {
         const auto i = static_cast<std::size_t>(task / nkv);
@@ -309,10 +331,11 @@ void CpuBackend::forward(const StepPlan& plan, std::vector<float>& x) {
         a.lse = &lse[r0 * nh + static_cast<std::size_t>(g) * a.group];
         a.lse_stride = static_cast<std::size_t>(nh);
         if (!scratch[i].empty()) {
-          const std::size_t head_elems = static_cast<std::size_t>(s.prompt_len) * hd;
-          a.scratch_k = &scratch[i][static_cast<std::size_t>(g) * head_elems];
-          a.scratch_v = &scratch[i][(static_cast<std::size_t>(nkv) + g) * head_elems];
+          const std::size_t head_bytes = static_cast<std::size_t>(s.prompt_len) * hd * eb;
+          a.scratch_k = &scratch[i][static_cast<std::size_t>(g) * head_bytes];
+          a.scratch_v = &scratch[i][(static_cast<std::size_t>(nkv) + g) * head_bytes];
         }
+        a.codec = codecs_[static_cast<std::size_t>(l) * nkv + g];
         a.fp64_scores = opts_.fp64_scores;
         cpu::attend(*kv_, g, a);
       }
@@ -458,11 +481,55 @@ StepResult CpuBackend::step(const StepPlan& plan) {
 
 }  // namespace
 
+KvScales cpu_kv_scales(const std::shared_ptr<const ModelWeights>& weights,
+                       const CpuBackendOptions& opts) {
+  if (!weights) throw InternalError("cpu_kv_scales: no weights");
+  const auto& c = weights->config();
+  if (!opts.kv_scales.empty()) {
+    KvScales s = opts.kv_scales;
+    if (s.source.empty()) s.source = "given";
+    s.check(c.num_hidden_layers, c.num_key_value_heads);
+    return s;
+  }
+  if (auto s = kv_scales_from_checkpoint(*weights)) return *s;
+  // Calibration on the native (fp32) KV path with the same weight arithmetic, one thread
+  // budget, a pool of exactly the pages the prompts need.
+  KvAmax amax(c.num_hidden_layers, c.num_key_value_heads);
+  CpuBackendOptions o = opts;
+  o.kv_dtype = KvDtype::kBf16;
+  o.kv_scales = KvScales{};
+  o.kv_amax = &amax;
+  const int max_len = c.max_position_embeddings;
+  const KvLayout fp32{c.num_key_value_heads, c.head_dim, 4};
+  o.kv_bytes = static_cast<std::uint64_t>(kv_calibration_pages(c, max_len)) * fp32.page_bytes();
+  const auto shard = make_tp_shard(c, 0, 1);
+  CpuBackend b(weights, o, shard, nullptr);
+  return calibrate_kv_scales(b, amax, max_len);
+}
+
+namespace {
+
+// opts with the fp8 KV cache's scales resolved (unchanged for a bf16/fp32 cache).
+CpuBackendOptions with_kv_scales(const std::shared_ptr<const ModelWeights>& weights,
+                                 const CpuBackendOptions& opts) {
+  CpuBackendOptions o = opts;
+  if (o.kv_dtype == KvDtype::kFp8) o.kv_scales = cpu_kv_scales(weights, opts);
+  return o;
+}
+
+std::unique_ptr<Backend> make_backend(std::shared_ptr<const ModelWeights> weights,
+                                      const CpuBackendOptions& opts) {
+  const auto shard = make_tp_shard(weights->config(), 0, 1);
+  return std::make_unique<CpuBackend>(std::move(weights), opts, shard, nullptr);
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> weights,
                                           const CpuBackendOptions& opts) {
   if (!weights) throw InternalError("make_cpu_backend: no weights");
-  const auto shard = make_tp_shard(weights->config(), 0, 1);
-  return std::make_unique<CpuBackend>(std::move(weights), opts, shard, nullptr);
+  const CpuBackendOptions o = with_kv_scales(weights, opts);
+  return make_backend(std::move(weights), o);
 }
 
 CpuBackendOptions cpu_backend_options(const Config& config) {
@@ -472,6 +539,7 @@ CpuBackendOptions cpu_backend_options(const Config& config) {
   if (config.cache.kv_bytes > 0 && config.cache.kv_bytes < o.kv_bytes)
     o.kv_bytes = config.cache.kv_bytes;
   o.quantization = config.model.quantization;
+  o.kv_dtype = config.cache.kv_dtype;
   return o;
 }
 
@@ -485,7 +553,7 @@ std::vector<std::unique_ptr<Backend>> make_cpu_tp_backends(
     return out;
   }
   auto comm = std::make_shared<cpu::TpComm>(tp_size);
-  CpuBackendOptions o = opts;
+  CpuBackendOptions o = with_kv_scales(weights, opts);
   if (o.threads <= 0)
     o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   o.threads = std::max(1, o.threads / tp_size);
@@ -505,7 +573,8 @@ std::unique_ptr<Backend> make_cpu_tp_rank_backend(std::shared_ptr<const ModelWei
     throw InternalError("make_cpu_tp_rank_backend: rank " + std::to_string(rank) + " of " +
                         std::to_string(n));
   const auto shard = make_tp_shard(weights->config(), rank, n);
-  return std::make_unique<CpuBackend>(std::move(weights), opts, shard,
+  const CpuBackendOptions o = with_kv_scales(weights, opts);
+  return std::make_unique<CpuBackend>(std::move(weights), o, shard,
                                       n > 1 ? std::move(comm) : nullptr);
 }
 

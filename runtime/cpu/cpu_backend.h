@@ -10,6 +10,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/config.h"
+#include "runtime/kv_scales.h"
 #include "runtime/model/model_loader.h"
 
 namespace strata {
@@ -28,7 +29,23 @@ struct CpuBackendOptions {
   // (ModelWeights::quantization().prequantized) ignores it: it runs with its own codes and
   // scales as its quantization_config says (W8A8 dynamic or static, or weight-only).
   Quantization quantization = Quantization::kNone;
+  // cache.kv_dtype: kFp8 stores K/V as e4m3 codes (1 byte; a page is a quarter of the fp32
+  // page, half of CUDA's bf16 page) with fixed per-(layer, KV head) scales (runtime/kv_scales.h),
+  // dequantized where attention and scoring read them; compaction copies codes as they are.
+  KvDtype kv_dtype = KvDtype::kBf16;
+  // The fp8 cache's scales; empty: the checkpoint's kv_cache_scheme scales, else calibrated at
+  // construction (cpu_kv_scales). Given scales (tests: the GPU oracle) are used as they are.
+  KvScales kv_scales;
+  // Calibration hook: when set, every K/V row the backend computes (after RoPE, before it is
+  // stored) raises this amax (shaped [layers][model KV heads]). Not owned.
+  KvAmax* kv_amax = nullptr;
 };
+
+// The scales make_cpu_backend uses for an fp8 KV cache (opts.kv_dtype kFp8): opts.kv_scales when
+// given, else the checkpoint's, else calibrate_kv_scales on a temporary CPU backend with fp32 KV
+// and the same weights and quantization (tp_size 1, the same result for every rank and process).
+KvScales cpu_kv_scales(const std::shared_ptr<const ModelWeights>& weights,
+                       const CpuBackendOptions& opts);
 
 // The options a configuration gives: backend.threads, the KV pool (cache.cpu_kv_bytes, or
 // cache.kv_bytes when smaller) and model.quantization. The one place the engine and the CLI
@@ -37,7 +54,7 @@ CpuBackendOptions cpu_backend_options(const Config& config);
 
 // Converts the weights to fp32 once (the ModelWeights may be dropped afterwards by the
 // caller; the backend keeps its own reference). Throws ConfigError when kv_bytes holds
-// no page.
+// no page. With kv_dtype kFp8 the scales are resolved first (cpu_kv_scales).
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> weights,
                                           const CpuBackendOptions& opts);
 

@@ -7,11 +7,12 @@
 namespace strata::cpu {
 
 KvPool::KvPool(KvLayout layout, int num_pages) : layout_(layout), num_pages_(num_pages) {
-  STRATA_CHECK(layout.elem_bytes == 4,
-               "the CPU pool stores fp32 (elem_bytes 4), got " + std::to_string(layout.elem_bytes));
+  STRATA_CHECK(layout.elem_bytes == 4 || layout.elem_bytes == 1,
+               "the CPU pool stores fp32 or e4m3 (elem_bytes 4 or 1), got " +
+                   std::to_string(layout.elem_bytes));
   STRATA_CHECK(num_pages >= 0 && layout.kv_heads > 0 && layout.head_dim > 0, "bad pool shape");
-  kv_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(num_pages) *
-                                                layout.page_elems());
+  kv_ = std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(num_pages) *
+                                                    layout.page_bytes());
   scores_ = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(num_pages) *
                                                     layout.score_elems());
   positions_ = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(num_pages) *

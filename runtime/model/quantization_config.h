@@ -12,7 +12,8 @@
 //                      dynamic true, or strategy "tensor" with dynamic false}, or null
 //                      (weight-only);
 // output_activations null; `ignore` (module names or "re:" patterns) listing lm_head or
-// modules outside the layers' linears; `kv_cache_scheme` parsed and kept (not used yet).
+// modules outside the layers' linears; `kv_cache_scheme` parsed and kept (read by
+// runtime/kv_scales.h for cache.kv_dtype fp8).
 // Everything else is a ModelError naming the key and what is supported.
 #pragma once
 
@@ -55,7 +56,7 @@ struct CheckpointQuantization {
   WeightScales weights = WeightScales::kChannel;
   ActivationScales activations = ActivationScales::kDynamicToken;
   std::vector<std::string> ignore;           // as written
-  std::optional<QuantArgs> kv_cache_scheme;  // kept for the FP8 KV cache; nothing reads it yet
+  std::optional<QuantArgs> kv_cache_scheme;  // the FP8 KV cache's scales (runtime/kv_scales.h)
 
   // One line for logs and tools: "none", or e.g. "fp8 pre-quantized (compressed-tensors
   // float-quantized): weights per channel, activations dynamic per token".

@@ -34,5 +34,23 @@ TEST(CudaDispatch, UnsupportedHeadDimNamesValueAndSupported) {
   EXPECT_THROW(check_elem_bytes(4, "test"), ConfigError);
 }
 
+// cache.kv_dtype fp8 is refused by the CUDA backend, before it touches a device, with the key
+// and what is missing (never run with codes read as bf16).
+TEST(CudaDispatch, Fp8KvCacheRefusedBeforeAnyDeviceWork) {
+  EXPECT_NO_THROW(check_kv_dtype(KvDtype::kBf16));
+  Config c;
+  c.model.path = "random:tiny";
+  c.cache.kv_dtype = KvDtype::kFp8;
+  try {
+    make_cuda_backends(c);
+    FAIL() << "fp8 KV accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "cache.kv_dtype");
+    const std::string m = e.what();
+    EXPECT_NE(m.find("decode attention"), std::string::npos) << m;
+    EXPECT_NE(m.find("backend.kind: cpu"), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace strata::cuda

@@ -346,7 +346,8 @@ TEST(CpuAttention, SelectAndShrinkOnCraftedPrompt) {
     a.q = q.data(), a.k = k.data(), a.v = v.data(), a.out = out.data(), a.lse = lse.data();
     a.q_stride = a.kv_stride = a.out_stride = 2;
     a.lse_stride = 1;
-    a.scratch_k = sk.data(), a.scratch_v = sv.data();
+    a.scratch_k = reinterpret_cast<std::byte*>(sk.data());  // an fp32 pool's scratch
+    a.scratch_v = reinterpret_cast<std::byte*>(sv.data());
     cpu::attend(c.pool, 0, a);
     advance(c.ls, L, true, L);
     EXPECT_EQ(c.ls.valid, 12);

@@ -60,8 +60,8 @@ struct Inputs {
       a.out_stride = kGroup * kHd;
       a.lse = lse.data();
       a.lse_stride = kGroup;
-      a.scratch_k = sk.data();
-      a.scratch_v = sv.data();
+      a.scratch_k = reinterpret_cast<std::byte*>(sk.data());  // an fp32 pool's scratch
+      a.scratch_v = reinterpret_cast<std::byte*>(sv.data());
       cpu::attend(pool, h, a);
     }
   }

@@ -46,6 +46,9 @@ struct CtOptions {
   std::map<std::string, std::string> redtype;  // name -> "F8_E4M3" | "F32" | "BF16"
   std::map<std::string, float> scale_value;    // a weight/input scale tensor's every element
   std::set<std::string> unquantized;           // linears ("...q_proj") kept as stored
+  // Extra F32 tensors written as given (name -> shape, values): e.g. an FP8 KV cache's
+  // `model.layers.<l>.self_attn.k_scale` / `v_scale` with a kv_cache_scheme (edit_config).
+  std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<float>>> extra;
 };
 
 // What the writer produced for one linear, for exact comparisons.
@@ -278,6 +281,7 @@ inline std::map<std::string, CtLinear> write_ct_checkpoint(const std::string& sr
       }
     }
   }
+  for (const auto& [name, sv] : o.extra) add({name, "F32", sv.first, encode(sv.second, "F32")});
   write_file(dst + "/model.safetensors", out);
   return wrote;
 }

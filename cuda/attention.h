@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace strata::cuda {
 
 // Prefill / chunked prefill: sequence s has nq[s] query tokens at rows row_start[s].. of q
@@ -106,6 +108,13 @@ struct DecodeAttentionParams {
   // Tensor-core kernel only, a tuning knob for benchmarks: (warps per block, cp.async stages
   // per warp) = 0: (4, 3) the default, 1: (2, 3), 2: (4, 2), 3: (2, 4), 4: (4, 4).
   int mma_shape = 0;
+  // An FP8 KV cache (cache.kv_dtype fp8, docs/kv-fp8.md): set, the pages are e4m3 codes here
+  // (same layout and page_elems, 1 byte each; kv_pool unused) and kv_scales holds this layer's
+  // scales [kv_heads][2] (K, V): logits = scale * s_k * q.code_k, output = s_v * sum_j p_j code_v
+  // (the scales folded out of the sums; exact for power-of-two scales). Only the two-pass kernel
+  // reads e4m3 so far: with kv_pool8 it runs whatever `kernel` says (not yet run on a GPU).
+  const std::uint8_t* kv_pool8 = nullptr;
+  const float* kv_scales = nullptr;
 };
 // kTwoPass: per 256-key chunk a K pass (logits to shared memory), a softmax pass and a V pass,
 // 4-8 loads in flight per thread. kPipelined: one pass, K and V tiles of 32 keys staged into

@@ -6,6 +6,9 @@
 // butterfly, then the warps in index order), not with shared-memory float atomics, whose
 // order depends on warp timing (issue 9: it made identical steps differ run to run after
 // bf16 rounding of the output).
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -34,6 +37,38 @@ __device__ __forceinline__ void unpack8(const uint4& u, float* f) {
     f[2 * i] = x.x, f[2 * i + 1] = x.y;
   }
 }
+
+// 8 e4m3 codes to fp32, exactly (e4m3 is a subset of fp16): element 2i is the low byte of pair i.
+__device__ __forceinline__ void unpack8_e4m3(const uint2& u, float* f) {
+  const auto* c = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half2 h(__nv_cvt_fp8x2_to_halfraw2(c[i], __NV_E4M3));
+    const float2 x = __half22float2(h);
+    f[2 * i] = x.x, f[2 * i + 1] = x.y;
+  }
+}
+
+// One lane's 8 elements of one K or V row, bf16 (16 bytes) or e4m3 codes (8 bytes, kv_pool8);
+// `elem` is the element offset in the pool.
+template <bool kKv8>
+struct KvRow8 {
+  uint4 raw;
+  __device__ __forceinline__ void load(const DecodeAttentionParams& p, long long elem) {
+    raw = *reinterpret_cast<const uint4*>(p.kv_pool + elem);
+  }
+  __device__ __forceinline__ void zero() { raw = make_uint4(0, 0, 0, 0); }
+  __device__ __forceinline__ void unpack(float* f) const { unpack8(raw, f); }
+};
+template <>
+struct KvRow8<true> {
+  uint2 raw;
+  __device__ __forceinline__ void load(const DecodeAttentionParams& p, long long elem) {
+    raw = *reinterpret_cast<const uint2*>(p.kv_pool8 + elem);
+  }
+  __device__ __forceinline__ void zero() { raw = make_uint2(0, 0); }
+  __device__ __forceinline__ void unpack(float* f) const { unpack8_e4m3(raw, f); }
+};
 
 // Keys [k0, k1) of split `split` of batch entry b: num_splits ranges of equal length rounded up
 // to a whole page (16 slots), the last one short; empty past the sequence's end.
@@ -65,8 +100,9 @@ __device__ __forceinline__ void load_q_group(const DecodeAttentionParams& p, int
   }
 }
 
-// MAXG: the group size rounded up to 4 or 8 (registers for q and the accumulators).
-template <int HD, int MAXG, int kUnroll>
+// MAXG: the group size rounded up to 4 or 8 (registers for q and the accumulators). kKv8: the
+// pages are e4m3 codes (DecodeAttentionParams::kv_pool8) with this KV head's scales folded out.
+template <int HD, int MAXG, int kUnroll, bool kKv8>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const DecodeAttentionParams p) {
   constexpr int kLpk = HD / 8;         // lanes per key
   constexpr int kKpw = 32 / kLpk;      // keys per warp per pass
@@ -94,27 +130,33 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Decode
 
   const int* table = p.block_table + static_cast<long long>(b) * p.table_stride;
   const long long part = p.page_elems / 2;
-  auto slot_ptr = [&](int j) {
-    return p.kv_pool + static_cast<long long>(table[j >> 4]) * p.page_elems +
+  auto slot_off = [&](int j) {  // element offset of this lane's 8 elements of slot j's K
+    return static_cast<long long>(table[j >> 4]) * p.page_elems +
            (static_cast<long long>(g) * 16 + (j & 15)) * HD + sub * 8;
   };
+  // fp8: logits scale * s_k * q.code, the output s_v * sum p code (1 for bf16: unchanged bits).
+  const float qk_scale = kKv8 ? p.scale * p.kv_scales[g * 2] : p.scale;
+  const float v_scale = kKv8 ? p.kv_scales[g * 2 + 1] : 1.0f;
   for (int c0 = k0; c0 < k1; c0 += kChunk) {
     const int c1 = min(c0 + kChunk, k1);
     __syncthreads();
     // 1. Scaled logits of the chunk for every head of the group. The loop bounds are
     // uniform across the block (every lane reaches the shuffles); lanes past c1 load nothing.
     for (int base = c0; base < c1; base += kKpi * kUnroll) {
-      uint4 raw[kUnroll];
+      KvRow8<kKv8> raw[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int j = base + u * kKpi + kslot;
-        raw[u] = j < c1 ? *reinterpret_cast<const uint4*>(slot_ptr(j)) : make_uint4(0, 0, 0, 0);
+        if (j < c1)
+          raw[u].load(p, slot_off(j));
+        else
+          raw[u].zero();
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int j = base + u * kKpi + kslot;
         float kf[8];
-        unpack8(raw[u], kf);
+        raw[u].unpack(kf);
 #pragma unroll
         for (int hh = 0; hh < MAXG; ++hh) {
           float d = 0.0f;
@@ -122,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Decode
           for (int e = 0; e < 8; ++e) d += q[hh][e] * kf[e];
 #pragma unroll
           for (int o = kLpk / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-          if (sub == 0 && j < c1 && hh < group) sS[hh][j - c0] = d * p.scale;
+          if (sub == 0 && j < c1 && hh < group) sS[hh][j - c0] = d * qk_scale;
         }
       }
     }
@@ -161,19 +203,21 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Decode
         for (int e = 0; e < 8; ++e) acc[hh][e] *= a;
       }
     for (int base = c0; base < c1; base += kKpi * kUnroll) {
-      uint4 raw[kUnroll];
+      KvRow8<kKv8> raw[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int j = base + u * kKpi + kslot;
-        raw[u] =
-            j < c1 ? *reinterpret_cast<const uint4*>(slot_ptr(j) + part) : make_uint4(0, 0, 0, 0);
+        if (j < c1)
+          raw[u].load(p, slot_off(j) + part);
+        else
+          raw[u].zero();
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int j = base + u * kKpi + kslot;
         if (j >= c1) continue;
         float vf[8];
-        unpack8(raw[u], vf);
+        raw[u].unpack(vf);
 #pragma unroll
         for (int hh = 0; hh < MAXG; ++hh)
           if (hh < group) {
@@ -206,7 +250,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Decode
     float o = sRed[0][hh][d];
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) o += sRed[w][hh][d];
-    p.part_o[idx * HD + d] = o;
+    p.part_o[idx * HD + d] = kKv8 ? o * v_scale : o;
     if (d == 0) {
       p.part_ml[idx * 2] = sMrow[hh];
       p.part_ml[idx * 2 + 1] = sLrow[hh];
@@ -667,8 +711,20 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s) {
   if (p.mma_shape < 0 || p.mma_shape > 4)
     throw InternalError("decode attention: mma_shape " + std::to_string(p.mma_shape) +
                         " (supported: 0..4)");
+  if (p.kv_pool8 && !p.kv_scales)
+    throw InternalError("decode attention: an e4m3 pool (kv_pool8) needs kv_scales");
   STRATA_DISPATCH_HEAD_DIM(p.head_dim, "decode attention", HD, {
     const dim3 grid(p.batch, p.kv_heads, p.num_splits);
+    if (p.kv_pool8) {  // FP8 KV: the two-pass kernel only, so far (docs/kv-fp8.md)
+      if (p.heads / p.kv_heads <= 4)
+        decode_attention_kernel<HD, 4, 8, true><<<grid, kThreads, 0, s>>>(p);
+      else
+        decode_attention_kernel<HD, 8, 8, true><<<grid, kThreads, 0, s>>>(p);
+      CUDA_CHECK_LAUNCH();
+      decode_merge_kernel<HD><<<dim3(p.batch, p.heads), 128, 0, s>>>(p);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
     if (kernel == kDecodeMma) {
       switch (p.mma_shape) {  // (warps per block, pipeline stages per warp)
         case 0:
@@ -710,14 +766,14 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s) {
     const bool u8 = p.unroll == 8;
     if (p.heads / p.kv_heads <= 4) {
       if (u8)
-        decode_attention_kernel<HD, 4, 8><<<grid, kThreads, 0, s>>>(p);
+        decode_attention_kernel<HD, 4, 8, false><<<grid, kThreads, 0, s>>>(p);
       else
-        decode_attention_kernel<HD, 4, 4><<<grid, kThreads, 0, s>>>(p);
+        decode_attention_kernel<HD, 4, 4, false><<<grid, kThreads, 0, s>>>(p);
     } else {
       if (u8)
-        decode_attention_kernel<HD, 8, 8><<<grid, kThreads, 0, s>>>(p);
+        decode_attention_kernel<HD, 8, 8, false><<<grid, kThreads, 0, s>>>(p);
       else
-        decode_attention_kernel<HD, 8, 4><<<grid, kThreads, 0, s>>>(p);
+        decode_attention_kernel<HD, 8, 4, false><<<grid, kThreads, 0, s>>>(p);
     }
     CUDA_CHECK_LAUNCH();
     decode_merge_kernel<HD><<<dim3(p.batch, p.heads), 128, 0, s>>>(p);

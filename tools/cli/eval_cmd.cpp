@@ -547,7 +547,7 @@ int run(int argc, char** argv) {
         "  [--pool max|avg] [--kernel 7] [--docs 4] [--retrieval 8] [--scored-tokens 128] [--seed "
         "1]\n"
         "  [--threads N] [--share-prefill on|off] [--max-batch N] [--out-dir DIR]\n"
-        "  [--quantization none|fp8]\n"
+        "  [--quantization none|fp8] [--kv-dtype bf16|fp8]\n"
         "  [--filler FILE|none] [--facts 4] [--full-layer-lists '6;6+11']\n"
         "  (--filler: text whose tokens fill the contexts; default MODEL/eval_filler.txt when\n"
         "   it exists — the evaluation model's held-out documents —, else word sentences;\n"
@@ -594,6 +594,7 @@ int run(int argc, char** argv) {
                  "kernel",
                  "full-layer-lists",
                  "quantization",
+                 "kv-dtype",
                  "compare",
                  "write-prompts",
                  "guardrail-agreement",
@@ -715,9 +716,14 @@ int run(int argc, char** argv) {
   if (quant != "none" && quant != "fp8")
     throw ConfigError("--quantization", "got '" + quant + "' (allowed: none, fp8)");
   const Quantization q = quant == "fp8" ? Quantization::kFp8 : Quantization::kNone;
+  const auto kvd = a.get_or("kv-dtype", "bf16");
+  if (kvd != "bf16" && kvd != "fp8")
+    throw ConfigError("--kv-dtype", "got '" + kvd + "' (allowed: bf16, fp8)");
+  const KvDtype kv_dtype = kvd == "fp8" ? KvDtype::kFp8 : KvDtype::kBf16;
   CpuBackendOptions o;
   o.threads = static_cast<int>(a.get_int("threads", 0));
   o.quantization = q;
+  o.kv_dtype = kv_dtype;  // fp8: e4m3 K/V with fixed scales (docs/kv-fp8.md)
   const std::uint64_t slot_bytes = 2ull * model.num_key_value_heads * model.head_dim * 4;
   o.kv_bytes = static_cast<std::uint64_t>(2.5 * longest * model.num_hidden_layers) * slot_bytes +
                (256ull << 20);
@@ -725,6 +731,7 @@ int run(int argc, char** argv) {
   cfg.model.path = dir;
   cfg.backend.cuda_graphs = false;
   cfg.model.quantization = q;  // fp8: W8A8, quantized at load (docs/cuda-backend.md "FP8")
+  cfg.cache.kv_dtype = kv_dtype;
   // The shared prefill runs the longest context's prefix as one step.
   const auto backend = eval_backend(kind, weights, o, cfg, longest);
 

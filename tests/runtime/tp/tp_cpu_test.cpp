@@ -8,9 +8,9 @@
 #include <future>
 #include <thread>
 
-#include "runtime/tp/tp_comm.h"
 #include "runtime/error.h"
 #include "runtime/teacher_forcing.h"
+#include "runtime/tp/tp_comm.h"
 #include "runtime/tp/tp_group.h"
 #include "runtime/tp/tp_shard.h"
 #include "tests/runtime/cpu_test_util.h"
@@ -294,6 +294,28 @@ TEST(CpuTp, Tp2LogitsEqualTp1DenseAndSparse) {
     EXPECT_LE(es, kTol) << to_string(p);
     std::printf("tp2 %s: max rel err %.3g\n", to_string(p), es);
   }
+}
+
+// cache.kv_dtype fp8 (docs/kv-fp8.md): every rank takes its KV heads' slice of the same scales
+// (calibrated once at tp_size 1), so TP=2 stores the codes TP=1 stores except where the ranks'
+// different fp32 summation order moves a K/V element across an e4m3 rounding boundary (one code
+// step, 2^-3 relative): the logits follow TP=1 within e4m3's step, not bitwise.
+TEST(CpuTp, Fp8KvTp2FollowsTp1) {
+  auto w = test::tiny();
+  const auto& c = w->config();
+  CpuBackendOptions o = pool_opts();
+  o.kv_dtype = KvDtype::kFp8;
+  auto one = make_cpu_tp_backends(w, o, 1);
+  auto two = make_cpu_tp_backends(w, o, 2);
+  EXPECT_TRUE(two[0]->info().layout.fp8());
+  EXPECT_EQ(two[0]->info().num_pages, one[0]->info().num_pages);
+  const auto prompt = test::tokens(100, c.vocab_size, 31);
+  const auto forced = test::tokens(24, c.vocab_size, 32);
+  const std::vector<LayerRule> full(static_cast<std::size_t>(c.num_hidden_layers));
+  const double e = max_rel_err(forced_run(two, full, prompt, 40, forced),
+                               forced_run(one, full, prompt, 40, forced));
+  std::printf("tp2 fp8 kv dense: max rel err %.3g\n", e);
+  EXPECT_LE(e, 0.0625);
 }
 
 TEST(CpuTp, Tp4LogitsEqualTp1TiedShardedCheckpoint) {

@@ -35,6 +35,7 @@ KvCacheManager::KvCacheManager(int num_layers, KvLayout layout, int num_pages,
   rules_ = profile_.resolve(num_layers_);
   if (profile_.version == 0) profile_.version = 1;
   layer_pages_.assign(static_cast<std::size_t>(num_layers_), 0);
+  if (prefix_opts_.enabled) page_block_.assign(static_cast<std::size_t>(num_pages), -1);
 }
 
 // ---- profiles ---------------------------------------------------------------------------
@@ -81,13 +82,12 @@ AdmitResult KvCacheManager::can_admit(const SeqSpec& spec) const {
   r.need_pages = plan.admission;
   r.available_pages = pages_available();
   if (cache) {
-    // A hit brings its pages (one per layer per block): they are not reserved, but unused
-    // cached blocks stop being evictable once this sequence uses them.
+    // A hit brings its pages (one per layer per block): they are not reserved, but the hit's
+    // table-only pages (all of an unused block's, the sparse-layer pages of a block whose users
+    // have selected) stop being evictable once this sequence holds them too.
     std::vector<int> ids;
     const int hit = hit_blocks(spec, rules, &ids);
-    int unused = 0;
-    for (int id : ids) unused += prefix_.users(id) == 0;
-    r.need_pages += (unused - hit) * num_layers_;
+    r.need_pages += hit_charge(ids, hit);
     r.cached_tokens = hit * kBlockSize;
   }
   r.ok = r.need_pages <= r.available_pages;
@@ -116,12 +116,9 @@ bool KvCacheManager::admit(std::uint64_t seq_id, const SeqSpec& spec) {
     layer.temp_ceiling = lp.temp;
     need += lp.reserve;
   }
-  int hit = 0, unused = 0;
-  if (s.cacheable) {
-    hit = hit_blocks(spec, rules, &hit_ids_);
-    for (int id : hit_ids_) unused += prefix_.users(id) == 0;
-  }
-  if (need + (unused - hit) * num_layers_ > pages_available()) return false;
+  int hit = 0;
+  if (s.cacheable) hit = hit_blocks(spec, rules, &hit_ids_);
+  if (need + (hit > 0 ? hit_charge(hit_ids_, hit) : 0) > pages_available()) return false;
   if (s.cacheable) {
     prefix_queries_ += static_cast<std::uint64_t>(spec.prompt_len);
     prefix_hits_ += static_cast<std::uint64_t>(hit) * kBlockSize;
@@ -134,6 +131,7 @@ bool KvCacheManager::admit(std::uint64_t seq_id, const SeqSpec& spec) {
     const auto& pages = prefix_.pages(id);
     for (std::size_t l = 0; l < s.layers.size(); ++l) {
       auto& slots = s.layers[l].slots;
+      if (pool_.ref_count(pages[l]) == 1) prefix_.add_table_only(id, -1);  // (charged above)
       pool_.retain(pages[l]);
       ++layer_pages_[l];
       (slots.direct_prefill(spec.prompt_len) ? slots.pages : slots.temp_pages).push_back(pages[l]);
@@ -273,18 +271,44 @@ int KvCacheManager::hit_blocks(const SeqSpec& spec, const std::vector<LayerRule>
   return prefix_.match(*spec.block_hashes, max_blocks, ids);
 }
 
-bool KvCacheManager::evict_unused() {
-  std::vector<std::int32_t> pages;
-  if (!prefix_.evict_one(&pages)) return false;
-  for (auto id : pages)
-    if (pool_.release(id)) released_.push_back(id);
+int KvCacheManager::hit_charge(const std::vector<int>& ids, int hit) const {
+  int table_only = 0;
+  for (int i = 0; i < hit; ++i) table_only += prefix_.table_only(ids[static_cast<std::size_t>(i)]);
+  return table_only - hit * num_layers_;
+}
+
+void KvCacheManager::drop_table_refs(const std::vector<std::int32_t>& pages) {
+  for (auto id : pages) {
+    if (!pool_.release(id)) continue;  // (a user's: it stays mapped to the husk)
+    page_block_[static_cast<std::size_t>(id)] = -1;
+    released_.push_back(id);
+  }
   ++blocks_evicted_;
+}
+
+bool KvCacheManager::evict_unused() {
+  evict_scratch_.clear();
+  if (!prefix_.evict_unused(&evict_scratch_)) return false;
+  drop_table_refs(evict_scratch_);
+  return true;
+}
+
+bool KvCacheManager::evict_in_use() {
+  evict_scratch_.clear();
+  const int id = prefix_.evict_in_use(&evict_scratch_);
+  if (id < 0) return false;
+  drop_table_refs(evict_scratch_);  // frees the table-only pages
+  std::vector<std::int32_t> kept;   // (the users' references keep theirs: the full layers')
+  for (auto p : evict_scratch_)
+    if (page_block_[static_cast<std::size_t>(p)] >= 0) kept.push_back(p);
+  prefix_.set_husk_pages(id, std::move(kept));
+  ++blocks_evicted_in_use_;
   return true;
 }
 
 std::int32_t KvCacheManager::alloc_page() {
   std::int32_t id = pool_.alloc();
-  while (id < 0 && evict_unused()) id = pool_.alloc();
+  while (id < 0 && (evict_unused() || evict_in_use())) id = pool_.alloc();
   STRATA_CHECK(id >= 0, "no free page although the reservation promised one");
   return id;
 }
@@ -311,9 +335,11 @@ void KvCacheManager::insert_blocks(Seq& s, int end, const std::vector<BlockHash>
       pages[l] = slots.direct_prefill(s.spec.prompt_len)
                      ? slots.pages[static_cast<std::size_t>(b)]
                      : slots.temp_pages[static_cast<std::size_t>(b)];
-      pool_.retain(pages[l]);
+      pool_.retain(pages[l]);  // (held by this sequence too: not table-only)
     }
-    s.blocks.push_back(prefix_.insert(h, std::move(pages)));
+    const int id = prefix_.insert(h, pages);
+    for (auto p : pages) page_block_[static_cast<std::size_t>(p)] = id;
+    s.blocks.push_back(id);
   }
   s.cached_blocks = std::max(s.cached_blocks, last);
 }
@@ -329,7 +355,18 @@ int KvCacheManager::cached_tokens(std::uint64_t seq_id) const {
 
 void KvCacheManager::release_page(int layer, std::int32_t id) {
   --layer_pages_[static_cast<std::size_t>(layer)];
-  if (pool_.release(id)) released_.push_back(id);
+  const int block = page_block_.empty() ? -1 : page_block_[static_cast<std::size_t>(id)];
+  if (pool_.release(id)) {
+    released_.push_back(id);
+    if (block >= 0) {  // the last user of an evicted block's page (a cached one keeps a ref)
+      prefix_.drop_husk_page(block, id);
+      page_block_[static_cast<std::size_t>(id)] = -1;
+    }
+    return;
+  }
+  // A cached block's page that no sequence holds any more is the table's alone: evictable.
+  if (block >= 0 && pool_.ref_count(id) == 1 && !prefix_.detached(block))
+    prefix_.add_table_only(block, +1);
 }
 
 void KvCacheManager::export_layers(const Seq& s, std::vector<LayerSlots>* out) {
@@ -562,7 +599,10 @@ void KvCacheManager::commit_step(std::uint64_t seq_id) {
       const bool select = final && selects(s, layer);
       advance_layer(layer.slots, LayerStep{s.pending.n_tokens, true, s.spec.prompt_len, select, 0});
       if (!select) continue;
-      for (auto id : layer.slots.temp_pages) release_page(static_cast<int>(l), id);
+      // Tail first: cached blocks whose pages become table-only join the in-use eviction
+      // order tail first, so evicting them leaves the prompt's head reachable longest.
+      for (auto it = layer.slots.temp_pages.rbegin(); it != layer.slots.temp_pages.rend(); ++it)
+        release_page(static_cast<int>(l), *it);
       layer.slots.temp_pages.clear();
       layer.temp_ceiling = 0;
     }
@@ -671,6 +711,8 @@ CacheStats KvCacheManager::stats() const {
   st.prefix_queries = prefix_queries_;
   st.prefix_hits = prefix_hits_;
   st.blocks_evicted = blocks_evicted_;
+  st.blocks_evicted_in_use = blocks_evicted_in_use_;
+  st.husks = prefix_.husks();
   return st;
 }
 
@@ -731,7 +773,8 @@ void KvCacheManager::check_invariants() const {
     }
   }
   // The prefix cache: one reference per page of each cached block, users = the sequences
-  // listing the block, an unused block's pages held by nothing else (evictable).
+  // listing the block (cached or a husk), an unused block's pages held by nothing else, the
+  // table-only counts and the page -> block map equal to a recount.
   prefix_.check();
   std::vector<int> users(0);
   for (const auto& [id, s] : seqs_)
@@ -741,6 +784,7 @@ void KvCacheManager::check_invariants() const {
     }
   std::vector<int> cache_owned(owners.size(), 0);
   for (int b : prefix_.live_blocks()) {
+    int table_only = 0;
     const int n = b < static_cast<int>(users.size()) ? users[static_cast<std::size_t>(b)] : 0;
     if (n != prefix_.users(b))
       throw InternalError("KvCacheManager: cached block " + std::to_string(b) + " counts " +
@@ -754,7 +798,42 @@ void KvCacheManager::check_invariants() const {
         throw InternalError("KvCacheManager: unused cached block " + std::to_string(b) + " page " +
                             std::to_string(p) + " has " + std::to_string(pool_.ref_count(p)) +
                             " references");
+      if (page_block_.empty() || page_block_[static_cast<std::size_t>(p)] != b)
+        throw InternalError("KvCacheManager: page " + std::to_string(p) + " of cached block " +
+                            std::to_string(b) + " is not mapped to it");
+      table_only += pool_.ref_count(p) == 1;
     }
+    if (table_only != prefix_.table_only(b))
+      throw InternalError("KvCacheManager: cached block " + std::to_string(b) + " counts " +
+                          std::to_string(prefix_.table_only(b)) + " table-only pages, recount " +
+                          std::to_string(table_only));
+  }
+  // Evicted blocks still in use: their users share the pages they held (no table reference).
+  std::vector<char> husk_page(owners.size(), 0);
+  for (int b : prefix_.husk_blocks()) {
+    const int n = b < static_cast<int>(users.size()) ? users[static_cast<std::size_t>(b)] : 0;
+    if (n != prefix_.users(b))
+      throw InternalError("KvCacheManager: evicted block " + std::to_string(b) + " counts " +
+                          std::to_string(prefix_.users(b)) + " users, " + std::to_string(n) +
+                          " sequences use it");
+    for (auto p : prefix_.pages(b)) {
+      if (pool_.ref_count(p) == 0 || page_block_[static_cast<std::size_t>(p)] != b)
+        throw InternalError("KvCacheManager: evicted block " + std::to_string(b) + " lists page " +
+                            std::to_string(p) + ", free or not mapped to it");
+      husk_page[static_cast<std::size_t>(p)] = 1;
+    }
+  }
+  for (std::size_t b = 0; b < users.size(); ++b) {
+    if (users[b] == 0) continue;
+    if (!prefix_.named(static_cast<int>(b)))
+      throw InternalError("KvCacheManager: a sequence lists block " + std::to_string(b) +
+                          ", which is neither cached nor an evicted block in use");
+  }
+  for (std::size_t i = 0; i < page_block_.size(); ++i) {
+    const int b = page_block_[i];
+    if (b >= 0 && cache_owned[i] == 0 && !husk_page[i])
+      throw InternalError("KvCacheManager: page " + std::to_string(i) + " is mapped to block " +
+                          std::to_string(b) + ", which does not hold it");
   }
   long used = 0;
   for (std::size_t i = 0; i < owners.size(); ++i) {
@@ -764,7 +843,7 @@ void KvCacheManager::check_invariants() const {
                           std::to_string(refs) + " references but " + std::to_string(owners[i]) +
                           " owners and " + std::to_string(cache_owned[i]) +
                           " cache references (leaked)");
-    if (owners[i] > 1 && cache_owned[i] == 0)
+    if (owners[i] > 1 && cache_owned[i] == 0 && !husk_page[i])
       throw InternalError("KvCacheManager: page " + std::to_string(i) + " is owned by " +
                           std::to_string(owners[i]) + " sequences outside the prefix cache");
     used += refs > 0;

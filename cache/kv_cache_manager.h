@@ -45,8 +45,21 @@
 // blocks up: a hit of h blocks (stopping at or before prompt_len - min_final_chunk, the
 // observation window) puts the cached pages at the head of the tables (full layers: pages,
 // selecting layers: temp_pages), starts the sequence at h * 16 computed tokens and reserves
-// only the rest. Unused cached blocks count as available pages and are evicted LRU when an
-// allocation finds no free page (or the cache's budget is full).
+// only the rest.
+// Evictable pages. A cached block's page that only the block table references (pool ref
+// count 1) is free memory on demand: every page of an unused block, and, once its users' sparse
+// layers have selected (kSelect drops their temp pages), the sparse-layer pages of a block in
+// use, whose full-layer pages the users keep. The manager follows each cached page's ref count
+// (page_block_: page -> cached block; release_page(), the retains of a hit and of an insert) so
+// the count per block and in all (PrefixCache::pages_evictable()) is kept in O(1) per page
+// operation. Those pages count as available (pages_available(), admission, growth); a hit is
+// charged the table-only pages it makes shared again (all of an unused block, the sparse pages
+// of a selected-from block in use). When an allocation finds no free page, unused blocks are
+// evicted LRU first, then blocks in use holding table-only pages (the longest holding first):
+// such a block leaves the index (no later hit), the table drops its references (its table-only
+// pages are freed, the users' pages stay theirs) and it stays a husk until its users free it.
+// So a running sparse sequence pins no more memory than with the cache off. The cache's budget
+// (max_pages) evicts unused blocks only.
 // Invariant: pool free pages + evictable cached pages >= outstanding reservations.
 #pragma once
 
@@ -123,12 +136,14 @@ struct CacheStats {
   double compression = 1.0;             // global, slot based: full_slots / slots_held
   double page_compression = 1.0;        // global, page based
   std::uint64_t profile_version = 0;
-  // Prefix cache: pages the cache references (shared with sequences or unused), of which
-  // unused (evictable), blocks cached; prompt tokens looked up at admission and found
-  // (vLLM's prefix_cache_queries / prefix_cache_hits), blocks evicted.
+  // Prefix cache: pages the cache references (shared with sequences or not), of which only
+  // the cache references (evictable: free memory on demand; pages_used - pages_evictable = the
+  // pages sequences hold), blocks cached; prompt tokens looked up at admission and found
+  // (vLLM's prefix_cache_queries / prefix_cache_hits), blocks evicted (of which in use: their
+  // table-only pages freed, the rest left to their users), evicted blocks still in use (husks).
   bool prefix_cache = false;
-  int pages_cached = 0, pages_evictable = 0, blocks_cached = 0;
-  std::uint64_t prefix_queries = 0, prefix_hits = 0, blocks_evicted = 0;
+  int pages_cached = 0, pages_evictable = 0, blocks_cached = 0, husks = 0;
+  std::uint64_t prefix_queries = 0, prefix_hits = 0, blocks_evicted = 0, blocks_evicted_in_use = 0;
 };
 
 class KvCacheManager {
@@ -235,7 +250,8 @@ class KvCacheManager {
   int num_layers() const { return num_layers_; }
   const PagePool& pool() const { return pool_; }
   int pages_reserved() const { return reserved_total_; }
-  // Pages a new sequence or growth can take: free and evictable cached pages not reserved.
+  // Pages a new sequence or growth can take: free and evictable (table-only) cached pages not
+  // reserved.
   int pages_available() const { return pool_.free() + prefix_.pages_evictable() - reserved_total_; }
   bool prefix_cache_enabled() const { return prefix_opts_.enabled; }
   const PrefixCache& prefix_cache() const { return prefix_; }
@@ -315,8 +331,15 @@ class KvCacheManager {
   // Blocks a cacheable spec would hit (their ids into *ids).
   int hit_blocks(const SeqSpec& spec, const std::vector<LayerRule>& rules,
                  std::vector<int>* ids) const;
-  std::int32_t alloc_page();  // a free page, evicting an unused cached block if none is
-  bool evict_unused();        // one LRU block's pages back to the pool
+  // A free page; when none is, evicts an unused cached block, else a block in use holding
+  // table-only pages, until one is.
+  std::int32_t alloc_page();
+  bool evict_unused();  // one LRU block's pages back to the pool
+  bool evict_in_use();  // one in-use block's table-only pages back; it becomes a husk
+  void drop_table_refs(const std::vector<std::int32_t>& pages);  // of an evicted block
+  // What a hit of the first `hit` of `ids` adds to a reservation: its table-only pages (they
+  // stop being evictable) minus the pages it brings (one per layer per block).
+  int hit_charge(const std::vector<int>& ids, int hit) const;
   // The blocks [cached_blocks, end / 16) named by `names` (default: the prompt's).
   void insert_blocks(Seq& s, int end, const std::vector<BlockHash>* names = nullptr);
 
@@ -334,7 +357,11 @@ class KvCacheManager {
   PrefixCacheOptions prefix_opts_;
   PrefixCache prefix_;
   std::uint64_t prefix_queries_ = 0, prefix_hits_ = 0, blocks_evicted_ = 0;
+  std::uint64_t blocks_evicted_in_use_ = 0;
   std::vector<int> hit_ids_;  // hit_blocks() scratch
+  std::vector<std::int32_t> evict_scratch_;
+  // Cache on: page -> the cached block referencing it (-1: none), [num_pages].
+  std::vector<int> page_block_;
 };
 
 }  // namespace strata

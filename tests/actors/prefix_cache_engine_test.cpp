@@ -212,5 +212,55 @@ TEST(PrefixCacheEngine, FollowUpTurnsHitTheAnswerOnlyWithSparsityOff) {
   }
 }
 
+// The repro of a pinned full cache (4 layers, 1000-token prompts on the server) scaled down: a
+// decoding sparse sequence's cached blocks keep the prompt's sparse-layer K/V only in pages the
+// block table alone references; they count as free memory, so the cache on admits as many
+// concurrent sparse requests as the cache off (it used to hold every layer's full prompt per
+// running sequence: about 4 of these 8 fitted), with the same outputs.
+TEST(PrefixCacheEngine, RunningSparseSequencesPinNoMoreThanWithTheCacheOff) {
+  Config cfg = tiny_config();
+  cfg.sparsity.enabled = true;
+  cfg.sparsity.full_layers = 1;
+  cfg.sparsity.policy = Policy::kScored;
+  cfg.sparsity.capacity = 32;
+  cfg.sparsity.window = 8;
+  cfg.sparsity.sinks = 2;
+  cfg.scheduler.max_num_seqs = 8;
+  cfg.scheduler.max_num_batched_tokens = 512;
+  // A 300-token prompt: 19 full-layer pages + 2 x (2 own + 19 temp) at admission; decoding,
+  // 19-22 + 2 x 2 (cache off), + 2 x 18 cached sparse-layer pages when they pinned.
+  const std::size_t page_bytes = 2 * 2 * 16 * 16 * 4;
+  cfg.cache.cpu_kv_bytes = 280 * page_bytes;
+  std::mt19937 rng(31);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back(req(random_prompt(rng, 300, 200), 40));
+  auto run_all = [&](bool cache, std::vector<std::vector<std::int32_t>>* tokens) {
+    Config c = cfg;
+    c.cache.prefix_cache = cache;
+    auto probe = std::make_shared<StepProbe>();
+    auto e = Engine::create(c, probe_factory(probe));
+    std::vector<std::shared_ptr<TokenStream>> ss;
+    for (const auto& r : reqs) ss.push_back(e->submit(r));
+    for (auto& s : ss) {
+      auto got = drain(*s);
+      EXPECT_EQ(got.finish[0], FinishReason::kLength) << got.error;
+      tokens->push_back(got.tokens[0]);
+    }
+    const auto st = wait_stats(*e, [](const EngineStats& s) { return s.pages_used == 0; });
+    EXPECT_EQ(st.pages_used, 0);
+    EXPECT_EQ(st.preemptions, 0u);
+    std::lock_guard<std::mutex> l(probe->mu);
+    std::size_t most = 0;  // sequences in one step
+    for (const auto& p : probe->plans) most = std::max(most, p.seqs.size());
+    return most;
+  };
+  std::vector<std::vector<std::int32_t>> on_tokens, off_tokens;
+  const std::size_t off = run_all(false, &off_tokens);
+  const std::size_t on = run_all(true, &on_tokens);
+  EXPECT_EQ(off, 8u);  // the pool holds them all with the cache off
+  EXPECT_EQ(on, off);
+  EXPECT_EQ(on_tokens, off_tokens);
+}
+
 }  // namespace
 }  // namespace strata

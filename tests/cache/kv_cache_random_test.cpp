@@ -50,11 +50,13 @@ constexpr int kPages = 700;
 
 class Workload {
  public:
-  explicit Workload(std::uint64_t seed, bool prefix = false)
+  // budget: the prefix cache's (-1: none, the cache may fill the pool).
+  explicit Workload(std::uint64_t seed, bool prefix = false, int budget = 360)
       : rng_(seed),
         prefix_(prefix),
+        budget_(budget),
         m_(kLayers, KvLayout{2, 16, 4}, kPages, random_profile(false),
-           PrefixCacheOptions{prefix, prefix ? 360 : -1}),
+           PrefixCacheOptions{prefix, prefix ? budget : -1}),
         mem_(kPages) {
     for (int i = 0; i < 5; ++i) {
       std::vector<std::int32_t> t(static_cast<std::size_t>(pick(40, 240)));
@@ -101,6 +103,7 @@ class Workload {
     running_.clear();
     check();
     EXPECT_EQ(m_.pool().used(), m_.prefix_cache().pages_held());  // only the cache holds pages
+    EXPECT_EQ(m_.prefix_cache().husks(), 0);  // evicted blocks in use: gone with their users
     m_.drop_unused_cache();
     check();
     EXPECT_EQ(m_.pool().used(), 0);
@@ -311,10 +314,11 @@ class Workload {
       }
       planned[id] = std::move(ls);
     }
-    // Backend precondition: no two sequences share a page, except cached pages, which a step
-    // only reads (full-layer and temp tables below the computed prefix; never a sparse
-    // layer's own table, which every step may rewrite).
-    const auto cached = cached_pages();
+    // Backend precondition: no two sequences share a page, except cached pages (and those of
+    // blocks evicted while in use, which their users still share), which a step only reads
+    // (full-layer and temp tables below the computed prefix; never a sparse layer's own table,
+    // which every step may rewrite).
+    const auto cached = cached_pages(/*husks=*/true);
     std::set<std::int32_t> seen;
     for (auto& [id, ls] : planned) {
       const int below = m_.tokens(id) / kBlockSize;
@@ -369,7 +373,7 @@ class Workload {
     std::set<std::int32_t> owned;
     std::vector<int> per_layer(kLayers, 0);
     long usage_pages = 0, reserved = 0;
-    const auto cached = cached_pages();
+    const auto cached = cached_pages(/*husks=*/true);
     for (auto& [id, r] : running_) {
       const auto ls = m_.layers(id);
       for (int l = 0; l < kLayers; ++l) {
@@ -400,8 +404,16 @@ class Workload {
     EXPECT_EQ(usage_pages, entries);
     EXPECT_EQ(reserved, st.pages_reserved);
     EXPECT_LE(st.pages_reserved, st.pages_free + st.pages_evictable);
-    EXPECT_EQ(st.pages_cached, static_cast<int>(cached.size()));
-    EXPECT_LE(st.pages_cached, 360);  // the budget
+    EXPECT_EQ(st.pages_cached, static_cast<int>(cached_pages().size()));
+    if (budget_ >= 0) {
+      EXPECT_LE(st.pages_cached, budget_);
+    }
+    // Evictable = the cached pages no sequence holds (every one of an unused block, the
+    // sparse-layer copies of a block whose users have selected), recounted.
+    int table_only = 0;
+    for (auto p : cached_pages()) table_only += !owned.count(p);
+    EXPECT_EQ(st.pages_evictable, table_only);
+    EXPECT_EQ(m_.pages_available(), st.pages_free + st.pages_evictable - st.pages_reserved);
     EXPECT_EQ(st.sequences, static_cast<int>(running_.size()));
   }
 
@@ -414,11 +426,14 @@ class Workload {
     return m_.free(r.id, &names);
   }
 
-  std::set<std::int32_t> cached_pages() const {
+  std::set<std::int32_t> cached_pages(bool husks = false) const {
     std::set<std::int32_t> out;
     const auto& pc = m_.prefix_cache();
     for (int b : pc.live_blocks())
       for (auto p : pc.pages(b)) out.insert(p);
+    if (husks)
+      for (int b : pc.husk_blocks())
+        for (auto p : pc.pages(b)) out.insert(p);
     return out;
   }
   static std::uint64_t name(const Req& r, int pos, std::size_t layer) {
@@ -454,6 +469,7 @@ class Workload {
 
   std::mt19937_64 rng_;
   bool prefix_ = false;
+  int budget_ = -1;
   bool m_ready_ = false;
   KvCacheManager m_;
   std::vector<std::array<std::uint64_t, kBlockSize>> mem_;  // fake KV: a name per slot
@@ -513,6 +529,32 @@ TEST(KvCacheRandom, PrefixCacheSharingEvictionAndHitsKeepExactAccounting) {
         c.hits, c.hit_tokens, 100.0 * static_cast<double>(st.prefix_hits) / st.prefix_queries,
         static_cast<unsigned long long>(st.prefix_queries),
         static_cast<unsigned long long>(st.blocks_evicted), c.reads_checked);
+  }
+}
+
+TEST(KvCacheRandom, PrefixCacheWithoutBudgetEvictsBlocksInUseAndKeepsExactAccounting) {
+  // No budget: the cache may fill the pool, so page pressure also evicts blocks that decoding
+  // sparse sequences still use (their table-only sparse-layer pages), which then live on as
+  // husks until their users are freed; reads of every hit are still checked.
+  for (std::uint64_t seed : {7u, 11u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Workload w(seed, /*prefix=*/true, /*budget=*/-1);
+    w.run(3000);
+    if (HasFailure()) return;
+    const auto& c = w.c;
+    const auto st = w.stats();
+    EXPECT_GT(c.admitted, 800);
+    EXPECT_GT(c.completed, 500);
+    EXPECT_GT(c.hits, 200);
+    EXPECT_GT(c.reads_checked, 100000);
+    EXPECT_GT(st.blocks_evicted_in_use, 20u);
+    EXPECT_GT(st.blocks_evicted, st.blocks_evicted_in_use);  // unused ones went first, too
+    std::printf(
+        "seed %llu: admitted %ld completed %ld preempted %ld hits %ld evicted %llu (in use "
+        "%llu) reads checked %ld\n",
+        static_cast<unsigned long long>(seed), c.admitted, c.completed, c.preempted, c.hits,
+        static_cast<unsigned long long>(st.blocks_evicted),
+        static_cast<unsigned long long>(st.blocks_evicted_in_use), c.reads_checked);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "cache/block_hash.h"
@@ -155,6 +156,168 @@ TEST_P(PrefixCacheExact, APreemptedSequenceSharingBlocksEqualsTheCacheOffRunBitw
 INSTANTIATE_TEST_SUITE_P(Profiles, PrefixCacheExact,
                          ::testing::Values(Case{"Full", false, Policy::kScored},
                                            Case{"Window", true, Policy::kWindow},
+                                           Case{"SnapKv", true, Policy::kSnapKv},
+                                           Case{"Scored", true, Policy::kScored}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Sequences stepped one at a time, interleaved as a test says, over one manager and the CPU
+// backend (the manager's pool may be smaller than the backend's: page pressure on purpose).
+class Interleaved {
+ public:
+  Interleaved(const SparsityProfile& profile, bool cache, int pages) {
+    CpuBackendOptions o;
+    o.threads = 1;
+    o.kv_bytes = 8ull << 20;
+    backend_ = make_cpu_backend(ModelWeights::load(test::tiny3_model_dir()), o);
+    EXPECT_LE(pages, backend_->info().num_pages);
+    m_ = std::make_unique<KvCacheManager>(backend_->model().num_hidden_layers,
+                                          backend_->info().layout, pages, profile,
+                                          PrefixCacheOptions{cache, -1});
+    params_.temperature = 0.0f;
+    params_.ignore_eos = true;
+    params_.logprobs = 0;
+  }
+  KvCacheManager& m() { return *m_; }
+
+  void admit(std::uint64_t id, const std::vector<std::int32_t>& prompt, int max_tokens) {
+    Seq& q = seqs_[id];
+    q.prompt = prompt;
+    q.max_tokens = max_tokens;
+    SeqSpec spec{static_cast<int>(prompt.size()), max_tokens, true, std::nullopt};
+    spec.block_hashes = std::make_shared<const std::vector<BlockHash>>(
+        block_hashes(prefix_root("tiny", ""), prompt.data(), prompt.size()));
+    ASSERT_TRUE(m_->admit(id, spec));
+    q.out.cached.push_back(m_->cached_tokens(id));
+  }
+  // One step of `id` (a prefill chunk of at most `chunk` tokens, or a decode); true when it
+  // has generated everything (then it is freed).
+  bool step(std::uint64_t id, int chunk = 32) {
+    Seq& q = seqs_.at(id);
+    StepPlan plan;
+    plan.step_id = step_++;
+    SeqStep st;
+    st.seq_id = id;
+    st.prompt_len = static_cast<int>(q.prompt.size());
+    st.start = m_->tokens(id);
+    st.params = &params_;
+    st.prompt = &q.prompt;
+    st.output = &q.out.tokens;
+    if (!m_->prefill_done(id)) {
+      const int n = m_->next_chunk_len(id, chunk);
+      EXPECT_GT(n, 0);
+      EXPECT_TRUE(m_->prepare_chunk(id, n, &st.layers));
+      st.tokens.assign(q.prompt.begin() + st.start, q.prompt.begin() + st.start + n);
+      st.prefill = true;
+      st.sample = st.start + n == st.prompt_len;
+    } else {
+      EXPECT_TRUE(m_->prepare_decode(id, &st.layers));
+      st.tokens = {q.out.tokens.back()};
+      st.prefill = false;
+      st.sample = true;
+    }
+    plan.released_pages = m_->take_released();
+    plan.seqs.push_back(std::move(st));
+    const StepResult r = backend_->step(plan);
+    m_->commit_step(id);
+    m_->check_invariants();
+    if (r.seqs[0].token >= 0) {
+      q.out.tokens.push_back(r.seqs[0].token);
+      q.out.logprobs.push_back(r.seqs[0].logprob);
+    }
+    if (static_cast<int>(q.out.tokens.size()) < q.max_tokens) return false;
+    m_->free(id);
+    m_->check_invariants();
+    return true;
+  }
+  Out run(std::uint64_t id, int chunk = 32) {
+    while (!step(id, chunk)) {
+    }
+    return seqs_.at(id).out;
+  }
+  Out out(std::uint64_t id) const { return seqs_.at(id).out; }
+
+ private:
+  struct Seq {
+    std::vector<std::int32_t> prompt;
+    int max_tokens = 0;
+    Out out;
+  };
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<KvCacheManager> m_;
+  SamplingParams params_;
+  std::map<std::uint64_t, Seq> seqs_;
+  std::uint64_t step_ = 1;
+};
+
+void expect_same_bits(const Out& a, const Out& b) {
+  EXPECT_EQ(a.tokens, b.tokens);
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+  EXPECT_EQ(std::memcmp(a.logprobs.data(), b.logprobs.data(), a.logprobs.size() * sizeof(float)),
+            0);
+}
+
+class PrefixCacheInUseEviction : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PrefixCacheInUseEviction, EvictingABlockInUseLeavesEveryOutputBitwiseTheCacheOffOne) {
+  // A decodes its 200-token prompt (its sparse layers have selected: the cached blocks' sparse
+  // pages are the table's alone); B, another prompt, needs more pages than are free, so its
+  // prefill evicts A's blocks (tail first) while A runs; A goes on, finishes; C = A's prompt
+  // again hits what is left. Every output equals the cache-off run's, bit for bit, and
+  // nothing leaks.
+  const Case c = GetParam();
+  SparsityProfile p;
+  p.enabled = true;
+  p.full_layers = 1;
+  p.policy = c.policy;
+  p.capacity = 32;
+  p.window = 8;
+  p.sinks = 2;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> tok(10, 199);
+  std::vector<std::int32_t> a(200), b(200);
+  for (auto& t : a) t = tok(rng);
+  for (auto& t : b) t = tok(rng);
+
+  Interleaved off(p, false, 400);  // each alone: the outputs do not depend on the schedule
+  off.admit(1, a, 12);
+  const Out ref_a = off.run(1);
+  off.admit(2, b, 12);
+  const Out ref_b = off.run(2);
+
+  // 3 layers, a 200-token prompt: 13 full-layer pages + 2 x (13 temp + 2 or 3 own) pages; 12
+  // blocks. 75 pages: B's reservation exceeds what is free while A decodes.
+  Interleaved on(p, true, 75);
+  on.admit(1, a, 12);
+  for (int i = 0; i < 7 + 3; ++i) ASSERT_FALSE(on.step(1));  // 7 prefill chunks, 3 decodes
+  auto st = on.m().stats();
+  EXPECT_EQ(st.blocks_cached, 12);
+  EXPECT_EQ(st.pages_evictable, 2 * 12);
+  const int free_before = on.m().pool().free();
+  on.admit(2, b, 12);  // admitted: the table-only pages count as available
+  EXPECT_LT(free_before, on.m().usage(2).reserved_pages);
+  while (!on.step(2)) {
+    if (!on.m().contains(1)) continue;
+    (void)on.step(1);  // A runs beside B's prefill
+  }
+  st = on.m().stats();
+  EXPECT_GT(st.blocks_evicted_in_use, 0u);
+  while (on.m().contains(1)) (void)on.step(1);
+  EXPECT_EQ(on.m().stats().husks, 0);
+  expect_same_bits(on.out(1), ref_a);
+  expect_same_bits(on.out(2), ref_b);
+  // C: A's prompt again: its head blocks that survived hit, the evicted tail does not.
+  on.admit(3, a, 12);
+  const int hit = on.out(3).cached[0];
+  EXPECT_LT(hit, 12 * 16);
+  EXPECT_EQ(hit, (12 - static_cast<int>(st.blocks_evicted_in_use)) * 16);
+  expect_same_bits(on.run(3), ref_a);
+  on.m().drop_unused_cache();
+  EXPECT_EQ(on.m().pool().used(), 0);
+  EXPECT_EQ(on.m().pages_reserved(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, PrefixCacheInUseEviction,
+                         ::testing::Values(Case{"Window", true, Policy::kWindow},
                                            Case{"SnapKv", true, Policy::kSnapKv},
                                            Case{"Scored", true, Policy::kScored}),
                          [](const auto& info) { return std::string(info.param.name); });

@@ -4,6 +4,7 @@
 // (The randomized workload with sharing and a fake KV memory: kv_cache_random_test.cpp.)
 #include <gtest/gtest.h>
 
+#include <array>
 #include <numeric>
 
 #include "cache/block_hash.h"
@@ -193,6 +194,93 @@ TEST(PrefixCache, AdmissionCountsHitsThatStopBeingEvictableAndTheBudgetCaps) {
   ASSERT_TRUE(off.free(1));
   EXPECT_EQ(off.pool().used(), 0);
   EXPECT_EQ(off.can_admit(spec_of(tokens(80), 1)).cached_tokens, 0);
+}
+
+// With the cache on, a decoding sparse sequence's selecting layers have dropped the prompt's
+// temp pages; the cached blocks' copies of them are the table's alone: they count as available,
+// so the sequence pins no more than with the cache off (the repro: 4 layers, 1 full + 3 scored
+// of capacity 64, a 1000-token prompt held the full cache of every layer, 267 pages, not 81).
+TEST(PrefixCache, ADecodingSparseSequencePinsWhatItDoesWithTheCacheOff) {
+  const auto t = tokens(1000);
+  auto run = [&](bool cache) {
+    KvCacheManager m(4, kLayout, 1000, sparse(Policy::kScored, 64), PrefixCacheOptions{cache, -1});
+    EXPECT_TRUE(m.admit(1, spec_of(t, 200)));
+    prefill(m, 1, 256);
+    std::vector<LayerSlots> ls;
+    for (int i = 0; i < 30; ++i) {
+      EXPECT_TRUE(m.prepare_decode(1, &ls));
+      m.commit_step(1);
+    }
+    m.check_invariants();
+    const auto st = m.stats();
+    return std::array<int, 5>{m.usage(1).pages, st.pages_used - st.pages_evictable,
+                              m.pages_available(), m.can_admit(spec_of(tokens(1000, 3), 200)).ok,
+                              st.pages_evictable};
+  };
+  const auto on = run(true), off = run(false);
+  EXPECT_EQ(on[0], off[0]);      // the sequence's own pages
+  EXPECT_EQ(on[0], 65 + 3 * 4);  // full layer: 1030 tokens; 3 x capacity 64
+  EXPECT_EQ(on[1], off[1]);      // pages held by sequences
+  EXPECT_EQ(on[2], off[2]);      // available
+  EXPECT_EQ(on[3], off[3]);
+  EXPECT_EQ(on[4], 3 * 62);  // the cached blocks' sparse-layer pages (62 blocks: 1000 -> 992)
+  EXPECT_EQ(off[4], 0);
+}
+
+// Under page pressure a block in use gives up its table-only pages: it leaves the index, its
+// users keep the pages they hold and release it later; no leak, and the prompt misses it.
+TEST(PrefixCache, BlocksInUseGiveUpTheirTableOnlyPagesUnderPressure) {
+  // 4 layers (1 full + 3 scored, capacity 40), 108 pages. A 200-token prompt: 13 full-layer
+  // pages, 3 x 3 own sparse pages, 3 x 13 temp pages until its selection; 12 blocks cached.
+  KvCacheManager m(4, kLayout, 108, sparse(Policy::kScored, 40), PrefixCacheOptions{true, -1});
+  const auto a = tokens(200, 1), b = tokens(200, 2);
+  ASSERT_TRUE(m.admit(1, spec_of(a, 20)));
+  prefill(m, 1, 64);
+  std::vector<LayerSlots> ls;
+  ASSERT_TRUE(m.prepare_decode(1, &ls));
+  m.commit_step(1);
+  auto st = m.stats();
+  EXPECT_EQ(st.blocks_cached, 12);
+  EXPECT_EQ(st.pages_evictable, 3 * 12);  // sparse layers' copies: the table's alone
+  EXPECT_EQ(m.usage(1).pages, 13 + 9);
+  // Seq 2 (another prompt) needs 13 + 3 x (3 + 13) = 61 pages: more than the free ones.
+  const int free_before = m.pool().free();
+  const auto ar = m.can_admit(spec_of(b, 20));
+  ASSERT_LT(free_before, ar.need_pages);
+  ASSERT_TRUE(ar.ok);
+  ASSERT_TRUE(m.admit(2, spec_of(b, 20)));
+  prefill(m, 2, 64);  // 11 pages short: evicts 4 of seq 1's blocks, tail first
+  st = m.stats();
+  EXPECT_EQ(st.blocks_evicted_in_use, 4u);
+  EXPECT_EQ(st.blocks_evicted, st.blocks_evicted_in_use);  // no unused block to go first
+  EXPECT_EQ(st.husks, static_cast<int>(st.blocks_evicted_in_use));
+  const int evicted = static_cast<int>(st.blocks_evicted_in_use);
+  m.check_invariants();
+  // Seq 1 goes on decoding over its own pages; its prompt now hits the head that is left.
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(m.prepare_decode(1, &ls));
+    m.commit_step(1);
+  }
+  EXPECT_EQ(m.can_admit(spec_of(a, 20)).cached_tokens, (12 - evicted) * 16);
+  ASSERT_TRUE(m.free(1));
+  m.check_invariants();
+  EXPECT_EQ(m.stats().husks, 0);
+  // A hit on a block in use whose sparse pages are table-only is charged those pages: seq 2
+  // has selected, so its 12 blocks hold 3 table-only pages each.
+  const int avail = m.pages_available();
+  const auto hit = m.can_admit(spec_of(b, 20));
+  EXPECT_EQ(hit.cached_tokens, 12 * 16);
+  ASSERT_TRUE(m.admit(3, spec_of(b, 20)));
+  EXPECT_EQ(avail - m.pages_available(), hit.need_pages);
+  EXPECT_EQ(m.stats().pages_evictable, 4 * (12 - evicted));  // seq 1's surviving head, unused
+  prefill(m, 3, 64);
+  EXPECT_EQ(m.stats().pages_evictable, 4 * (12 - evicted) + 3 * 12);
+  ASSERT_TRUE(m.free(2));
+  ASSERT_TRUE(m.free(3));
+  m.check_invariants();
+  m.drop_unused_cache();
+  EXPECT_EQ(m.pool().used(), 0);
+  EXPECT_EQ(m.pages_reserved(), 0);
 }
 
 }  // namespace

@@ -649,6 +649,7 @@ void BatcherActor::replay_input(ScheduleInput& in) {
     in.release.insert(in.release.end(), held.begin(), held.end());
   }
   in.replays.running = replays_.running();
+  in.replays.stalled = replays_.stalled();
   in.replays.candidates = replays_.candidates();
   in.replays.served_queued = static_cast<int>(waiting_.size() + preempted_.size());
 }
@@ -659,6 +660,7 @@ void BatcherActor::replay_output(const ReplayOutput& out) {
     ++stats_.replays.preempted;
   }
   for (const auto id : out.admitted) replays_.admitted(id);
+  for (const auto& [id, n] : out.stalled) replays_.set_stalled(id, n);
   for (const auto id : out.rejected) {
     replays_.drop(id);
     ++stats_.replays.dropped;
@@ -715,7 +717,9 @@ void BatcherActor::publish(const CacheStats& cs) {
   st->waiting = static_cast<int>(waiting_.size());
   st->preempted = static_cast<int>(preempted_.size());
   st->pages_total = cs.pages_total;
-  // Unused cached blocks are free memory (vLLM counts them free too): evicted when needed.
+  // Cached pages no sequence holds (all of an unused block's, the sparse-layer copies of a block
+  // whose users have selected) are free memory (vLLM counts unused blocks free too): evicted
+  // when needed. pages_used = the pages sequences hold.
   st->pages_used = cs.pages_used - cs.pages_evictable;
   st->pages_cached = cs.pages_cached;
   st->prefix_cache_queries = cs.prefix_queries;

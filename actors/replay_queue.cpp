@@ -55,6 +55,17 @@ std::vector<std::uint64_t> ReplayQueue::running() const {
   return v;
 }
 
+std::vector<int> ReplayQueue::stalled() const {
+  std::vector<int> v;
+  for (const auto& r : q_)
+    if (r.running) v.push_back(r.stalled);
+  return v;
+}
+
+void ReplayQueue::set_stalled(std::uint64_t id, int stalled) {
+  if (Replay* r = find(id)) r->stalled = stalled;
+}
+
 std::vector<Candidate> ReplayQueue::candidates() const {
   if (q_.empty() || q_.front().running) return {};
   Candidate c;
@@ -76,6 +87,7 @@ void ReplayQueue::preempted(std::uint64_t id) {
   Replay r = std::move(*it);
   q_.erase(it);
   r.running = false;
+  r.stalled = 0;
   q_.push_front(std::move(r));  // first in line again
 }
 

@@ -40,8 +40,12 @@ class ReplayQueue {
   // Scheduler inputs: the running replays, and the next waiting one when none runs (one
   // replay at a time: the guardrail is a sample, not a workload).
   std::vector<std::uint64_t> running() const;
+  // Per running() entry: consecutive scheduling calls it got no chunk in (ReplayInput::stalled).
+  std::vector<int> stalled() const;
   std::vector<Candidate> candidates() const;
   void admitted(std::uint64_t id);
+  // A scheduling call's stall count of a running replay (ReplayOutput::stalled).
+  void set_stalled(std::uint64_t id, int stalled);
   // Preempted (recompute): it runs again from position 0 later; rows already scored are not
   // asked for again.
   void preempted(std::uint64_t id);
@@ -69,6 +73,7 @@ class ReplayQueue {
                                        // hit nor fill the prefix cache
     int next_pos = 0;                  // first position whose logits are still needed
     bool running = false;
+    int stalled = 0;  // consecutive scheduling calls without a chunk while running
   };
   const Replay* find(std::uint64_t id) const;
   Replay* find(std::uint64_t id);

@@ -53,14 +53,21 @@ class SpareBuffers {
 };
 
 // The replays' share of the step (lowest priority): what served work left of the budget.
-// A step that carries a served prefill chunk carries no replay: the replay's tokens would lengthen
-// that step and so the served request's time to first token.
+// A step that carries a served prefill chunk carries no replay (159acd3): the replay's tokens
+// would lengthen that step and so the served request's time to first token. (Letting replay
+// chunks ride only beside served chunks that do not end their prompt would not help: such a
+// chunk is cut to take all the budget left, next_chunk_len().) Under sustained load, a served
+// prefill in every step, an admitted replay then never progresses; so a running replay that
+// got no chunk in in.replays.max_stalled consecutive calls (for that reason or for want of
+// budget) is preempted: its seat and pages go back, it is counted as a preempted replay and
+// the queue re-admits it, from position 0, when no served request waits and a step has room.
+// A replay never holds resources for more than max_stalled steps without progressing.
 void schedule_replays(KvCacheManager& cache, const ScheduleInput& in,
                       std::vector<std::uint64_t>& replays, int n_running, int& budget,
                       bool served_prefill, ScheduleOutput& out) {
-  if (served_prefill) return;
   const int chunk = std::max(1, in.replays.chunk);
   auto run_chunk = [&](std::uint64_t id) {
+    if (served_prefill || budget < 1) return false;
     const int n = cache.next_chunk_len(id, std::min(budget, chunk));
     std::vector<LayerSlots> layers;
     std::uint64_t serial = 0;
@@ -69,12 +76,28 @@ void schedule_replays(KvCacheManager& cache, const ScheduleInput& in,
     if (n > 0 && cache.prepare_chunk(id, n, &layers, &serial)) {
       out.steps.push_back({id, true, start, n, std::move(layers), serial, base});
       budget -= n;
+      return true;
     }
+    return false;
   };
-  for (const auto id : replays) {
-    if (budget < 1) return;
-    if (!cache.prefill_done(id)) run_chunk(id);
+  // Stall counts of the replays still running (those preempted for served work are gone).
+  std::vector<std::uint64_t> kept;
+  for (std::size_t i = 0; i < in.replays.running.size(); ++i) {
+    const auto id = in.replays.running[i];
+    if (std::find(replays.begin(), replays.end(), id) == replays.end()) continue;
+    const int before = i < in.replays.stalled.size() ? in.replays.stalled[i] : 0;
+    // (a replay whose prefill is done waits for its release: nothing to run, nothing stalls)
+    const int stalled = cache.prefill_done(id) || run_chunk(id) ? 0 : before + 1;
+    if (stalled >= std::max(1, in.replays.max_stalled)) {
+      cache.preempt(id);
+      out.replays.preempted.push_back(id);
+      continue;
+    }
+    kept.push_back(id);
+    out.replays.stalled.emplace_back(id, stalled);
   }
+  replays = std::move(kept);
+  if (served_prefill) return;
   const auto served_left = static_cast<std::size_t>(std::max(0, in.replays.served_queued));
   if (!out.preempted.empty() || served_left > out.admitted.size() + out.rejected.size()) return;
   for (const auto& c : in.replays.candidates) {
@@ -88,7 +111,7 @@ void schedule_replays(KvCacheManager& cache, const ScheduleInput& in,
     if (!ar.ok || !cache.admit(c.seq_id, c.spec)) return;
     out.replays.admitted.push_back(c.seq_id);
     replays.push_back(c.seq_id);
-    run_chunk(c.seq_id);
+    out.replays.stalled.emplace_back(c.seq_id, run_chunk(c.seq_id) ? 0 : 1);
   }
 }
 

@@ -47,15 +47,26 @@ struct SpareTables {
 // step, and none in a step that carries a served prefill chunk (it would delay that request's
 // first token); a new one is admitted only when no served request waits (in.served_queued
 // counts them all, admitted in this call or not); and a replay is preempted before any served
-// sequence when a served decode needs a page, a served candidate needs pages or a seat.
+// sequence when a served decode needs a page, a served candidate needs pages or a seat. A
+// running replay that got no chunk in `max_stalled` consecutive scheduling calls (sustained
+// load: a served prefill in every step, or no budget left) is preempted too, so it never
+// holds its seat and pages indefinitely; like any preempted replay it is re-admitted, from
+// position 0, when the load lets it.
 struct ReplayInput {
   std::vector<std::uint64_t> running;  // admitted replays, oldest first
-  std::vector<Candidate> candidates;   // waiting replays, in order
-  int served_queued = 0;               // served sequences waiting or preempted (all of them)
+  // Per running replay (same order; missing entries: 0): consecutive scheduling calls without
+  // a chunk for it so far (ReplayOutput::stalled of the previous call).
+  std::vector<int> stalled;
+  std::vector<Candidate> candidates;  // waiting replays, in order
+  int served_queued = 0;              // served sequences waiting or preempted (all of them)
   int chunk = 256;
+  int max_stalled = 32;
 };
 struct ReplayOutput {
   std::vector<std::uint64_t> admitted, preempted, rejected;  // rejected: never fit the pool
+  // Every replay running after the call (admitted in it included): its stall count (0 when the
+  // step carries a chunk of it). Preempted ones are in `preempted` instead.
+  std::vector<std::pair<std::uint64_t, int>> stalled;
 };
 
 struct ScheduleInput {

@@ -300,5 +300,80 @@ TEST(Scheduler, ReplaysArePreemptedBeforeAnyServedSequence) {
   }
 }
 
+TEST(Scheduler, AReplayStarvedBySustainedServedPrefillsIsReleasedInBoundedSteps) {
+  // Every step carries a served prefill (a new request's whole prompt): the admitted replay
+  // gets no chunk. After max_stalled such calls it is preempted (seat and pages back, reported
+  // as a preempted replay), never held indefinitely. A step that gives it a chunk resets the
+  // count.
+  const KvLayout layout{2, 64, 2};
+  KvCacheManager cache(1, layout, 400, SparsityProfile{});
+  ScheduleInput in;
+  in.limits = {8, 300, true};
+  in.replays.candidates = {replay(R, 600)};
+  auto out = schedule_step(cache, in);
+  ASSERT_EQ(steps_of(out), (std::vector<Step>{{R, P, 0, 256}}));
+  ASSERT_EQ(out.replays.admitted, (std::vector<std::uint64_t>{R}));
+  EXPECT_EQ(out.replays.stalled, (std::vector<std::pair<std::uint64_t, int>>{{R, 0}}));
+  {
+    ScheduleInput s;  // no budget left for it: a stall
+    s.limits = {8, 20, true};
+    s.commit = {R};
+    s.candidates = {cand(A, 20, 1)};
+    s.replays.running = {R};
+    s.replays.stalled = {3};
+    out = schedule_step(cache, s);
+    EXPECT_EQ(steps_of(out), (std::vector<Step>{{A, P, 0, 20}}));
+    EXPECT_EQ(out.replays.stalled, (std::vector<std::pair<std::uint64_t, int>>{{R, 4}}));
+    ScheduleInput s2;  // A is released, nothing served runs: R's next chunk, the count resets
+    s2.limits = in.limits;
+    s2.commit = {A};
+    s2.release = {A};
+    s2.replays.running = {R};
+    s2.replays.stalled = {4};
+    out = schedule_step(cache, s2);
+    EXPECT_EQ(steps_of(out), (std::vector<Step>{{R, P, 256, 256}}));
+    EXPECT_EQ(out.replays.stalled, (std::vector<std::pair<std::uint64_t, int>>{{R, 0}}));
+  }
+  std::vector<std::uint64_t> running, commit = {R}, release;
+  int stalled = 0;
+  const int max_stalled = 5;
+  int released_at = -1;
+  for (int step = 0; step < 50 && released_at < 0; ++step) {
+    ScheduleInput s;
+    s.limits = in.limits;
+    s.commit = commit;
+    s.release = release;
+    s.running = running;
+    const std::uint64_t id = 100 + static_cast<std::uint64_t>(step);
+    s.candidates = {cand(id, 40, 2)};  // a new short request every step: its whole prompt
+    s.replays.running = {R};
+    s.replays.stalled = {stalled};
+    s.replays.max_stalled = max_stalled;
+    out = schedule_step(cache, s);
+    ASSERT_EQ(out.admitted, (std::vector<std::uint64_t>{id}));
+    for (const auto& st : out.steps) ASSERT_NE(st.seq_id, R) << "step " << step;
+    if (!out.replays.preempted.empty()) {
+      EXPECT_EQ(out.replays.preempted, (std::vector<std::uint64_t>{R}));
+      EXPECT_TRUE(out.replays.stalled.empty());
+      released_at = step;
+      break;
+    }
+    ASSERT_EQ(out.replays.stalled.size(), 1u);
+    EXPECT_EQ(out.replays.stalled[0].second, stalled + 1);
+    stalled = out.replays.stalled[0].second;
+    // Served requests end after one decode (max_tokens 2): released at the next call.
+    commit.clear();
+    release.clear();
+    running.clear();
+    for (const auto& st : out.steps) {
+      commit.push_back(st.seq_id);
+      (st.prefill ? running : release).push_back(st.seq_id);
+    }
+  }
+  EXPECT_EQ(released_at, max_stalled - 1);  // the max_stalled-th call without a chunk
+  EXPECT_FALSE(cache.contains(R));
+  cache.check_invariants();
+}
+
 }  // namespace
 }  // namespace strata::actors

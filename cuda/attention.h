@@ -38,6 +38,11 @@ struct PrefillAttentionParams {
   int kv_heads;
   int head_dim;  // 64 or 128 (dispatch.h)
   float scale;
+  // An FP8 KV cache (docs/kv-fp8.md): the pages are e4m3 codes here (kv_pool unused) and
+  // kv_scales holds this layer's [kv_heads][2] (K, V) scales. Only the FA2 kernel reads e4m3:
+  // every PrefillKernel runs FA2 then (not yet run on a GPU).
+  const std::uint8_t* kv_pool8 = nullptr;
+  const float* kv_scales = nullptr;
 };
 // Kernels implementing it (docs/cuda-backend.md): kFa2, FlashAttention-2 style with the
 // fragments in registers (mma.sync m16n8k16, ldmatrix, cp.async double buffering; blocks of

@@ -267,6 +267,14 @@ void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s, P
     throw ConfigError("num_key_value_heads", "prefill attention: heads " + std::to_string(p.heads) +
                                                  " not a multiple of kv_heads " +
                                                  std::to_string(p.kv_heads));
+  if (p.kv_pool8) {
+    // FP8 KV (docs/kv-fp8.md): only the FA2 kernel dequantizes e4m3 tiles into its bf16 shared
+    // memory so far; the Hopper and WMMA kernels read bf16 pages.
+    if (!p.kv_scales)
+      throw InternalError("prefill attention: an e4m3 pool (kv_pool8) needs kv_scales");
+    launch_prefill_attention_fa2(p, s, k != PrefillKernel::kFa2Single);
+    return;
+  }
   if (k == PrefillKernel::kHopper || k == PrefillKernel::kHopperV2 ||
       k == PrefillKernel::kHopperV3 || k == PrefillKernel::kHopperLpt ||
       k == PrefillKernel::kHopperV4 || k == PrefillKernel::kHopperV5) {

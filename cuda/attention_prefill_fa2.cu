@@ -15,6 +15,15 @@
 // Shared memory (rows padded by 8 bf16 = 16 B so ldmatrix's 8 row addresses hit distinct
 // banks): Q [HPB*64][HD+8] + 2 stages x (K, V) [64][HD+8]. HD=128, HPB=2: 34816 + 69632 =
 // 104448 B -> 2 blocks (8 warps) per SM.
+//
+// FP8 KV (kKv8, PrefillAttentionParams::kv_pool8; docs/kv-fp8.md; not yet run on a GPU): the K/V
+// tiles are read as e4m3 codes (8 bytes per 8 elements, plain loads instead of cp.async) and
+// stored into the same bf16 shared-memory tiles converted exactly (e4m3 is a subset of bf16), so
+// the MMAs are unchanged; the KV head's scales are folded out: the logits' scale becomes
+// scale * s_k (softmax and LSE), the output is multiplied by s_v.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <cmath>
 
 #include "cuda/attention.h"
@@ -54,7 +63,20 @@ struct Fa2Smem {
       sizeof(bf16) * (static_cast<size_t>(kQElems) + 2 * kStages * kTileElems);
 };
 
-template <int HD, int HPB, int MT>
+// 8 e4m3 codes as 8 bf16 (exact): e4m3 -> fp16 -> fp32 -> bf16, each step exact.
+__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(const uint2& u) {
+  const auto* c = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);
+  uint4 out;
+  unsigned* w = reinterpret_cast<unsigned*>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(c[i], __NV_E4M3)));
+    w[i] = pack_bf16(f.x, f.y);
+  }
+  return out;
+}
+
+template <int HD, int HPB, int MT, bool kKv8>
 __global__ void __launch_bounds__(kThreads, 2)
     prefill_attention_fa2_kernel(const PrefillAttentionParams p) {
   using L = Fa2Smem<HD, HPB>;
@@ -86,7 +108,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int kv_end = pos0 + last_q + 1;      // keys needed by the last valid row
   const int num_kv_tiles = (kv_end + kBN - 1) / kBN;
   const int diag = pos0 + q0;  // position of tile row 0: tiles with keys > diag are masked
-  const float scale_log2 = p.scale * 1.4426950408889634f;
+  // fp8: the K scale folds into the logits' scale, the V scale into the output (1 for bf16).
+  const float qk_scale = kKv8 ? p.scale * p.kv_scales[g * 2] : p.scale;
+  const float v_scale = kKv8 ? p.kv_scales[g * 2 + 1] : 1.0f;
+  const float scale_log2 = qk_scale * 1.4426950408889634f;
   const long long part = p.page_elems / 2;
   const int* table = p.block_table + static_cast<long long>(seq) * p.table_stride;
 
@@ -114,12 +139,21 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int i = tid + it * kThreads;
       const int r = i / kChunks, c = i % kChunks, j = kb + r;
       const bool valid = j < kv_end;
-      const bf16* src = p.kv_pool;
-      if (valid)
-        src = p.kv_pool + static_cast<long long>(table[j >> 4]) * p.page_elems +
-              (static_cast<long long>(g) * 16 + (j & 15)) * HD + c * 8;
-      cp_async16(dK + r * kLd + c * 8, src, valid);
-      cp_async16(dV + r * kLd + c * 8, valid ? src + part : p.kv_pool, valid);
+      const long long off = valid ? static_cast<long long>(table[j >> 4]) * p.page_elems +
+                                        (static_cast<long long>(g) * 16 + (j & 15)) * HD + c * 8
+                                  : 0;
+      if constexpr (kKv8) {
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(dK + r * kLd + c * 8) =
+            valid ? e4m3x8_to_bf16x8(*reinterpret_cast<const uint2*>(p.kv_pool8 + off)) : zero;
+        *reinterpret_cast<uint4*>(dV + r * kLd + c * 8) =
+            valid ? e4m3x8_to_bf16x8(*reinterpret_cast<const uint2*>(p.kv_pool8 + off + part))
+                  : zero;
+      } else {
+        const bf16* src = p.kv_pool + off;
+        cp_async16(dK + r * kLd + c * 8, src, valid);
+        cp_async16(dV + r * kLd + c * 8, valid ? src + part : p.kv_pool, valid);
+      }
     }
   };
   load_kv(0, 0);
@@ -272,27 +306,35 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int row = wrow + mt * 16 + frag::c_row(lane, 2 * hf);
       const int qi = q0 + row;
       if (qi < nq) {
-        const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+        const float inv = (lt > 0.0f ? 1.0f / lt : 0.0f) * v_scale;
         bf16* orow = p.out + static_cast<long long>(row0 + qi) * p.out_stride + h * HD;
 #pragma unroll
         for (int d = 0; d < kDT; ++d)
           *reinterpret_cast<__nv_bfloat162*>(orow + d * 8 + frag::c_col(lane, 2 * hf)) =
               __floats2bfloat162_rn(o[mt][d][2 * hf] * inv, o[mt][d][2 * hf + 1] * inv);
         if (p.lse && (lane & 3) == 0)
-          p.lse[static_cast<long long>(row0 + qi) * p.heads + h] = m[mt][hf] * p.scale + logf(lt);
+          p.lse[static_cast<long long>(row0 + qi) * p.heads + h] = m[mt][hf] * qk_scale + logf(lt);
       }
     }
 }
 
-template <int HD, int HPB, int MT>
-void launch_fa2(const PrefillAttentionParams& p, cudaStream_t s) {
+template <int HD, int HPB, int MT, bool kKv8>
+void launch_fa2_kv(const PrefillAttentionParams& p, cudaStream_t s) {
   constexpr size_t bytes = Fa2Smem<HD, HPB>::kBytes;
-  CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_fa2_kernel<HD, HPB, MT>,
+  CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_fa2_kernel<HD, HPB, MT, kKv8>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(bytes)));
-  prefill_attention_fa2_kernel<HD, HPB, MT>
+  prefill_attention_fa2_kernel<HD, HPB, MT, kKv8>
       <<<dim3(p.num_tiles, p.heads / HPB), kThreads, bytes, s>>>(p);
   CUDA_CHECK_LAUNCH();
+}
+
+template <int HD, int HPB, int MT>
+void launch_fa2(const PrefillAttentionParams& p, cudaStream_t s) {
+  if (p.kv_pool8)
+    launch_fa2_kv<HD, HPB, MT, true>(p, s);
+  else
+    launch_fa2_kv<HD, HPB, MT, false>(p, s);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // FP8 KV cache on the GPU (cache.kv_dtype fp8, issue 21, docs/kv-fp8.md). NOT YET RUN ON A GPU.
 //
-// What exists on the CUDA side so far is the two-pass decode attention kernel reading e4m3 pages
-// (DecodeAttentionParams::kv_pool8 / kv_scales); the backend still refuses kv_dtype fp8
-// (cuda::check_kv_dtype). This test holds that kernel to the CPU oracle: the same e4m3 codes
+// What exists on the CUDA side so far: the two-pass decode attention kernel and the FA2 prefill
+// kernel (paged prior context, chunked prefill) reading e4m3 pages (kv_pool8 / kv_scales in their
+// params); the backend still refuses kv_dtype fp8 (cuda::check_kv_dtype). This test holds those
+// kernels to the CPU oracle: the same e4m3 codes
 // (quantized on the host with kv_quantize, the CPU backend's rounding) in both, the CPU backend's
 // attention (cpu::attend over an fp8 KvPool) as the reference. With identical codes the only
 // difference is the kernels' arithmetic (fp32 sums in another order, the bf16 output), so the
@@ -236,6 +237,136 @@ TEST(GpuKvFp8, DecodeAttentionEqualsTheCpuOracle) {
   run_case({{3, 33, 130, 1000}, 32, 8, 128, 1}, "hd128_g4_s1");
   run_case({{3, 33, 130, 1000}, 32, 8, 128, 8}, "hd128_g4_s8");
   run_case({{40, 513}, 16, 2, 128, 2}, "hd128_g8_s2");
+}
+
+// Chunked prefill over paged prior context (FA2 kernel, whatever STRATA_PREFILL_ATTN says: the
+// Hopper kernel falls back to it for e4m3), against cpu::attend's prefill of the same chunk over
+// the same codes. Bounds of the bf16 prefill test: output rel L2 <= 5e-3, LSE <= 2e-3.
+void run_prefill_case(const std::vector<int>& prior, const std::vector<int>& nq, int heads,
+                      int kv_heads, int hd, const std::string& tag) {
+  std::mt19937_64 rng(777 + hd);
+  const int S = static_cast<int>(prior.size()), group = heads / kv_heads;
+  std::vector<int> lens(static_cast<std::size_t>(S)), row_start(lens.size());
+  int T = 0;
+  std::vector<int> tile_seq, tile_q0;
+  for (int i = 0; i < S; ++i) {
+    lens[static_cast<std::size_t>(i)] =
+        prior[static_cast<std::size_t>(i)] + nq[static_cast<std::size_t>(i)];
+    row_start[static_cast<std::size_t>(i)] = T;
+    T += nq[static_cast<std::size_t>(i)];
+    for (int q0 = 0; q0 < nq[static_cast<std::size_t>(i)]; q0 += 64) {
+      tile_seq.push_back(i);
+      tile_q0.push_back(q0);
+    }
+  }
+  const Fp8Kv kv = make_fp8_kv(lens, kv_heads, hd, rng);
+  const int q_stride = heads * hd;
+  const Bf16Data q = random_bf16(static_cast<std::size_t>(T) * q_stride, 1.0, rng);
+  auto d_q = to_device_bf16(q.bits);
+  auto d_table = to_device(kv.table);
+  auto d_pool = to_device(kv.pool);
+  auto d_scales = to_device(kv.scales);
+  auto d_rs = to_device(row_start);
+  auto d_nq = to_device(nq);
+  auto d_p0 = to_device(prior);
+  auto d_ts = to_device(tile_seq);
+  auto d_tq = to_device(tile_q0);
+  DeviceArray<bf16> out(static_cast<std::size_t>(T) * heads * hd);
+  DeviceArray<float> lse(static_cast<std::size_t>(T) * heads);
+  poison(out);
+  poison(lse);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  PrefillAttentionParams p{};
+  p.q = d_q.get();
+  p.q_stride = q_stride;
+  p.page_elems = static_cast<long long>(kv.layout.page_elems());
+  p.block_table = d_table.get();
+  p.table_stride = kv.table_stride;
+  p.row_start = d_rs.get();
+  p.nq = d_nq.get();
+  p.q_pos0 = d_p0.get();
+  p.tile_seq = d_ts.get();
+  p.tile_q0 = d_tq.get();
+  p.num_tiles = static_cast<int>(tile_seq.size());
+  p.out = out.get();
+  p.out_stride = heads * hd;
+  p.lse = lse.get();
+  p.heads = heads;
+  p.kv_heads = kv_heads;
+  p.head_dim = hd;
+  p.scale = scale;
+  p.kv_pool8 = d_pool.get();
+  p.kv_scales = d_scales.get();
+  launch_prefill_attention(p, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+
+  std::vector<double> ref_o(out.size()), ref_lse(lse.size());
+  parallel_for(S * kv_heads, [&](int idx) {
+    const int i = idx / kv_heads, g = idx % kv_heads;
+    const int len = lens[static_cast<std::size_t>(i)], pr = prior[static_cast<std::size_t>(i)],
+              n = nq[static_cast<std::size_t>(i)], r0 = row_start[static_cast<std::size_t>(i)];
+    cpu::KvPool pool(kv.layout, kv.pages);
+    for (int pg = 0; pg < kv.pages; ++pg) {
+      const std::uint8_t* src =
+          kv.pool.data() + static_cast<std::size_t>(pg) * kv.layout.page_bytes();
+      std::memcpy(pool.k_bytes(pg, g, 0), src + kv.layout.k_offset(g, 0), kBlockSize * hd);
+      std::memcpy(pool.v_bytes(pg, g, 0), src + kv.layout.v_offset(g, 0), kBlockSize * hd);
+    }
+    LayerSlots ls{LayerRule{}};
+    ls.valid = pr;
+    for (int j = 0; j < pages_for_slots(len); ++j)
+      ls.pages.push_back(kv.table[static_cast<std::size_t>(i) * kv.table_stride + j]);
+    std::vector<float> qf(static_cast<std::size_t>(n) * group * hd), o(qf.size());
+    std::vector<double> l(static_cast<std::size_t>(n) * group);
+    for (int t = 0; t < n; ++t)
+      for (int e = 0; e < group * hd; ++e)
+        qf[static_cast<std::size_t>(t) * group * hd + e] =
+            static_cast<float>(q.val[static_cast<std::size_t>(r0 + t) * q_stride +
+                                     static_cast<std::size_t>(g) * group * hd + e]);
+    cpu::AttnArgs a;
+    a.slots = &ls;
+    a.start = pr;
+    a.n = n;
+    a.prompt_len = len;
+    a.prefill = true;
+    a.head_dim = hd;
+    a.group = group;
+    a.scale = scale;
+    a.q = qf.data();
+    a.q_stride = static_cast<std::size_t>(group) * hd;
+    a.k = &kv.k[static_cast<std::size_t>(i)][(static_cast<std::size_t>(g) * len + pr) * hd];
+    a.v = &kv.v[static_cast<std::size_t>(i)][(static_cast<std::size_t>(g) * len + pr) * hd];
+    a.kv_stride = static_cast<std::size_t>(hd);
+    a.out = o.data();
+    a.out_stride = a.q_stride;
+    a.lse = l.data();
+    a.lse_stride = static_cast<std::size_t>(group);
+    a.codec = cpu::KvCodec{true, kv.scales[static_cast<std::size_t>(g) * 2],
+                           kv.scales[static_cast<std::size_t>(g) * 2 + 1]};
+    cpu::attend(pool, g, a);
+    for (int t = 0; t < n; ++t)
+      for (int hh = 0; hh < group; ++hh) {
+        const std::size_t row = static_cast<std::size_t>(r0 + t) * heads + g * group + hh;
+        for (int d = 0; d < hd; ++d)
+          ref_o[row * hd + d] = o[(static_cast<std::size_t>(t) * group + hh) * hd + d];
+        ref_lse[row] = l[static_cast<std::size_t>(t) * group + hh];
+      }
+  });
+  const ErrStats eo = compare(to_host_bf16(out.get(), out.size()), ref_o);
+  const auto gl = to_host(lse);
+  const ErrStats el = compare(std::vector<double>(gl.begin(), gl.end()), ref_lse);
+  EXPECT_EQ(eo.nan + el.nan, 0u) << tag;
+  EXPECT_LE(eo.rel_l2, 5e-3) << tag;
+  EXPECT_LE(el.max_abs, 2e-3) << tag;
+  figure("kv_fp8_prefill_rel_l2_vs_cpu_" + tag, eo.rel_l2);
+  figure("kv_fp8_prefill_lse_abs_vs_cpu_" + tag, el.max_abs);
+}
+
+TEST(GpuKvFp8, PrefillOverPagedPriorContextEqualsTheCpuOracle) {
+  REQUIRE_GPU();
+  run_prefill_case({0, 0, 37}, {1, 100, 64}, 8, 2, 64, "hd64_g4");          // paired heads
+  run_prefill_case({0, 200, 1000}, {130, 17, 64}, 32, 8, 128, "hd128_g4");  // prior context
+  run_prefill_case({5, 300}, {70, 129}, 12, 4, 128, "hd128_g3");            // odd group
 }
 
 TEST(GpuKvFp8, DecodeAttentionBandwidthCountingFp8Bytes) {

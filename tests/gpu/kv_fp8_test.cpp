@@ -14,6 +14,8 @@
 // Llama-3-8B shape (32/8 heads of 128) counting FP8 bytes (K + V, 1 byte each), as a fraction of
 // the 4.27 TB/s copy ceiling (target >= 0.85; the tensor-core kernel, which reaches 93 % in bf16,
 // does not read e4m3 yet).
+#include "cuda/kv_fp8.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "cuda/attention.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/kv_pool.h"
+#include "runtime/fp8.h"
 #include "runtime/kv_layout.h"
 #include "runtime/kv_scales.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -367,6 +370,86 @@ TEST(GpuKvFp8, PrefillOverPagedPriorContextEqualsTheCpuOracle) {
   run_prefill_case({0, 0, 37}, {1, 100, 64}, 8, 2, 64, "hd64_g4");          // paired heads
   run_prefill_case({0, 200, 1000}, {130, 17, 64}, 32, 8, 128, "hd128_g4");  // prior context
   run_prefill_case({5, 300}, {70, 129}, 12, 4, 128, "hd128_g3");            // odd group
+}
+
+// The e4m3 K/V write (launch_rope_kv_write_fp8) against the bf16 one on the same rows: q and k
+// rotated to the same bf16 bits, and every written code = e4m3(bf16 value / s) as the CPU's
+// kv_quantize computes it (bitwise); padding rows and unwritten slots untouched.
+TEST(GpuKvFp8, RopeKvWriteQuantizesTheBf16KernelsValues) {
+  REQUIRE_GPU();
+  for (const int hd : {64, 128}) {
+    const int heads = 8, kv_heads = 2, T = 300, S = 3, stride = 64;  // 64 pages: positions < 1024
+    std::mt19937_64 rng(5 + hd);
+    const int row = (heads + 2 * kv_heads) * hd;
+    const Bf16Data qkv = random_bf16(static_cast<std::size_t>(T) * row, 2.0, rng);
+    std::vector<int> pos(T), seq_of(T), table(static_cast<std::size_t>(S) * stride);
+    for (int t = 0; t < T; ++t) {
+      pos[t] = t * 7 % 1000;  // distinct within each sequence
+      seq_of[t] = t % 17 == 5 ? -1 : t % S;
+    }
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<double> inv(static_cast<std::size_t>(hd / 2));
+    for (int i = 0; i < hd / 2; ++i) inv[i] = std::pow(500000.0, -2.0 * i / hd);
+    const std::vector<float> scales = {0.0625f, 0.03125f, 0.0173f, 0.25f};  // [kv_heads][2]
+    const KvLayout l16{kv_heads, hd, 2}, l8{kv_heads, hd, 1};
+    const int pages = S * stride;
+    auto d_a = to_device_bf16(qkv.bits), d_b = to_device_bf16(qkv.bits);
+    auto d_pos = to_device(pos), d_seq = to_device(seq_of), d_table = to_device(table);
+    auto d_inv = to_device(inv);
+    auto d_scales = to_device(scales);
+    DeviceArray<bf16> pool16(static_cast<std::size_t>(pages) * l16.page_elems());
+    DeviceArray<std::uint8_t> pool8(static_cast<std::size_t>(pages) * l8.page_bytes());
+    poison(pool16);
+    CUDA_CHECK(cudaMemset(pool8.get(), 0x7F, pool8.bytes()));
+    RopeKvParams p{};
+    p.qkv = d_a.get();
+    p.positions = d_pos.get();
+    p.seq_of = d_seq.get();
+    p.block_table = d_table.get();
+    p.table_stride = stride;
+    p.inv_freq = d_inv.get();
+    p.kv_pool = pool16.get();
+    p.page_elems = static_cast<long long>(l16.page_elems());
+    p.num_tokens = T;
+    p.heads = heads;
+    p.kv_heads = kv_heads;
+    p.head_dim = hd;
+    launch_rope_kv_write(p, nullptr);
+    p.qkv = d_b.get();
+    p.kv_pool = nullptr;
+    launch_rope_kv_write_fp8(p, pool8.get(), d_scales.get(), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<std::uint16_t> a(qkv.bits.size()), b(a.size());
+    CUDA_CHECK(cudaMemcpy(a.data(), d_a.get(), a.size() * 2, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(b.data(), d_b.get(), b.size() * 2, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(a, b) << "hd " << hd << ": the rotations differ";
+    std::vector<std::uint16_t> h16(pool16.size());
+    CUDA_CHECK(cudaMemcpy(h16.data(), pool16.get(), h16.size() * 2, cudaMemcpyDeviceToHost));
+    const auto h8 = to_host(pool8);
+    std::size_t written = 0, wrong = 0;
+    std::vector<char> touched(h8.size(), 0);
+    for (int t = 0; t < T; ++t) {
+      if (seq_of[t] < 0) continue;
+      const int page = table[static_cast<std::size_t>(seq_of[t]) * stride + pos[t] / 16];
+      for (int g = 0; g < kv_heads; ++g)
+        for (int d = 0; d < hd; ++d)
+          for (int part = 0; part < 2; ++part) {
+            const std::size_t off =
+                static_cast<std::size_t>(page) * l8.page_elems() +
+                (part ? l8.v_offset(g, pos[t] % 16) : l8.k_offset(g, pos[t] % 16)) + d;
+            const float x = bf16_to_float(h16[off]);
+            wrong += h8[off] != kv_quantize(x, scales[static_cast<std::size_t>(g) * 2 + part]);
+            touched[off] = 1;
+            ++written;
+          }
+    }
+    std::size_t stray = 0;
+    for (std::size_t i = 0; i < h8.size(); ++i) stray += !touched[i] && h8[i] != 0x7F;
+    EXPECT_EQ(wrong, 0u) << "hd " << hd << ": of " << written << " codes";
+    EXPECT_EQ(stray, 0u) << "hd " << hd << ": bytes written outside the tokens' slots";
+    figure("kv_fp8_write_codes_wrong_hd" + std::to_string(hd), static_cast<double>(wrong));
+  }
 }
 
 TEST(GpuKvFp8, DecodeAttentionBandwidthCountingFp8Bytes) {

@@ -213,10 +213,12 @@ PrefillKernel prefill_kernel_from_env() {
   static const PrefillKernel k = [] {
     const char* v = std::getenv("STRATA_PREFILL_ATTN");
     const std::string s = v ? v : "";
-    // fa2 stays the default until a server on the Hopper kernel has been load-tested on the
-    // H200 (docs/benchmarks.md "Prefill attention on Hopper": its tests pass; a server on the
-    // hopper_v5 variant stalled at 256 concurrent requests, cause not found).
-    if (s.empty() || s == "fa2") return PrefillKernel::kFa2;
+    // hopper_v5 is the default since the H200 load test of 2026-12-02 (docs/benchmarks.md
+    // "Prefill attention on Hopper": servers on it and on v1 ran 1 / 20 / 256 concurrent
+    // requests; the earlier stall at 256 was the census, 5d2d453). Devices other than
+    // compute capability 9.0 and shapes it does not take run fa2 (said once).
+    if (s.empty() || s == "hopper_v5") return PrefillKernel::kHopperV5;
+    if (s == "fa2") return PrefillKernel::kFa2;
     if (s == "hopper") return PrefillKernel::kHopper;
     if (s == "wmma") return PrefillKernel::kWmma;
     if (s == "fa2_single") return PrefillKernel::kFa2Single;
@@ -224,7 +226,6 @@ PrefillKernel prefill_kernel_from_env() {
     if (s == "hopper_v3") return PrefillKernel::kHopperV3;
     if (s == "hopper_lpt") return PrefillKernel::kHopperLpt;
     if (s == "hopper_v4") return PrefillKernel::kHopperV4;
-    if (s == "hopper_v5") return PrefillKernel::kHopperV5;
     throw ConfigError("STRATA_PREFILL_ATTN",
                       "prefill attention kernel '" + s +
                           "' is not one of: fa2, fa2_single, wmma, hopper, hopper_v2, hopper_v3, "

@@ -392,15 +392,16 @@ void launch_embedding(const EmbeddingParams& p, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
-bool prefill_fusion_from_env() {
-  static const bool on = [] {
+int prefill_fusion_from_env() {
+  static const int level = [] {
     const char* v = std::getenv("STRATA_PREFILL_FUSION");
     const std::string s = v ? v : "";
-    if (s.empty() || s == "0") return false;
-    if (s == "1") return true;
-    throw ConfigError("STRATA_PREFILL_FUSION", "'" + s + "' is not 0 or 1");
+    if (s.empty() || s == "1") return 1;
+    if (s == "0") return 0;
+    if (s == "2") return 2;
+    throw ConfigError("STRATA_PREFILL_FUSION", "'" + s + "' is not 0, 1 or 2");
   }();
-  return on;
+  return level;
 }
 
 // The kernel a launch runs depends on the row shape and the base pointers only (never on

@@ -102,10 +102,12 @@ bool rmsnorm_vec_applies(const RmsNormParams& p);
 bool rope_kv_vec_applies(const RopeKvParams& p);
 bool swiglu_vec_applies(const SwigluParams& p);
 
-// STRATA_PREFILL_FUSION=1: the backend sets `vec` on the RMSNorm, RoPE + K/V and SwiGLU
-// launches above (prefill and decode, eager and graphs); 0 or unset: the scalar kernels. Read
-// once; another value throws ConfigError. (Default off until the H200 run of issue 19 item 2.)
-bool prefill_fusion_from_env();
+// STRATA_PREFILL_FUSION: 1 or unset (the default since the H200 run of 2026-12-02): the backend
+// sets `vec` on the RMSNorm, RoPE + K/V and SwiGLU launches above (prefill and decode, eager and
+// graphs); 2: that and the residual add in the O and down GEMMs' epilogue of prefill steps
+// (backend_impl.h resid_epilogue: measured no faster end to end yet); 0: the scalar kernels.
+// Read once; another value throws ConfigError.
+int prefill_fusion_from_env();
 
 // Device twin of strata::random_weight (runtime/model/make_model.h): element i of a tensor whose
 // FNV-1a name hash is `name_hash` = offset + random_weight(seed, name, i, scale), bf16 (RNE),

@@ -264,14 +264,14 @@ struct CudaBackendImpl {
   bool tap_has_lse = false;
   // Issue 19 item 2: the 16-byte RMSNorm, RoPE + K/V and SwiGLU kernels (STRATA_PREFILL_FUSION,
   // cuda/kernels.h); graphs bake the choice in (CudaBackendProbe::set_prefill_fusion drops them).
-  bool vec_kernels = prefill_fusion_from_env();
-  // Issue 19 item 2, same switch: the residual add of prefill steps in the O and down GEMMs'
-  // epilogue (Gemm::linear_residual: resid += x . W^T in fp32), so the following RMSNorm reads
-  // resid once and writes only its bf16 output. Decode-only steps (graphs included), 1-2 row
+  bool vec_kernels = prefill_fusion_from_env() >= 1;
+  // Issue 19 item 2, STRATA_PREFILL_FUSION=2: the residual add of prefill steps in the O and down
+  // GEMMs' epilogue (Gemm::linear_residual: resid += x . W^T in fp32), so the following RMSNorm
+  // reads resid once and writes only its bf16 output. Decode-only steps (graphs included), 1-2 row
   // steps (the skinny kernel), FP8 layers and tp > 1 (the all-reduce of delta) keep the bf16
   // delta + the RMSNorm's add. resid_in_gemm: what the current step's forward chose
   // (residual_in_gemm); lm_chunk reads it. CudaBackendProbe::set_residual_epilogue for A/B.
-  bool resid_epilogue = prefill_fusion_from_env();
+  bool resid_epilogue = prefill_fusion_from_env() >= 2;
   bool resid_in_gemm = false;
   bool residual_in_gemm(const ForwardArgs& a) const {
     return resid_epilogue && !fp8 && !tp.comm && a.tiles > 0 && a.rows > kSkinnyMaxRows;

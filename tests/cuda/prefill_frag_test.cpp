@@ -436,14 +436,16 @@ TEST(PrefillFrag, ReplayPairedHeadsHd128) {
   replay_case<128, 2, 2>(2, 1, {129, 5}, {0, 77});
 }
 
-// The run-time kernel choice (no GPU needed): fa2 unless STRATA_PREFILL_ATTN says otherwise.
-TEST(PrefillKernelChoice, EnvironmentDefaultIsFa2) {
+// The run-time kernel choice (no GPU needed): hopper_v5 unless STRATA_PREFILL_ATTN says
+// otherwise.
+TEST(PrefillKernelChoice, EnvironmentDefaultIsHopperV5) {
   const char* v = std::getenv("STRATA_PREFILL_ATTN");
   const std::string s = v ? v : "";
   const PrefillKernel want = s == "wmma"         ? PrefillKernel::kWmma
                              : s == "fa2_single" ? PrefillKernel::kFa2Single
                              : s == "hopper"     ? PrefillKernel::kHopper
-                                                 : PrefillKernel::kFa2;
+                             : s == "fa2"        ? PrefillKernel::kFa2
+                                                 : PrefillKernel::kHopperV5;
   EXPECT_EQ(prefill_kernel_from_env(), want);
   EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kFa2), "fa2");
   EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kWmma), "wmma");

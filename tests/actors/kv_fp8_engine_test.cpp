@@ -84,8 +84,6 @@ TEST_P(KvFp8PrefixCache, HitsEqualTheCacheOffRunBitwise) {
     for (const auto& p : prompts) ref.push_back(run(*off, p, 10));
   }
   auto on = Engine::create(cfg);
-  // The engine's pool is e4m3: 2 (K, V) x 2 KV heads x 16 slots x 16 dims x 1 byte.
-  EXPECT_EQ(on->stats().page_bytes, 2u * 2 * kBlockSize * 16);
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     const Out o = run(*on, prompts[i], 10);
     ASSERT_TRUE(o.error.empty()) << o.error;
@@ -108,7 +106,9 @@ INSTANTIATE_TEST_SUITE_P(Profiles, KvFp8PrefixCache,
 
 // Greedy generation with fp8 KV against fp32 KV through the whole engine (the tiny random model,
 // full cache): most tokens agree (a first disagreement changes every later one, so this counts
-// the common prefix of each stream; random weights have near ties).
+// the common prefix of each stream; random weights have near ties). Fewer than all agreeing is
+// also the evidence that the engine's backend really stores e4m3 (cpu_backend_options copies
+// cache.kv_dtype).
 TEST(KvFp8Engine, GreedyStreamsFollowTheFp32Run) {
   Config c8 = fp8_config(Mode{"Full", false, Policy::kScored, true});
   Config c32 = c8;
@@ -129,6 +129,7 @@ TEST(KvFp8Engine, GreedyStreamsFollowTheFp32Run) {
   }
   std::printf("[ figure ] kv_fp8_engine_greedy_common_prefix %d of %d tokens\n", same, total);
   EXPECT_GE(same, total * 3 / 4);
+  EXPECT_LT(same, total);
 }
 
 }  // namespace

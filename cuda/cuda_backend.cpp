@@ -15,14 +15,18 @@
 namespace strata::cuda {
 
 namespace {
+// cache.kv_dtype fp8: what the CUDA backend does not run yet, refused before any device work.
+void check_kv(const Config& config) {
+  check_kv_dtype(config.cache.kv_dtype, config.sparsity.enabled, config.backend.tp_size);
+}
 const Config& checked(const Config& config) {
-  check_kv_dtype(config.cache.kv_dtype);  // before any device work
+  check_kv(config);
   return config;
 }
 }  // namespace
 
-CudaBackend::CudaBackend(const Config& config, int device, CudaTpRank tp)
-    : impl_(std::make_unique<CudaBackendImpl>(checked(config), device, tp)) {}
+CudaBackend::CudaBackend(const Config& config, int device, CudaTpRank tp, const KvScales& kv_scales)
+    : impl_(std::make_unique<CudaBackendImpl>(checked(config), device, tp, kv_scales)) {}
 CudaBackend::~CudaBackend() = default;
 const BackendInfo& CudaBackend::info() const {
   return impl_->binfo;
@@ -43,7 +47,7 @@ StepResult CudaBackend::collect() {
 }
 
 std::vector<std::unique_ptr<Backend>> make_cuda_backends(const Config& config) {
-  check_kv_dtype(config.cache.kv_dtype);
+  check_kv(config);
   if (config.backend.tp_size != 1) return tp::make_cuda_tp_backends(config);
   const int dev = config.backend.devices.empty() ? 0 : config.backend.devices.front();
   std::vector<std::unique_ptr<Backend>> out;

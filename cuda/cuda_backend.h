@@ -23,6 +23,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/config.h"
+#include "runtime/kv_scales.h"
 
 namespace strata::cuda {
 
@@ -42,7 +43,12 @@ struct CudaTpRank {
 class CudaBackend : public Backend {
  public:
   // Throws ConfigError / ModelError / InternalError. `device`: CUDA ordinal.
-  CudaBackend(const Config& config, int device, CudaTpRank tp = {});
+  // cache.kv_dtype fp8 (docs/kv-fp8.md): `kv_scales` given (tests: the GPU-vs-CPU oracle runs
+  // both backends on one set) are used as they are; empty, the scales are cpu_kv_scales of the
+  // host checkpoint with cpu_backend_options(config) (the checkpoint's kv_cache_scheme, else the
+  // CPU backend's calibration): the one place scales are made, so both backends get the same
+  // bits. A `random:` model has no host weights: it needs given scales.
+  CudaBackend(const Config& config, int device, CudaTpRank tp = {}, const KvScales& kv_scales = {});
   ~CudaBackend() override;
 
   const BackendInfo& info() const override;

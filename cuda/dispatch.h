@@ -1,7 +1,8 @@
 // The one place where runtime shapes become template parameters. Only head_dim 64 and 128
 // are compiled: every extra value multiplies nvcc time and binary size, and the Llama-3
 // family uses 128 (64 for the small test presets). Anything else fails loudly with the value
-// and what is supported. KV/activation storage is bf16 only (KvLayout::elem_bytes == 2).
+// and what is supported. Activations are bf16; the KV pool bf16 or, with cache.kv_dtype fp8,
+// e4m3 codes (check_kv_cache).
 #pragma once
 
 #include <string>
@@ -29,18 +30,32 @@ inline void check_elem_bytes(int elem_bytes, const char* where) {
                                    " bytes is not supported by the CUDA kernels (supported: bf16)");
 }
 
-// cache.kv_dtype fp8 (issue 21, docs/kv-fp8.md) is implemented on the CPU backend only so far:
-// the CUDA kernels that write and read K/V (RoPE + K/V write, decode attention full and sparse
-// with the scored update, prefill attention over paged prior context, SnapKV scoring,
-// compaction, shrink) are bf16 only, so the backend refuses rather than read codes as bf16.
-inline void check_kv_dtype(KvDtype dtype) {
-  if (dtype != KvDtype::kBf16)
-    throw ConfigError(
-        "cache.kv_dtype",
-        "fp8 is not supported by the CUDA backend yet (missing: e4m3 quantization in "
-        "the RoPE + K/V write kernel; e4m3 reads in decode attention (full and sparse, "
-        "scored update), prefill attention over paged prior context, SnapKV scoring, "
-        "compaction and shrink); the CPU backend runs it (backend.kind: cpu)");
+// cache.kv_dtype fp8 (issue 21, docs/kv-fp8.md) on the CUDA backend: the full-cache path is
+// wired (e4m3 RoPE + K/V write, the two-pass decode kernel and the FA2 prefill kernel over e4m3
+// pages; the tensor-core decode and Hopper prefill kernels fall back to those). Still missing,
+// refused here before any device work rather than read codes as bf16:
+//   - sparse layers (sparsity.enabled): the cuda/sparse/ kernels (scored resolve/update, SnapKV
+//     scoring, compaction, shrink) read and move bf16 pages only;
+//   - tensor parallelism (backend.tp_size > 1): the ranks' slices of the scales are not wired.
+// A plan that still carries a sparse layer (a request's kv_sparsity) is refused per step
+// (CudaBackendImpl::check_kv_plan).
+// Arguments: cache.kv_dtype, sparsity.enabled, backend.tp_size (plain values: .cu files include
+// this header, not runtime/config.h).
+inline void check_kv_dtype(KvDtype dtype, bool sparsity_enabled, int tp_size) {
+  if (dtype == KvDtype::kBf16) return;
+  std::string missing;
+  if (sparsity_enabled)
+    missing =
+        "sparse layers (sparsity.enabled): the cuda/sparse/ kernels (scored resolve/update, "
+        "SnapKV scoring, compaction, shrink) do not read e4m3 pages yet";
+  if (tp_size != 1)
+    missing += std::string(missing.empty() ? "" : "; ") + "tensor parallelism (backend.tp_size " +
+               std::to_string(tp_size) + "): the ranks' slices of the KV scales are not wired yet";
+  if (!missing.empty())
+    throw ConfigError("cache.kv_dtype",
+                      "fp8 on the CUDA backend runs full-cache layers at tp_size 1 only; "
+                      "refused: " +
+                          missing + " (the CPU backend runs them: backend.kind: cpu)");
 }
 
 }  // namespace strata::cuda

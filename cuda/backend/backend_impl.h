@@ -32,6 +32,7 @@
 #include "cuda/sampling.h"
 #include "cuda/sparse/sparse_kernels.h"
 #include "cuda/step_layout.h"
+#include "runtime/kv_scales.h"
 #include "runtime/pending_inputs.h"
 #include "runtime/tp/tp_shard.h"
 
@@ -146,9 +147,28 @@ struct CudaBackendImpl {
   PinnedArray<std::byte> image_mem;
   StepImage image;
 
-  // KV pool.
+  // KV pool: bf16 (kv_pool), or with cache.kv_dtype fp8 e4m3 codes (kv_pool8, same layout and
+  // page_elems, 1 byte each; kv_pool then empty) with the fixed per-(layer, KV head) scales
+  // (docs/kv-fp8.md): kv_scales on the host as resolved (resolve_kv_scales), d_kv_scales on the
+  // device as [layers][kv_heads][2] (K, V), the layout the kernels' `scales` / `kv_scales` read
+  // one layer of (layer_kv_scales).
   DeviceArray<bf16> kv_pool;
   std::size_t kv_bytes = 0;
+  bool kv8 = false;  // cache.kv_dtype fp8
+  DeviceArray<std::uint8_t> kv_pool8;
+  KvScales kv_scales;
+  DeviceArray<float> d_kv_scales;
+  const float* layer_kv_scales(int l) const {
+    return kv8 ? d_kv_scales.get() + static_cast<std::size_t>(l) * mc.num_key_value_heads * 2
+               : nullptr;
+  }
+  // fp8: `given` (the constructor's) or cpu_kv_scales(host weights, cpu_backend_options(cfg))
+  // into kv_scales and d_kv_scales. `host`: the checkpoint (null for `random:` models).
+  void resolve_kv_scales(const std::shared_ptr<const ModelWeights>& host, const KvScales& given);
+  // fp8: throws ConfigError("cache.kv_dtype") when the plan has a sparse layer (the cuda/sparse/
+  // kernels read bf16 pages only; dispatch.h check_kv_dtype refuses sparsity.enabled up front,
+  // this catches a request's own kv_sparsity).
+  void check_kv_plan(const StepPlan& plan) const;
 
   // Sparse layers (docs/cuda-backend.md "Sparse layers"). Pages [num_pages, num_pages +
   // scratch_pages) of kv_pool are the backend's prefill scratch (never handed out).
@@ -295,7 +315,7 @@ struct CudaBackendImpl {
   ModelConfig full_mc;
   DeviceArray<float> logits_local, logits_parts;  // tp > 1: [rows][vocab_slice], [tp][rows][slice]
 
-  CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank);
+  CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank, const KvScales& given_kv_scales);
   ~CudaBackendImpl();
 
   // weights.cpp
@@ -303,7 +323,7 @@ struct CudaBackendImpl {
     owned.emplace_back(n);
     return owned.back().get();
   }
-  void build_weights();
+  void build_weights(const KvScales& given_kv_scales);
   // fp8: rows x cols e4m3 weights with their scales, owned by the backend.
   Fp8Rows alloc_fp8(std::size_t rows, std::size_t cols) {
     owned8.emplace_back(rows * cols);

@@ -10,6 +10,7 @@
 #include "cuda/backend/backend_impl.h"
 #include "cuda/fp8.h"
 #include "cuda/kernels.h"
+#include "cuda/kv_fp8.h"
 #include "cuda/tp/collectives.h"
 #include "cuda/tp/tp_backends.h"
 
@@ -102,23 +103,28 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
     CUDA_CHECK(sparse::launch_scored_resolve(dp, stream));
     prof(KernelClass::kSparse);
   }
-  // Decode rows write K/V at LayerSlots::decode_slot() (= position on full layers).
-  launch_rope_kv_write({.qkv = qkv.get(),
-                        .positions = d_pos.get(),
-                        .seq_of = d_seq_of.get(),
-                        .block_table = table,
-                        .table_stride = table_stride,
-                        .inv_freq = inv_freq.get(),
-                        .kv_pool = kv_pool.get(),
-                        .page_elems = page_elems,
-                        .num_tokens = T,
-                        .heads = mc.num_attention_heads,
-                        .kv_heads = mc.num_key_value_heads,
-                        .head_dim = mc.head_dim,
-                        .slots = d_slots.get() + lrow,
-                        .num_slot_rows = S_dec,
-                        .vec = vec_kernels},
-                       stream);
+  // Decode rows write K/V at LayerSlots::decode_slot() (= position on full layers). An fp8
+  // pool (cache.kv_dtype fp8) takes e4m3 codes with this layer's scales (cuda/kv_fp8.h).
+  const float* kvs = layer_kv_scales(l);  // fp8: [kv_heads][2]; else null
+  const RopeKvParams rope{.qkv = qkv.get(),
+                          .positions = d_pos.get(),
+                          .seq_of = d_seq_of.get(),
+                          .block_table = table,
+                          .table_stride = table_stride,
+                          .inv_freq = inv_freq.get(),
+                          .kv_pool = kv_pool.get(),
+                          .page_elems = page_elems,
+                          .num_tokens = T,
+                          .heads = mc.num_attention_heads,
+                          .kv_heads = mc.num_key_value_heads,
+                          .head_dim = mc.head_dim,
+                          .slots = d_slots.get() + lrow,
+                          .num_slot_rows = S_dec,
+                          .vec = vec_kernels};
+  if (kv8)
+    launch_rope_kv_write_fp8(rope, kv_pool8.get(), kvs, stream);
+  else
+    launch_rope_kv_write(rope, stream);
   prof(KernelClass::kRopeKv);
   const LayerSparseWork* lw = a.work ? &(*a.work)[static_cast<std::size_t>(l)] : nullptr;
   // Attention of layer l. Decode rows attend seq_len[l][b] slots: position + 1 on full
@@ -146,7 +152,11 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                              .heads = mc.num_attention_heads,
                              .kv_heads = mc.num_key_value_heads,
                              .head_dim = mc.head_dim,
-                             .scale = scale},
+                             .scale = scale,
+                             // fp8: the two-pass kernel whatever the default kernel is (the
+                             // tensor-core kernel reads bf16 only; attention.h)
+                             .kv_pool8 = kv_pool8.get(),
+                             .kv_scales = kvs},
                             stream);
   if (S_dec > 0) prof(KernelClass::kAttnDecode);
   if (sp_dec) {
@@ -173,7 +183,11 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                               .heads = mc.num_attention_heads,
                               .kv_heads = mc.num_key_value_heads,
                               .head_dim = mc.head_dim,
-                              .scale = scale},
+                              .scale = scale,
+                              // fp8: FA2 whatever STRATA_PREFILL_ATTN says (the Hopper kernel
+                              // reads bf16 only; attention.h)
+                              .kv_pool8 = kv_pool8.get(),
+                              .kv_scales = kvs},
                              stream);
   if (a.tiles > 0) prof(KernelClass::kAttnPrefill);
   // Sparse prefill (docs/cuda-sparsity.md steps 1-3): kSelect scores the window queries of

@@ -60,6 +60,7 @@ void CudaBackendImpl::ensure_async() {
 
 void CudaBackendImpl::submit(const StepPlan& plan) {
   CUDA_CHECK(cudaSetDevice(device));
+  check_kv_plan(plan);  // fp8 KV: full-cache layers only, before anything is queued
   ensure_async();
   if (pipeline_blocker_of_plan(plan, mc.vocab_size, tp.comm != nullptr, profile != nullptr))
     submit_host(plan);

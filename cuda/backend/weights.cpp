@@ -39,9 +39,9 @@ void CudaBackendImpl::random_tensor(bf16* dst, const std::string& name, std::siz
   by_name[name] = {dst, n};
 }
 
-void CudaBackendImpl::build_weights() {
+void CudaBackendImpl::build_weights(const KvScales& given_kv_scales) {
   const bool random = is_random_model(cfg.model.path);
-  std::unique_ptr<ModelWeights> mw;
+  std::shared_ptr<const ModelWeights> mw;
   if (random) {
     mc = random_model_config(cfg.model.path);
   } else {
@@ -62,6 +62,8 @@ void CudaBackendImpl::build_weights() {
     fp8 = !weight_only;
   }
   full_mc = mc;
+  // cache.kv_dtype fp8: the scales before any upload (a CPU calibration reads the host weights).
+  resolve_kv_scales(mw, given_kv_scales);
   shard = make_tp_shard(mc, tp.rank, tp.size);  // ConfigError when mc cannot be split
   if (tp.size > 1) {
     mc.num_attention_heads = shard.q_heads;

@@ -14,6 +14,7 @@
 #include "cuda/backend/backend_impl.h"
 #include "cuda/dispatch.h"
 #include "cuda/tp/collectives.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
 
 namespace strata::cuda {
@@ -22,9 +23,14 @@ namespace {
 constexpr int kGraphBucketsDefault[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 }  // namespace
 
-CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
+CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank,
+                                 const KvScales& given_kv_scales)
     : cfg(c), device(dev), tp(tp_rank) {
   fp8 = c.model.quantization == Quantization::kFp8;  // W8A8 linear layers (cuda/fp8.h)
+  kv8 = c.cache.kv_dtype == KvDtype::kFp8;           // e4m3 KV pool (docs/kv-fp8.md)
+  // What the fp8 pool does not run yet (sparse layers, tensor parallelism): refused before any
+  // device work (CudaBackend checks the config too; this covers a rank built directly).
+  check_kv_dtype(c.cache.kv_dtype, c.sparsity.enabled, std::max(tp.size, c.backend.tp_size));
   int n = 0;
   CUDA_CHECK(cudaGetDeviceCount(&n));
   if (dev < 0 || dev >= n)
@@ -37,7 +43,7 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
   CUDA_CHECK(cudaEventCreate(&ev1));
   CUDA_CHECK(cudaEventCreate(&ev1_prev));
   gemm = std::make_unique<Gemm>(stream);
-  build_weights();
+  build_weights(given_kv_scales);
   check_head_dim(mc.head_dim, "CUDA backend");
   if (mc.gqa_ratio() > 8)
     throw ConfigError(
@@ -64,7 +70,7 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank)
   plan_kv_pool();
   planner = std::make_unique<StepPlanner>(step_limits());
   binfo.name = tp.size == 1 ? "cuda" : "cuda-tp" + std::to_string(tp.size);
-  binfo.layout = KvLayout{mc.num_key_value_heads, mc.head_dim, 2};  // local KV heads
+  binfo.layout = KvLayout{mc.num_key_value_heads, mc.head_dim, kv8 ? 1 : 2};  // local KV heads
   binfo.tp_size = tp.size;
 }
 
@@ -213,8 +219,57 @@ void CudaBackendImpl::tune_decode_gemms() {
                  r.candidates, r.rejected);
 }
 
+void CudaBackendImpl::resolve_kv_scales(const std::shared_ptr<const ModelWeights>& host,
+                                        const KvScales& given) {
+  if (!kv8) return;
+  const int L = full_mc.num_hidden_layers, G = full_mc.num_key_value_heads;
+  if (host) {
+    // The CPU backend's own function (given > checkpoint > its calibration on a temporary fp32-KV
+    // CPU backend with the same weights and model.quantization): what make_cpu_backend uses for
+    // this configuration, so the CUDA and CPU backends store the same codes for the same values.
+    CpuBackendOptions o = cpu_backend_options(cfg);
+    o.kv_scales = given;
+    kv_scales = cpu_kv_scales(host, o);
+  } else if (!given.empty()) {
+    kv_scales = given;
+    if (kv_scales.source.empty()) kv_scales.source = "given";
+    kv_scales.check(L, G);
+  } else {
+    throw ConfigError("cache.kv_dtype",
+                      "fp8 KV with a '" + cfg.model.path +
+                          "' model: a random model has no host weights to calibrate the KV "
+                          "scales on (write it with `strata make-model` and load the directory, "
+                          "or give the scales: CudaBackend's kv_scales)");
+  }
+  // [layers][kv_heads][2] (K, V): tp_size 1 only (check_kv_dtype), so local heads = the model's.
+  std::vector<float> dev(static_cast<std::size_t>(L) * G * 2);
+  for (int l = 0; l < L; ++l)
+    for (int g = 0; g < G; ++g) {
+      dev[(static_cast<std::size_t>(l) * G + g) * 2] = kv_scales.k_at(l, g);
+      dev[(static_cast<std::size_t>(l) * G + g) * 2 + 1] = kv_scales.v_at(l, g);
+    }
+  d_kv_scales = DeviceArray<float>(dev.size());
+  CUDA_CHECK(cudaMemcpy(d_kv_scales.get(), dev.data(), dev.size() * sizeof(float),
+                        cudaMemcpyHostToDevice));
+  std::fprintf(stderr, "strata cuda: fp8 KV cache, scales %s (%d layers x %d KV heads)\n",
+               kv_scales.source.c_str(), L, G);
+}
+
+void CudaBackendImpl::check_kv_plan(const StepPlan& plan) const {
+  if (!kv8) return;
+  for (const SeqStep& s : plan.seqs)
+    for (const LayerSlots& ls : s.layers)
+      if (ls.rule.sparse())
+        throw ConfigError("cache.kv_dtype",
+                          "fp8 KV on the CUDA backend: sequence " + std::to_string(s.seq_id) +
+                              " has a sparse layer (" + to_string(ls.rule.policy) +
+                              "); the cuda/sparse/ kernels do not read e4m3 pages yet (full-cache "
+                              "layers only; the CPU backend runs sparse fp8: backend.kind: cpu)");
+}
+
 void CudaBackendImpl::plan_kv_pool() {
-  const KvLayout layout{mc.num_key_value_heads, mc.head_dim, 2};
+  // fp8: 1-byte e4m3 elements, the same 16 slots: half the bytes per page, twice the pages.
+  const KvLayout layout{mc.num_key_value_heads, mc.head_dim, kv8 ? 1 : 2};
   std::size_t free_b = 0, total = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
   const std::size_t headroom = 256ull << 20;  // graphs, cuBLAS internals, driver
@@ -241,20 +296,27 @@ void CudaBackendImpl::plan_kv_pool() {
                           std::to_string(free_b) + " bytes)");
   const std::size_t n_pages = std::min<std::size_t>(pages, 0x7fffffff - scratch_pages);
   const std::size_t with_scratch = n_pages + scratch_pages;
-  kv_pool = DeviceArray<bf16>(with_scratch * layout.page_elems());
+  if (kv8)
+    kv_pool8 = DeviceArray<std::uint8_t>(with_scratch * layout.page_elems());
+  else
+    kv_pool = DeviceArray<bf16>(with_scratch * layout.page_elems());
   score_pool = DeviceArray<float>(with_scratch * layout.score_elems());
   pos_pool = DeviceArray<std::int32_t>(with_scratch * layout.score_elems());
   // The pool starts as zeros (K/V and scores), so results never depend on what the device
   // memory held before. STRATA_CUDA_POOL_POISON=1 fills it with NaN bits instead: every read
   // of a slot that was never written (K/V, or a sparse layer's score) then turns into NaN
-  // logits (tests/gpu/sparse_model_test.cpp, NoReadOfUnwrittenSlots).
+  // logits (tests/gpu/sparse_model_test.cpp, NoReadOfUnwrittenSlots); 0xFF is e4m3's NaN code
+  // too (S.1111.111), so the fp8 pool poisons the same way.
   const char* poison_env = std::getenv("STRATA_CUDA_POOL_POISON");
   const int fill = poison_env && std::string(poison_env) == "1" ? 0xFF : 0;
-  CUDA_CHECK(cudaMemsetAsync(kv_pool.get(), fill, kv_pool.bytes(), stream));
+  if (kv8)
+    CUDA_CHECK(cudaMemsetAsync(kv_pool8.get(), fill, kv_pool8.bytes(), stream));
+  else
+    CUDA_CHECK(cudaMemsetAsync(kv_pool.get(), fill, kv_pool.bytes(), stream));
   CUDA_CHECK(cudaMemsetAsync(score_pool.get(), fill, score_pool.bytes(), stream));
   CUDA_CHECK(cudaMemsetAsync(pos_pool.get(), fill, pos_pool.bytes(), stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  kv_bytes = kv_pool.bytes() + score_pool.bytes() + pos_pool.bytes();
+  kv_bytes = kv_pool.bytes() + kv_pool8.bytes() + score_pool.bytes() + pos_pool.bytes();
   binfo.num_pages = static_cast<int>(n_pages);
 }
 

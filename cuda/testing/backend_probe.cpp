@@ -136,6 +136,7 @@ std::vector<CudaBackendProbe::LayerTap> CudaBackendProbe::layer_taps() const {
 std::vector<std::uint16_t> CudaBackendProbe::read_kv_pages(const std::vector<int>& pages) const {
   const CudaBackendImpl& b = b_;
   CUDA_CHECK(cudaSetDevice(b.device));
+  if (b.kv8) throw InternalError("read_kv_pages: the pool holds e4m3 codes (cache.kv_dtype fp8)");
   const std::size_t pe = b.binfo.layout.page_elems();
   std::vector<std::uint16_t> out(pages.size() * pe);
   for (std::size_t i = 0; i < pages.size(); ++i) {
@@ -159,6 +160,9 @@ std::vector<float> CudaBackendProbe::read_score_pages(const std::vector<int>& pa
                           se * sizeof(float), cudaMemcpyDeviceToHost));
   }
   return out;
+}
+const KvScales& CudaBackendProbe::kv_scales() const {
+  return b_.kv_scales;
 }
 int CudaBackendProbe::graphs_captured() const {
   return static_cast<int>(b_.graphs.size());

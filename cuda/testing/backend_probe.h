@@ -54,10 +54,12 @@ class CudaBackendProbe {
   };
   void set_layer_taps(bool on);
   std::vector<LayerTap> layer_taps() const;
-  // Raw pool contents of `pages` (page ids; scratch pages too): K/V bf16 bits
-  // [page][page_elems] and scores [page][kv_heads][16].
+  // Raw pool contents of `pages` (page ids; scratch pages too): K/V bf16 bits (bf16 pool only; an
+  // fp8 pool throws) [page][page_elems] and scores [page][kv_heads][16].
   std::vector<std::uint16_t> read_kv_pages(const std::vector<int>& pages) const;
   std::vector<float> read_score_pages(const std::vector<int>& pages) const;
+  // cache.kv_dtype fp8: the KV scales the backend resolved (empty for a bf16 pool).
+  const KvScales& kv_scales() const;
   // Issue 19 item 2. The 16-byte RMSNorm, RoPE + K/V and SwiGLU kernels on or off for every
   // later step (default: STRATA_PREFILL_FUSION); drops the captured graphs, which bake it in.
   void set_prefill_fusion(bool on);

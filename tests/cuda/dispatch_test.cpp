@@ -1,5 +1,6 @@
 // Host-side checks of the CUDA code (no GPU needed): the head_dim dispatch fails loudly with
-// the value and what is supported; random model specs parse or fail with a ConfigError.
+// the value and what is supported; random model specs parse or fail with a ConfigError; what an
+// fp8 KV cache does not support yet is refused before any device work.
 #include "cuda/dispatch.h"
 
 #include <gtest/gtest.h>
@@ -34,22 +35,34 @@ TEST(CudaDispatch, UnsupportedHeadDimNamesValueAndSupported) {
   EXPECT_THROW(check_elem_bytes(4, "test"), ConfigError);
 }
 
-// cache.kv_dtype fp8 is refused by the CUDA backend, before it touches a device, with the key
-// and what is missing (never run with codes read as bf16).
-TEST(CudaDispatch, Fp8KvCacheRefusedBeforeAnyDeviceWork) {
-  EXPECT_NO_THROW(check_kv_dtype(KvDtype::kBf16));
+// cache.kv_dtype fp8 runs full-cache layers at tp_size 1; what the fp8 pool does not support yet
+// (sparse layers: the cuda/sparse/ kernels read bf16 pages; tensor parallelism) is refused by
+// the CUDA backend before it touches a device, with the key and what is missing (never run with
+// codes read as bf16).
+TEST(CudaDispatch, Fp8KvCacheRefusesWhatIsMissingBeforeAnyDeviceWork) {
+  EXPECT_NO_THROW(check_kv_dtype(KvDtype::kBf16, true, 2));  // bf16: nothing to refuse here
+  EXPECT_NO_THROW(check_kv_dtype(KvDtype::kFp8, false, 1));  // the full cache on one GPU
+  auto refused = [](const Config& c, const char* names) {
+    try {
+      make_cuda_backends(c);
+      ADD_FAILURE() << "fp8 KV accepted with " << names;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.key(), "cache.kv_dtype");
+      const std::string m = e.what();
+      EXPECT_NE(m.find(names), std::string::npos) << m;
+      EXPECT_NE(m.find("backend.kind: cpu"), std::string::npos) << m;
+    }
+  };
   Config c;
   c.model.path = "random:tiny";
   c.cache.kv_dtype = KvDtype::kFp8;
-  try {
-    make_cuda_backends(c);
-    FAIL() << "fp8 KV accepted";
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.key(), "cache.kv_dtype");
-    const std::string m = e.what();
-    EXPECT_NE(m.find("decode attention"), std::string::npos) << m;
-    EXPECT_NE(m.find("backend.kind: cpu"), std::string::npos) << m;
-  }
+  c.sparsity.enabled = true;
+  refused(c, "sparse layers");
+  c.sparsity.enabled = false;
+  c.backend.tp_size = 2;
+  refused(c, "tensor parallelism");
+  c.sparsity.enabled = true;
+  refused(c, "cuda/sparse/");
 }
 
 }  // namespace

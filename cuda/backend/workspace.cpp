@@ -16,6 +16,7 @@
 #include "cuda/tp/collectives.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
+#include "runtime/model/random_model.h"
 
 namespace strata::cuda {
 
@@ -31,6 +32,12 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank,
   // What the fp8 pool does not run yet (sparse layers, tensor parallelism): refused before any
   // device work (CudaBackend checks the config too; this covers a rank built directly).
   check_kv_dtype(c.cache.kv_dtype, c.sparsity.enabled, std::max(tp.size, c.backend.tp_size));
+  if (kv8 && given_kv_scales.empty() && is_random_model(c.model.path))
+    throw ConfigError("cache.kv_dtype",
+                      "fp8 KV with a '" + c.model.path +
+                          "' model: a random model has no host weights to calibrate the KV "
+                          "scales on (write it with `strata make-model` and load the directory, "
+                          "or give the scales: CudaBackend's kv_scales)");
   int n = 0;
   CUDA_CHECK(cudaGetDeviceCount(&n));
   if (dev < 0 || dev >= n)
@@ -235,11 +242,7 @@ void CudaBackendImpl::resolve_kv_scales(const std::shared_ptr<const ModelWeights
     if (kv_scales.source.empty()) kv_scales.source = "given";
     kv_scales.check(L, G);
   } else {
-    throw ConfigError("cache.kv_dtype",
-                      "fp8 KV with a '" + cfg.model.path +
-                          "' model: a random model has no host weights to calibrate the KV "
-                          "scales on (write it with `strata make-model` and load the directory, "
-                          "or give the scales: CudaBackend's kv_scales)");
+    throw InternalError("resolve_kv_scales: no host weights and no given scales");  // constructor
   }
   // [layers][kv_heads][2] (K, V): tp_size 1 only (check_kv_dtype), so local heads = the model's.
   std::vector<float> dev(static_cast<std::size_t>(L) * G * 2);

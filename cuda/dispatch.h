@@ -34,23 +34,30 @@ inline void check_elem_bytes(int elem_bytes, const char* where) {
 // wired (e4m3 RoPE + K/V write, the two-pass decode kernel and the FA2 prefill kernel over e4m3
 // pages; the tensor-core decode and Hopper prefill kernels fall back to those). Still missing,
 // refused here before any device work rather than read codes as bf16:
-//   - sparse layers (sparsity.enabled): the cuda/sparse/ kernels (scored resolve/update, SnapKV
-//     scoring, compaction, shrink) read and move bf16 pages only;
+//   - sparse layers: the cuda/sparse/ kernels (scored resolve/update, SnapKV scoring,
+//     compaction, shrink) read and move bf16 pages only. Refused: sparsity.enabled, and
+//     per-request profiles (sparsity.request_override other than off: a request's kv_sparsity
+//     may make layers sparse even on a full-cache server);
 //   - tensor parallelism (backend.tp_size > 1): the ranks' slices of the scales are not wired.
-// A plan that still carries a sparse layer (a request's kv_sparsity) is refused per step
-// (CudaBackendImpl::check_kv_plan).
-// Arguments: cache.kv_dtype, sparsity.enabled, backend.tp_size (plain values: .cu files include
-// this header, not runtime/config.h).
-inline void check_kv_dtype(KvDtype dtype, bool sparsity_enabled, int tp_size) {
+// A plan that still carries a sparse layer (a profile published through the admin API) is
+// refused per step (CudaBackendImpl::check_kv_plan).
+// Arguments: cache.kv_dtype, sparsity.enabled, whether requests may set kv_sparsity
+// (sparsity.request_override != off), backend.tp_size (plain values: .cu files include this
+// header, not runtime/config.h).
+inline void check_kv_dtype(KvDtype dtype, bool sparsity_enabled, bool request_sparsity,
+                           int tp_size) {
   if (dtype == KvDtype::kBf16) return;
   std::string missing;
+  auto add = [&](const std::string& m) { missing += (missing.empty() ? "" : "; ") + m; };
   if (sparsity_enabled)
-    missing =
-        "sparse layers (sparsity.enabled): the cuda/sparse/ kernels (scored resolve/update, "
-        "SnapKV scoring, compaction, shrink) do not read e4m3 pages yet";
+    add("sparse layers (sparsity.enabled): the cuda/sparse/ kernels (scored resolve/update, "
+        "SnapKV scoring, compaction, shrink) do not read e4m3 pages yet");
+  if (request_sparsity)
+    add("per-request kv_sparsity (set sparsity.request_override: off): a request's sparse "
+        "layers would need the cuda/sparse/ kernels, which do not read e4m3 pages yet");
   if (tp_size != 1)
-    missing += std::string(missing.empty() ? "" : "; ") + "tensor parallelism (backend.tp_size " +
-               std::to_string(tp_size) + "): the ranks' slices of the KV scales are not wired yet";
+    add("tensor parallelism (backend.tp_size " + std::to_string(tp_size) +
+        "): the ranks' slices of the KV scales are not wired yet");
   if (!missing.empty())
     throw ConfigError("cache.kv_dtype",
                       "fp8 on the CUDA backend runs full-cache layers at tp_size 1 only; "

@@ -31,7 +31,9 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank,
   kv8 = c.cache.kv_dtype == KvDtype::kFp8;           // e4m3 KV pool (docs/kv-fp8.md)
   // What the fp8 pool does not run yet (sparse layers, tensor parallelism): refused before any
   // device work (CudaBackend checks the config too; this covers a rank built directly).
-  check_kv_dtype(c.cache.kv_dtype, c.sparsity.enabled, std::max(tp.size, c.backend.tp_size));
+  check_kv_dtype(c.cache.kv_dtype, c.sparsity.enabled,
+                 c.sparsity_request_override != RequestOverride::kOff,
+                 std::max(tp.size, c.backend.tp_size));
   if (kv8 && given_kv_scales.empty() && is_random_model(c.model.path))
     throw ConfigError("cache.kv_dtype",
                       "fp8 KV with a '" + c.model.path +

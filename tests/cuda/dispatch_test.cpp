@@ -40,8 +40,8 @@ TEST(CudaDispatch, UnsupportedHeadDimNamesValueAndSupported) {
 // the CUDA backend before it touches a device, with the key and what is missing (never run with
 // codes read as bf16).
 TEST(CudaDispatch, Fp8KvCacheRefusesWhatIsMissingBeforeAnyDeviceWork) {
-  EXPECT_NO_THROW(check_kv_dtype(KvDtype::kBf16, true, 2));  // bf16: nothing to refuse here
-  EXPECT_NO_THROW(check_kv_dtype(KvDtype::kFp8, false, 1));  // the full cache on one GPU
+  EXPECT_NO_THROW(check_kv_dtype(KvDtype::kBf16, true, true, 2));   // bf16: nothing to refuse
+  EXPECT_NO_THROW(check_kv_dtype(KvDtype::kFp8, false, false, 1));  // the full cache, one GPU
   auto refused = [](const Config& c, const char* names, bool cpu_runs_it = true) {
     try {
       make_cuda_backends(c);
@@ -58,6 +58,10 @@ TEST(CudaDispatch, Fp8KvCacheRefusesWhatIsMissingBeforeAnyDeviceWork) {
   Config c;
   c.model.path = "random:tiny";
   c.cache.kv_dtype = KvDtype::kFp8;
+  // The default lets a request's kv_sparsity make layers sparse on a full-cache server.
+  ASSERT_NE(c.sparsity_request_override, RequestOverride::kOff);
+  refused(c, "sparsity.request_override: off");
+  c.sparsity_request_override = RequestOverride::kOff;
   c.sparsity.enabled = true;
   refused(c, "sparse layers");
   c.sparsity.enabled = false;

@@ -548,6 +548,7 @@ Config kv_cuda_config(const std::string& path, KvDtype kv, bool graphs = true) {
   c.model.max_model_len = 1024;
   c.cache.kv_bytes = 256ull << 20;
   c.cache.kv_dtype = kv;
+  c.sparsity_request_override = RequestOverride::kOff;  // fp8 KV: full-cache layers only
   c.scheduler.max_num_seqs = 8;
   c.scheduler.max_num_batched_tokens = 256;
   c.backend.cuda_graphs = graphs;

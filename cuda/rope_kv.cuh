@@ -1,0 +1,48 @@
+// The scalar RoPE + K/V write of one token row, shared by the bf16 kernel (cuda/kernels.cu
+// rope_kv_kernel) and the e4m3 one (cuda/kv_fp8.cu): one arithmetic, two stores. One block per
+// token row.
+#pragma once
+
+#include "cuda/kernels.h"
+
+namespace strata::cuda {
+
+// Rotates row t's q and k heads in place (pair (i, i + half) of each head), then calls
+// store(page_base, off, part, g, k, v) for each of the kv_heads * head_dim K and V values of the
+// row's slot: the page starts at page_base (elements), K at page_base + off, V at
+// page_base + part + off, g is the KV head. Rows of no sequence (seq_of < 0) do nothing.
+template <typename Store>
+__device__ void rope_kv_row(const RopeKvParams& p, int t, Store store) {
+  const int seq = p.seq_of[t];
+  if (seq < 0) return;
+  const int half = p.head_dim / 2;
+  const int row_elems = (p.heads + 2 * p.kv_heads) * p.head_dim;
+  bf16* row = p.qkv + static_cast<long long>(t) * row_elems;
+  const int pos = p.positions[t];
+  const int rot_heads = p.heads + p.kv_heads;
+  for (int idx = threadIdx.x; idx < rot_heads * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    bf16* v = row + h * p.head_dim;
+    double sn, cs;
+    sincos(static_cast<double>(pos) * p.inv_freq[i], &sn, &cs);
+    const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+    const float a = __bfloat162float(v[i]), b = __bfloat162float(v[i + half]);
+    v[i] = __float2bfloat16_rn(a * c - b * s);
+    v[i + half] = __float2bfloat16_rn(b * c + a * s);
+  }
+  __syncthreads();
+  // K (rotated) and V into the page of this position (layout: kv_layout.h).
+  const int kv_slot = (p.slots != nullptr && t < p.num_slot_rows) ? p.slots[t] : pos;
+  const int page = p.block_table[static_cast<long long>(seq) * p.table_stride + kv_slot / 16];
+  const int slot = kv_slot % 16;
+  const long long part = p.page_elems / 2;
+  const bf16* k = row + p.heads * p.head_dim;
+  const bf16* v = k + p.kv_heads * p.head_dim;
+  for (int idx = threadIdx.x; idx < p.kv_heads * p.head_dim; idx += blockDim.x) {
+    const int g = idx / p.head_dim, d = idx % p.head_dim;
+    const long long off = (static_cast<long long>(g) * 16 + slot) * p.head_dim + d;
+    store(static_cast<long long>(page) * p.page_elems, off, part, g, k[idx], v[idx]);
+  }
+}
+
+}  // namespace strata::cuda

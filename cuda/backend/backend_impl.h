@@ -42,6 +42,10 @@ namespace strata::cuda {
 // (CudaBackendImpl::dec_logits); larger capacities recompute q . k.
 inline constexpr int kMaxFusedScoreSlots = 2048;
 
+// STRATA_MIXED_OVERLAP (CudaBackendImpl::mixed_overlap): unset or empty 0; 0, 1, 2 or 3, anything
+// else throws ConfigError. Read on every call (backends read it once, at start-up).
+int mixed_overlap_from_env();
+
 using bf16 = __nv_bfloat16;
 
 // Pinned host staging (metadata uploads and graph replays read from here).
@@ -296,6 +300,24 @@ struct CudaBackendImpl {
   bool residual_in_gemm(const ForwardArgs& a) const {
     return resid_epilogue && !fp8 && !tp.comm && a.tiles > 0 && a.rows > kSkinnyMaxRows;
   }
+  // Issue 19 item 3: in a step with decode rows and prefill tiles, each layer's decode attention
+  // (and the sparse score update after it) runs on a side stream beside the prefill attention
+  // on `stream`, forked and joined with events inside the layer (forward.cpp; capturable). Same
+  // kernels, same inputs, disjoint outputs: the same bits. STRATA_MIXED_OVERLAP (read at
+  // start-up, mixed_overlap_from_env; CudaBackendProbe::set_mixed_overlap for A/B): 0 off, one
+  // stream (the default until measured on the H200); 1 the side stream at the highest priority
+  // (the decode blocks take each SM a prefill block leaves); 2 at the default priority (they
+  // fill the prefill's tail); 3 the side stream of a green context over
+  // STRATA_MIXED_OVERLAP_SMS SMs (default 40; driver API, created on first use, mode 1 where it
+  // cannot be: said once), so that the decode runs on its own SMs at the copy ceiling while the
+  // prefill keeps the others.
+  int mixed_overlap = mixed_overlap_from_env();
+  cudaStream_t side_hi = nullptr, side_lo = nullptr;
+  cudaEvent_t ev_fork = nullptr, ev_join = nullptr;  // timing off; re-recorded every layer
+  void* green_ctx = nullptr;                         // CUgreenCtx of mode 3 (workspace.cpp)
+  cudaStream_t side_green = nullptr;  // its stream; side_hi when it could not be made
+  bool green_tried = false;
+  cudaStream_t mixed_side_stream();  // the side stream of mixed_overlap (1..3)
   // Per-kernel-class timing of eager forwards (forward_profile.h; CudaBackendProbe): null = off.
   // prof_on: this forward is profiled (profile set and the stream not capturing).
   std::unique_ptr<ForwardProfile> profile;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/attention.h"
 #include "cuda/backend/backend_impl.h"
@@ -13,12 +15,27 @@
 #include "cuda/kv_fp8.h"
 #include "cuda/tp/collectives.h"
 #include "cuda/tp/tp_backends.h"
+#include "runtime/error.h"
 
 namespace strata::cuda {
 
 // cuda/step_layout.cpp caps its split counts with a copy of the limit (it includes no CUDA
 // header).
 static_assert(kMaxDecodeSplits == 64, "update kMaxSplits in cuda/step_layout.cpp");
+
+int mixed_overlap_from_env() {
+  const char* v = std::getenv("STRATA_MIXED_OVERLAP");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "0") return 0;
+  if (s == "1") return 1;
+  if (s == "2") return 2;
+  if (s == "3") return 3;
+  throw ConfigError("STRATA_MIXED_OVERLAP",
+                    "'" + s +
+                        "' is not one of: 0 (one stream), 1 (decode attention on a high-priority "
+                        "side stream), 2 (on a default-priority side stream), 3 (on a green "
+                        "context's SMs)");
+}
 
 // Decode of sparse layers (docs/cuda-sparsity.md step 4): per-sequence DecodeSeqs of layer l
 // (policy 0 for full layers and padding rows) in the decode batch order.
@@ -131,6 +148,45 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
   // layers, the sparse layer's attended slots (C when the ring is full, else valid + 1).
   // Prefill rows attend through this layer's table: own pages (full / direct), temp pages
   // or scratch (sparse layer, prompt longer than C).
+  // A mixed step (decode rows and prefill tiles) may run the decode attention and its score
+  // update on a side stream beside the prefill attention (mixed_overlap, backend_impl.h): the
+  // prefill is launched first; the two read the qkv and pool written above and write disjoint
+  // rows of attn (and dec_lse / dec_logits / the decode rows' scores vs pre_lse).
+  const bool overlap = mixed_overlap > 0 && S_dec > 0 && a.tiles > 0;
+  cudaStream_t dec_stream = stream;
+  if (overlap) {
+    dec_stream = mixed_side_stream();
+    CUDA_CHECK(cudaEventRecord(ev_fork, stream));
+    CUDA_CHECK(cudaStreamWaitEvent(dec_stream, ev_fork, 0));
+  }
+  const bool sp_pre = lw && lw->pre.num_seqs > 0;
+  auto prefill_attention = [&] {
+    launch_prefill_attention({.q = qkv.get(),
+                              .q_stride = qkv_dim,
+                              .kv_pool = kv_pool.get(),
+                              .page_elems = page_elems,
+                              .block_table = table,
+                              .table_stride = table_stride,
+                              .row_start = d_row_start.get(),
+                              .nq = d_nq.get(),
+                              .q_pos0 = d_qpos0.get(),
+                              .tile_seq = d_tile_seq.get(),
+                              .tile_q0 = d_tile_q0.get(),
+                              .num_tiles = a.tiles,
+                              .out = attn.get(),
+                              .out_stride = q_dim,
+                              .lse = sp_pre ? pre_lse.get() : nullptr,
+                              .heads = mc.num_attention_heads,
+                              .kv_heads = mc.num_key_value_heads,
+                              .head_dim = mc.head_dim,
+                              .scale = scale,
+                              // fp8: FA2 whatever STRATA_PREFILL_ATTN says (the Hopper kernel
+                              // reads bf16 only; attention.h)
+                              .kv_pool8 = kv_pool8.get(),
+                              .kv_scales = kvs},
+                             stream);
+  };
+  if (overlap) prefill_attention();
   if (S_dec > 0)
     launch_decode_attention({.q = qkv.get(),
                              .q_stride = qkv_dim,
@@ -157,39 +213,20 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                              // tensor-core kernel reads bf16 only; attention.h)
                              .kv_pool8 = kv_pool8.get(),
                              .kv_scales = kvs},
-                            stream);
-  if (S_dec > 0) prof(KernelClass::kAttnDecode);
+                            dec_stream);
+  if (S_dec > 0 && !overlap) prof(KernelClass::kAttnDecode);
   if (sp_dec) {
-    CUDA_CHECK(sparse::launch_scored_update(dp, stream));
-    prof(KernelClass::kSparse);
+    CUDA_CHECK(sparse::launch_scored_update(dp, dec_stream));
+    if (!overlap) prof(KernelClass::kSparse);
   }
-  const bool sp_pre = lw && lw->pre.num_seqs > 0;
-  if (a.tiles > 0)
-    launch_prefill_attention({.q = qkv.get(),
-                              .q_stride = qkv_dim,
-                              .kv_pool = kv_pool.get(),
-                              .page_elems = page_elems,
-                              .block_table = table,
-                              .table_stride = table_stride,
-                              .row_start = d_row_start.get(),
-                              .nq = d_nq.get(),
-                              .q_pos0 = d_qpos0.get(),
-                              .tile_seq = d_tile_seq.get(),
-                              .tile_q0 = d_tile_q0.get(),
-                              .num_tiles = a.tiles,
-                              .out = attn.get(),
-                              .out_stride = q_dim,
-                              .lse = sp_pre ? pre_lse.get() : nullptr,
-                              .heads = mc.num_attention_heads,
-                              .kv_heads = mc.num_key_value_heads,
-                              .head_dim = mc.head_dim,
-                              .scale = scale,
-                              // fp8: FA2 whatever STRATA_PREFILL_ATTN says (the Hopper kernel
-                              // reads bf16 only; attention.h)
-                              .kv_pool8 = kv_pool8.get(),
-                              .kv_scales = kvs},
-                             stream);
-  if (a.tiles > 0) prof(KernelClass::kAttnPrefill);
+  if (overlap) {  // the rest of the layer after both
+    CUDA_CHECK(cudaEventRecord(ev_join, dec_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(stream, ev_join, 0));
+    prof(KernelClass::kAttnMixed);
+  } else if (a.tiles > 0) {
+    prefill_attention();
+    prof(KernelClass::kAttnPrefill);
+  }
   // Sparse prefill (docs/cuda-sparsity.md steps 1-3): kSelect scores the window queries of
   // this chunk against the prompt in temp pages / scratch, selects and compacts into the
   // layer's pages; direct chunks advance the score averages.

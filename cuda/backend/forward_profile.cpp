@@ -19,6 +19,8 @@ const char* kernel_class_name(KernelClass c) {
       return "attn_decode";
     case KernelClass::kAttnPrefill:
       return "attn_prefill";
+    case KernelClass::kAttnMixed:
+      return "attn_mixed";
     case KernelClass::kSparse:
       return "sparse";
     case KernelClass::kQuantize:

@@ -20,8 +20,9 @@ enum class KernelClass : int {
   kRopeKv,  // RoPE + K/V write into the pages
   kAttnDecode,
   kAttnPrefill,
-  kSparse,    // the sparse layers' resolve / update / prefill / shrink kernels
-  kQuantize,  // fp8: the attention output's per-row quantization
+  kAttnMixed,  // decode and prefill attention side by side (STRATA_MIXED_OVERLAP)
+  kSparse,     // the sparse layers' resolve / update / prefill / shrink kernels
+  kQuantize,   // fp8: the attention output's per-row quantization
   kGemmO,
   kAllReduce,  // tp > 1
   kGemmGateUp,

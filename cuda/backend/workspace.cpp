@@ -1,11 +1,13 @@
 // Start-up of the CUDA backend: device, activations and step buffers (fixed addresses for the
 // graphs), the step planner and its pinned upload image, decode GEMM tuning, the KV pool.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,7 +24,112 @@ namespace strata::cuda {
 
 namespace {
 constexpr int kGraphBucketsDefault[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+
+// A driver entry point of the green-context API (CUDA 12.4+); null where the driver lacks it.
+template <typename F>
+F driver_fn(const char* name) {
+  cudaDriverEntryPointQueryResult q{};
+  void* f = nullptr;
+  if (cudaGetDriverEntryPointByVersion(name, &f, 12040, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    return nullptr;
+  return reinterpret_cast<F>(f);
+}
+
+using GreenCtxDestroyFn = CUresult (*)(CUgreenCtx);
+
+// STRATA_MIXED_OVERLAP=3: a green context over `sms` SMs of `device` and a non-blocking stream in
+// it at `priority`, checked with the fork / join forward_layer does (`fork` recorded on `main`,
+// one runtime launch on the new stream, `join` recorded there and waited on by `main`); "" on
+// success, else why not (nothing left allocated).
+std::string make_green_stream(int device, int sms, int priority, cudaStream_t main,
+                              cudaEvent_t fork, cudaEvent_t join, CUgreenCtx* ctx,
+                              cudaStream_t* out) {
+  using DeviceGetFn = CUresult (*)(CUdevice*, int);
+  using GetResFn = CUresult (*)(CUdevice, CUdevResource*, CUdevResourceType);
+  using SplitFn = CUresult (*)(CUdevResource*, unsigned*, const CUdevResource*, CUdevResource*,
+                               unsigned, unsigned);
+  using DescFn = CUresult (*)(CUdevResourceDesc*, CUdevResource*, unsigned);
+  using CreateFn = CUresult (*)(CUgreenCtx*, CUdevResourceDesc, CUdevice, unsigned);
+  using StreamFn = CUresult (*)(CUstream*, CUgreenCtx, unsigned, int);
+  const auto device_get = driver_fn<DeviceGetFn>("cuDeviceGet");
+  const auto get_res = driver_fn<GetResFn>("cuDeviceGetDevResource");
+  const auto split = driver_fn<SplitFn>("cuDevSmResourceSplitByCount");
+  const auto gen_desc = driver_fn<DescFn>("cuDevResourceGenerateDesc");
+  const auto create = driver_fn<CreateFn>("cuGreenCtxCreate");
+  const auto stream_create = driver_fn<StreamFn>("cuGreenCtxStreamCreate");
+  const auto destroy = driver_fn<GreenCtxDestroyFn>("cuGreenCtxDestroy");
+  if (!device_get || !get_res || !split || !gen_desc || !create || !stream_create || !destroy)
+    return "the driver has no green-context API";
+  CUdevice dev = 0;
+  CUdevResource all{}, part{}, rest{};
+  unsigned groups = 1;
+  CUdevResourceDesc desc = nullptr;
+  if (device_get(&dev, device) != CUDA_SUCCESS ||
+      get_res(dev, &all, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS)
+    return "cuDeviceGetDevResource failed";
+  if (split(&part, &groups, &all, &rest, 0, static_cast<unsigned>(sms)) != CUDA_SUCCESS ||
+      groups != 1)
+    return "cuDevSmResourceSplitByCount(" + std::to_string(sms) + " of " +
+           std::to_string(all.sm.smCount) + " SMs) failed";
+  if (gen_desc(&desc, &part, 1) != CUDA_SUCCESS) return "cuDevResourceGenerateDesc failed";
+  if (create(ctx, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM) != CUDA_SUCCESS)
+    return "cuGreenCtxCreate failed";
+  CUstream st = nullptr;
+  if (stream_create(&st, *ctx, CU_STREAM_NON_BLOCKING, priority) != CUDA_SUCCESS) {
+    destroy(*ctx);
+    *ctx = nullptr;
+    return "cuGreenCtxStreamCreate failed";
+  }
+  // The backend's kernels are runtime launches and its events the primary context's: check both
+  // work with this stream.
+  try {
+    DeviceArray<bf16> one(1);
+    CUDA_CHECK(cudaEventRecord(fork, main));
+    CUDA_CHECK(cudaStreamWaitEvent(st, fork, 0));
+    launch_random_fill({one.get(), 1, 1, 0, 1.0f, 0.0f}, st);
+    CUDA_CHECK(cudaEventRecord(join, st));
+    CUDA_CHECK(cudaStreamWaitEvent(main, join, 0));
+    CUDA_CHECK(cudaStreamSynchronize(main));
+  } catch (const std::exception& e) {
+    cudaGetLastError();
+    cudaStreamDestroy(st);
+    destroy(*ctx);
+    *ctx = nullptr;
+    return std::string("the fork / join with a runtime launch on its stream failed (") + e.what() +
+           ")";
+  }
+  std::fprintf(stderr,
+               "strata: STRATA_MIXED_OVERLAP=3: mixed steps' decode attention on a green context "
+               "of %u of %u SMs\n",
+               part.sm.smCount, all.sm.smCount);
+  *out = st;
+  return "";
+}
 }  // namespace
+
+cudaStream_t CudaBackendImpl::mixed_side_stream() {
+  if (mixed_overlap == 1) return side_hi;
+  if (mixed_overlap == 2) return side_lo;
+  if (!green_tried) {  // mode 3, first use (never inside a capture: graphs hold no mixed step)
+    green_tried = true;
+    int sms = 40;
+    if (const char* v = std::getenv("STRATA_MIXED_OVERLAP_SMS"); v && *v) sms = std::atoi(v);
+    sms = std::clamp(sms, 8, std::max(8, num_sms - 8));
+    int least = 0, greatest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUgreenCtx ctx = nullptr;
+    const std::string why =
+        make_green_stream(device, sms, greatest, stream, ev_fork, ev_join, &ctx, &side_green);
+    green_ctx = ctx;
+    if (!why.empty())
+      std::fprintf(stderr,
+                   "strata: STRATA_MIXED_OVERLAP=3: %s; mixed steps' decode attention runs on "
+                   "the high-priority side stream (mode 1)\n",
+                   why.c_str());
+  }
+  return side_green ? side_green : side_hi;
+}
 
 CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank,
                                  const KvScales& given_kv_scales)
@@ -51,6 +158,13 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank,
   CUDA_CHECK(cudaEventCreate(&ev0));
   CUDA_CHECK(cudaEventCreate(&ev1));
   CUDA_CHECK(cudaEventCreate(&ev1_prev));
+  // Mixed steps' side streams (forward.cpp, mixed_overlap): priorities are "lower is higher".
+  int least = 0, greatest = 0;
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  CUDA_CHECK(cudaStreamCreateWithPriority(&side_hi, cudaStreamNonBlocking, greatest));
+  CUDA_CHECK(cudaStreamCreateWithPriority(&side_lo, cudaStreamNonBlocking, least));
+  CUDA_CHECK(cudaEventCreateWithFlags(&ev_fork, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&ev_join, cudaEventDisableTiming));
   gemm = std::make_unique<Gemm>(stream);
   build_weights(given_kv_scales);
   check_head_dim(mc.head_dim, "CUDA backend");
@@ -95,7 +209,15 @@ CudaBackendImpl::~CudaBackendImpl() {
   if (ev0) cudaEventDestroy(ev0);
   if (ev1) cudaEventDestroy(ev1);
   if (ev1_prev) cudaEventDestroy(ev1_prev);
+  if (ev_fork) cudaEventDestroy(ev_fork);
+  if (ev_join) cudaEventDestroy(ev_join);
   gemm.reset();
+  if (side_green) cudaStreamDestroy(side_green);
+  if (green_ctx)
+    if (const auto destroy = driver_fn<GreenCtxDestroyFn>("cuGreenCtxDestroy"))
+      destroy(static_cast<CUgreenCtx>(green_ctx));
+  if (side_hi) cudaStreamDestroy(side_hi);
+  if (side_lo) cudaStreamDestroy(side_lo);
   if (stream) cudaStreamDestroy(stream);
 }
 

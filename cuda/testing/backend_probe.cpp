@@ -79,6 +79,14 @@ void CudaBackendProbe::set_skinny_gemm(bool on) {
   b_.graphs.clear();
   b_.gemm->set_skinny(on);
 }
+void CudaBackendProbe::set_mixed_overlap(int mode) {
+  if (mode < 0 || mode > 3)
+    throw InternalError("set_mixed_overlap: " + std::to_string(mode) + " outside 0..3");
+  b_.mixed_overlap = mode;
+}
+int CudaBackendProbe::mixed_overlap() const {
+  return b_.mixed_overlap;
+}
 void CudaBackendProbe::set_forward_profile(bool on) {
   CUDA_CHECK(cudaSetDevice(b_.device));
   b_.prof_on = false;
@@ -160,6 +168,15 @@ std::vector<float> CudaBackendProbe::read_score_pages(const std::vector<int>& pa
                           se * sizeof(float), cudaMemcpyDeviceToHost));
   }
   return out;
+}
+void CudaBackendProbe::fill_kv_random(unsigned long long seed, float scale) {
+  CudaBackendImpl& b = b_;
+  CUDA_CHECK(cudaSetDevice(b.device));
+  if (b.kv8) throw InternalError("fill_kv_random: the pool holds e4m3 codes (cache.kv_dtype fp8)");
+  launch_random_fill({b.kv_pool.get(), static_cast<long long>(b.kv_pool.size()), seed,
+                      0x6b765f706f6f6cull /* "kv_pool" */, scale, 0.0f},
+                     b.stream);
+  CUDA_CHECK(cudaStreamSynchronize(b.stream));
 }
 const KvScales& CudaBackendProbe::kv_scales() const {
   return b_.kv_scales;

@@ -58,6 +58,11 @@ class CudaBackendProbe {
   // fp8 pool throws) [page][page_elems] and scores [page][kv_heads][16].
   std::vector<std::uint16_t> read_kv_pages(const std::vector<int>& pages) const;
   std::vector<float> read_score_pages(const std::vector<int>& pages) const;
+  // Fills every K/V element of the bf16 pool (scratch pages too) with seeded random values of
+  // standard deviation `scale` (launch_random_fill), so that benchmarks attend over non-zero
+  // keys and values (the pool starts as zeros). Scores and positions are left as they are. An fp8
+  // pool throws.
+  void fill_kv_random(unsigned long long seed, float scale = 1.0f);
   // cache.kv_dtype fp8: the KV scales the backend resolved (empty for a bf16 pool).
   const KvScales& kv_scales() const;
   // Issue 19 item 2. The 16-byte RMSNorm, RoPE + K/V and SwiGLU kernels on or off for every
@@ -73,6 +78,12 @@ class CudaBackendProbe {
   // row count goes through cuBLAS: a sequence's decode rows then take the same GEMM path alone
   // (1 row) and in a batch (3+ rows). Drops the captured graphs, which bake the choice in.
   void set_skinny_gemm(bool on);
+  // Issue 19 item 3: decode attention beside prefill attention in mixed steps (0 one stream, 1
+  // a high-priority side stream, 2 a default-priority one, 3 a green context's SMs;
+  // CudaBackendImpl::mixed_overlap, default STRATA_MIXED_OVERLAP) for every later step. Graphs
+  // hold no mixed step: none dropped.
+  void set_mixed_overlap(int mode);
+  int mixed_overlap() const;
   // Per-kernel-class device time of the eager forwards since set_forward_profile(true) (events
   // between launch groups, cuda/backend/forward_profile.h; graph replays are not profiled).
   // ms[i] is class i's time summed over `forwards` forwards, named by names[i]; step_ms the

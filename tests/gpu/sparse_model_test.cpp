@@ -490,6 +490,113 @@ TEST(GpuSparseModel, MixedBatchEqualsAloneGraphs) {
   mixed(true);
 }
 
+// Issue 19 item 3: in a step carrying prefill chunks beside decodes, decode attention on a side
+// stream beside the prefill attention (CudaBackendProbe::set_mixed_overlap 1, 2 and 3, the last
+// a green context's SMs; STRATA_MIXED_OVERLAP) gives the bits of the one-stream step (mode 0).
+// Schedule: A (`scored`) prefills alone and then decodes; from step 1 B (`snapkv`, C < prompt)
+// prefills in two chunks beside A's decodes (the second selects from temp pages), then decodes;
+// from step 3 C (full cache) prefills beside both decoding. Three mixed steps: sparse decode rows
+// with their score update, a kSelect chunk, a direct full-cache prefill. Each mode runs the whole
+// schedule on the same backend and pages (the pool poisoned: nothing reads a slot this schedule did
+// not write); every row's logits (return_logits) compared bit for bit. Each sequence alone (mode 0)
+// is a figure only: a step of other row counts may take another GEMM algorithm.
+TEST(GpuSparseModel, MixedPrefillBesideDecodesOverlapIsBitwise) {
+  REQUIRE_GPU();
+  const std::string dir = model_dir("tiny", 0);
+  auto be = cuda_backend(dir, 8, /*poison=*/true);
+  CudaBackendProbe probe(*be);
+  const ModelConfig& mc = be->model();
+  const int V = mc.vocab_size, N = 90, P = 64;
+  const SparsityProfile pa = profile(Policy::kScored, 40, 8, 4, 1),
+                        pb = profile(Policy::kSnapKv, 36, 8, 4, 1), pc;  // pc: full cache
+  auto a = teacher_forcing_plans(mc, ids_for(N, V, 4), pa, P);
+  auto b = teacher_forcing_plans(mc, ids_for(N, V, 5), pb, P);
+  auto c = teacher_forcing_plans(mc, ids_for(N, V, 6), pc, P);
+  const int na = teacher_forcing_pages(mc, N, pa, P), nb = teacher_forcing_pages(mc, N, pb, P);
+  b = chunked(b, P, 8 + 3, 0);  // b's temp pages come from the schedule (non-empty)
+  shift(a, 0, 1);
+  shift(b, na, 2);
+  shift(c, na + nb, 3);
+  ASSERT_LE(na + nb + teacher_forcing_pages(mc, N, pc, P), be->info().num_pages);
+  // Step t: a[t], b[t - 1], c[t - 3] where they exist.
+  struct Part {
+    const std::vector<StepPlan>* plans;
+    int from;
+  };
+  const std::vector<Part> parts{{&a, 0}, {&b, 1}, {&c, 3}};
+  std::size_t steps = 0;
+  for (const Part& p : parts) steps = std::max(steps, p.plans->size() + p.from);
+  std::vector<StepPlan> sched(steps);
+  int mixed_steps = 0;
+  for (std::size_t t = 0; t < steps; ++t) {
+    StepPlan& sp = sched[t];
+    sp.step_id = t;
+    bool pre = false, dec = false;
+    for (const Part& p : parts) {
+      const long k = static_cast<long>(t) - p.from;
+      if (k < 0 || k >= static_cast<long>(p.plans->size())) continue;
+      const StepPlan& src = (*p.plans)[static_cast<std::size_t>(k)];
+      sp.seqs.push_back(src.seqs[0]);
+      sp.released_pages.insert(sp.released_pages.end(), src.released_pages.begin(),
+                               src.released_pages.end());
+      (src.seqs[0].prefill ? pre : dec) = true;
+    }
+    mixed_steps += pre && dec ? 1 : 0;
+  }
+  ASSERT_EQ(mixed_steps, 3);
+  // Per mode: per step, per row, the logits.
+  auto run = [&](int mode) {
+    probe.set_mixed_overlap(mode);
+    std::vector<std::vector<std::vector<float>>> out;
+    for (const StepPlan& sp : sched) {
+      StepResult r = be->step(sp);
+      std::vector<std::vector<float>> rows;
+      for (SeqResult& s : r.seqs) rows.push_back(std::move(s.logits));
+      out.push_back(std::move(rows));
+    }
+    return out;
+  };
+  const int saved = probe.mixed_overlap();
+  const auto ref = run(0);
+  for (int mode : {1, 2, 3}) {
+    const auto got = run(mode);
+    ASSERT_EQ(got.size(), ref.size());
+    int first_diff = -1;
+    for (std::size_t t = 0; t < ref.size() && first_diff < 0; ++t) {
+      ASSERT_EQ(got[t].size(), ref[t].size());
+      for (std::size_t k = 0; k < ref[t].size(); ++k) {
+        ASSERT_EQ(got[t][k].size(), ref[t][k].size()) << "step " << t << " row " << k;
+        for (float v : ref[t][k]) ASSERT_FALSE(std::isnan(v)) << "step " << t << " row " << k;
+        if (std::memcmp(got[t][k].data(), ref[t][k].data(), ref[t][k].size() * sizeof(float)))
+          first_diff = static_cast<int>(t);
+      }
+    }
+    EXPECT_EQ(first_diff, -1) << "STRATA_MIXED_OVERLAP=" << mode
+                              << ": first step whose logits differ from one stream";
+  }
+  probe.set_mixed_overlap(saved);
+  // Figures: each sequence as it ran in the schedule (mode 0) against it alone.
+  const std::vector<const std::vector<StepPlan>*> alone_plans{&a, &b, &c};
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    const auto alone = run_plans(*be, *alone_plans[k], 0);
+    std::vector<float> together;
+    for (std::size_t i = 0; i < parts[k].plans->size(); ++i) {
+      const auto& st = ref[i + static_cast<std::size_t>(parts[k].from)];
+      // Row of part k in that step: the parts present before it come first.
+      std::size_t row = 0;
+      for (std::size_t j = 0; j < k; ++j) {
+        const long kj = static_cast<long>(i) + parts[k].from - parts[j].from;
+        if (kj >= 0 && kj < static_cast<long>(parts[j].plans->size())) ++row;
+      }
+      together.insert(together.end(), st[row].begin(), st[row].end());
+    }
+    figure("sparse_mixed_prefill_decode_vs_alone_rel_l2_" + std::string(k == 0   ? "scored"
+                                                                        : k == 1 ? "snapkv"
+                                                                                 : "full"),
+           worst_rel_l2(together, alone, V, "mixed prefill + decode vs alone"));
+  }
+}
+
 // Graph replay of sparse decode steps equals eager execution (graphs for sparse decode
 // enabled explicitly: backend.sparse_graphs is off by default until issue 9 is fixed).
 TEST(GpuSparseModel, GraphReplayEqualsEager) {

@@ -111,13 +111,16 @@ struct DecodeAttentionParams {
   // Which kernel (DecodeKernel); the default is kDefaultDecodeKernel.
   int kernel = 0;
   // Tensor-core kernel only, a tuning knob for benchmarks: (warps per block, cp.async stages
-  // per warp) = 0: (4, 3) the default, 1: (2, 3), 2: (4, 2), 3: (2, 4), 4: (4, 4).
+  // per warp) = 0: (4, 3) the default, 1: (2, 3), 2: (4, 2), 3: (2, 4), 4: (4, 4); on e4m3
+  // pages (kv_pool8; stages of half the bytes) 0: (4, 5) the default, 1: (2, 5), 2: (4, 3),
+  // 3: (4, 4), 4: (8, 3).
   int mma_shape = 0;
   // An FP8 KV cache (cache.kv_dtype fp8, docs/kv-fp8.md): set, the pages are e4m3 codes here
   // (same layout and page_elems, 1 byte each; kv_pool unused) and kv_scales holds this layer's
   // scales [kv_heads][2] (K, V): logits = scale * s_k * q.code_k, output = s_v * sum_j p_j code_v
-  // (the scales folded out of the sums; exact for power-of-two scales). Only the two-pass kernel
-  // reads e4m3 so far: with kv_pool8 it runs whatever `kernel` says (not yet run on a GPU).
+  // (the scales folded out of the sums; exact for power-of-two scales). Read by the tensor-core
+  // kernel (whatever `kernel` says, except kDecodeTwoPass, which runs the two-pass kernel on
+  // e4m3 for A/B runs; the pipelined kernel reads bf16 only). Not yet run on a GPU.
   const std::uint8_t* kv_pool8 = nullptr;
   const float* kv_scales = nullptr;
 };
@@ -128,7 +131,8 @@ struct DecodeAttentionParams {
 // same partial results (the merge kernel is shared) and are deterministic.
 // kMma: the GQA group's heads as the rows of one m16 tile, S = Q K^T and O += P V on tensor
 // cores (mma.sync), each warp streaming whole pages (K and V together) through its own cp.async
-// ring, the warps merged in a fixed order.
+// ring, the warps merged in a fixed order. On e4m3 pages it stages the codes and converts them
+// to fp16 fragments in registers (Q scaled by a power of two per head into fp16's range).
 enum DecodeKernel : int {
   kDecodeDefault = 0,
   kDecodeTwoPass = 1,

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "cuda/attention.h"
 #include "cuda/cp_async.cuh"
@@ -436,81 +437,288 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- the tensor-core kernel (kDecodeMma) -------------------------------------------------
 // The GQA group's query heads are the rows of one m16 tile (rows past the group are zero), so
-// S = Q K^T and O += P V run as mma.sync m16n8k16 (bf16 in, fp32 accumulate): no per-element
-// FMAs or shuffle reductions of dot products, which bounded the CUDA-core kernels. Each warp
-// owns whole pages: warp w of a block takes pages w, w + W, w + 2W, ... of the split's key range
-// and streams them through its own S-stage cp.async ring (K and V of a page, 16 keys, together;
-// rows padded by 8 bf16 so ldmatrix is bank-conflict free), so warps never wait on each other;
-// the next page's id is read one page ahead, off the copy's critical path. Keys past the split's
-// end are zero-filled (V too: 0 x NaN in a poisoned tail would be NaN) and masked to -inf. Each
-// warp keeps an online softmax (log2 domain) per query head; P is rounded to bf16 for P V, as
-// in the FA2 prefill kernel. At the end the W warps are merged in index order (deterministic).
+// S = Q K^T and O += P V run as mma.sync m16n8k16 (fp32 accumulate): no per-element FMAs or
+// shuffle reductions of dot products, which bounded the CUDA-core kernels. Each warp owns whole
+// pages: warp w of a block takes pages w, w + W, w + 2W, ... of the split's key range and
+// streams them through its own S-stage cp.async ring (K and V of a page, 16 keys, together), so
+// warps never wait on each other; the next page's id is read one page ahead, off the copy's
+// critical path. Keys past the split's end are zero-filled (V too: 0 x NaN in a poisoned tail
+// would be NaN) and masked to -inf. Each warp keeps an online softmax (log2 domain) per query
+// head; P is rounded to 16 bits for P V, as in the FA2 prefill kernel. At the end the W warps
+// are merged in index order (deterministic). What the page element type changes (the copy, the
+// fragments, the scales) is a policy: MmaBf16Kv or MmaE4m3Kv.
+
+// bf16 pages: rows padded by 8 bf16 so ldmatrix is bank-conflict free; K through ldmatrix and V
+// through ldmatrix.trans into bf16 mma fragments; P in bf16.
 template <int HD>
-struct MmaDecodeSmem {
+struct MmaBf16Kv {
   static constexpr int kLd = HD + 8;           // bf16 per padded row
   static constexpr int kPageElems = 16 * kLd;  // one K (or V) page of one kv head
-  static constexpr int kStageElems = 2 * kPageElems;
-  static constexpr int bytes(int warps, int stages) {
-    const int pipe = warps * stages * kStageElems * 2;
-    const int merge = warps * 8 * (HD + 2) * 4;
-    return pipe > merge ? pipe : merge;
+  static constexpr int kStageBytes = 2 * kPageElems * 2;
+  static constexpr int kKs = HD / 16;  // k-steps of Q K^T
+  struct Q {
+    unsigned a[kKs][2];  // A fragments, rows 0-7 (rows 8-15 are zero)
+    float mul;           // logits = mul * the Q K^T accumulator
+  };
+  // Row qr = query head g * group + qr (rows >= group are zero).
+  __device__ static void load_q(const DecodeAttentionParams& p, int b, int g, int group, int qr,
+                                int qc, Q& q) {
+    const bf16* qrow =
+        p.q + static_cast<long long>(p.q_row[b]) * p.q_stride + (g * group + qr) * HD + 2 * qc;
+#pragma unroll
+    for (int ks = 0; ks < kKs; ++ks) {
+      q.a[ks][0] = qr < group ? *reinterpret_cast<const unsigned*>(qrow + ks * 16) : 0u;
+      q.a[ks][1] = qr < group ? *reinterpret_cast<const unsigned*>(qrow + ks * 16 + 8) : 0u;
+    }
+    q.mul = p.scale;
+  }
+  // This lane's share of the copy of pool page `page` (K and V of kv head g; keys key0 + 0..15,
+  // those at or past k1 zero-filled) into the stage at dst.
+  __device__ static void issue(const DecodeAttentionParams& p, unsigned char* dst, long long page,
+                               int g, int key0, int k1, int lane) {
+    constexpr int kLpk = HD / 8;                // 16-byte chunks per key row
+    constexpr int kLoads = 2 * 16 * kLpk / 32;  // cp.async per lane per page (K and V)
+    bf16* const d = reinterpret_cast<bf16*>(dst);
+    const bf16* src = p.kv_pool + page * p.page_elems + static_cast<long long>(g) * 16 * HD;
+    const long long half = p.page_elems / 2;
+#pragma unroll
+    for (int c = 0; c < kLoads; ++c) {
+      const int chunk = lane + c * 32, part = chunk / (16 * kLpk), cc = chunk % (16 * kLpk);
+      const int key = cc / kLpk, s8 = cc % kLpk;
+      const bool ok = key0 + key < k1;
+      async::cp_async16(d + part * kPageElems + key * kLd + s8 * 8,
+                        ok ? src + part * half + key * HD + s8 * 8 : p.kv_pool, ok);
+    }
+  }
+  // s += Q K^T for the stage's 16 keys: two n-tiles (keys 0-7, 8-15).
+  __device__ static void scores(float (&s)[2][4], const Q& q, const unsigned char* stage,
+                                int lane) {
+    const bf16* sk = reinterpret_cast<const bf16*>(stage);
+#pragma unroll
+    for (int ks = 0; ks < kKs; ++ks) {
+      unsigned kb[4];
+      mma::ldmatrix_x4(kb, sk + frag::b_row(lane) * kLd + ks * 16 + frag::b_col(lane));
+      const unsigned a[4] = {q.a[ks][0], 0u, q.a[ks][1], 0u};
+      mma::mma_bf16(s[0], a, kb[0], kb[1]);
+      mma::mma_bf16(s[1], a, kb[2], kb[3]);
+    }
+  }
+  __device__ static unsigned pack_p(float lo, float hi) {
+    return mma::pack_bf16(lo, hi);
+  }
+  // o += P V (V via ldmatrix.trans, two O n-tiles, 16 dims, per load).
+  __device__ static void accumulate(float (&o)[HD / 8][4], const unsigned (&pa)[4],
+                                    const unsigned char* stage, int lane) {
+    const bf16* sv = reinterpret_cast<const bf16*>(stage) + kPageElems;
+#pragma unroll
+    for (int dp = 0; dp < HD / 16; ++dp) {
+      unsigned vb[4];
+      mma::ldmatrix_x4_trans(vb, sv + frag::a_row(lane) * kLd + dp * 16 + frag::a_col(lane));
+      mma::mma_bf16(o[2 * dp], pa, vb[0], vb[1]);
+      mma::mma_bf16(o[2 * dp + 1], pa, vb[2], vb[3]);
+    }
+  }
+  // The head_dim index of accumulator element e (0, 1) of O n-tile t in lane column qc.
+  __device__ static int o_dim(int t, int qc, int e) {
+    return t * 8 + 2 * qc + e;
   }
 };
 
-template <int HD, int W, int S>
+// e4m3 pages (DecodeAttentionParams::kv_pool8): the stage holds the codes as they are in the
+// page (16 rows x HD bytes of K, then of V: half the bf16 stage), and each lane turns its codes
+// into fp16 mma fragments in registers, not in a shared-memory conversion stage: one 16-byte
+// shared load per 16 codes and one cvt.f16x2.e4m3x2 per 2 codes, where a bf16 stage would write
+// and read every element again and add a barrier. fp16 rather than bf16 fragments: e4m3 -> f16x2
+// is one exact instruction on sm_90 (e4m3 -> bf16 is four, through fp32), every e4m3 value is an
+// fp16 normal, and fp16's 11-bit significand holds a bf16 query element exactly. Q (bf16) is
+// scaled by a power of two 2^e per query head (its largest |element| into [2^14, 2^15), so
+// nothing overflows fp16 and elements above 2^-29 of the row's largest are exact; smaller ones
+// move by at most 2^-40 of it) and 2^-e is folded back with the K scale: logits =
+// (scale * s_k * 2^-e) * sum_d (2^e q_d) code_d -- the oracle's scale * sum_d q_d (code_d s_k) with
+// the power-of-two scales folded out of the sum (exact for power-of-two s_k; otherwise one fp32
+// rounding of the product), as the two-pass kernel did. Output = s_v * (sum_j p_j code_j) / l.
+// P is fp16 (finer than the bf16 kernel's bf16 P; p <= 1).
+//
+// Fragments straight from the bytes: the order of head_dim inside a k-step is free (Q and K use
+// the same), so k-step ks = 4h + j of lane column c covers dims 16 (c + 4h) + 4j .. + 3 and a
+// lane's K codes of a key are 16 contiguous bytes; for P V a lane's B fragment pairs two keys of
+// one dim, so it loads its HD/8 contiguous dims of four keys (2c, 2c+1, 2c+8, 2c+9) and pairs
+// the keys' bytes with a byte permute; O n-tile t, column n then holds dim (HD/8) n + t. The
+// 16-byte chunks of the stage are XOR-swizzled (chunk_off) so both read patterns are free of
+// bank conflicts.
+template <int HD>
+struct MmaE4m3Kv {
+  static constexpr int kC = HD / 16;  // 16-byte chunks per key row
+  static constexpr int kPageBytes = 16 * HD;
+  static constexpr int kStageBytes = 2 * kPageBytes;
+  static constexpr int kKs = HD / 16;
+  static_assert(HD == 64 || HD == 128);
+  struct Q {
+    unsigned a[kKs][2];  // fp16 A fragments of 2^e q, rows 0-7
+    float mul;           // scale * s_k * 2^-e
+  };
+  // Byte offset of chunk x of key row r in a K or V page of the stage. 128-byte lines: one row
+  // (HD 128) or two (HD 64); the chunk's position in its line is XORed with s(r), which keeps
+  // the 8 lanes of a 16-byte shared load (rows r, r + 1 for K; rows 2c for V) on 8 different
+  // chunk positions, and the 16 lanes of HD 64's 8-byte V loads on 16 different 8-byte words.
+  __device__ static int chunk_off(int r, int x) {
+    const int i = r * kC + x;
+    int s = ((r >> 1) & 3) << 1;
+    if constexpr (kC == 8) s ^= (r & 1) << 2;
+    return ((i >> 3) << 7) | (((i & 7) ^ s) << 4);
+  }
+  // First of the 4 head_dim indices of k-step ks in lane column qc.
+  __device__ static int k_dim(int ks, int qc) { return 16 * (qc + 4 * (ks >> 2)) + 4 * (ks & 3); }
+  __device__ static void load_q(const DecodeAttentionParams& p, int b, int g, int group, int qr,
+                                int qc, Q& q) {
+    const bf16* qrow =
+        p.q + static_cast<long long>(p.q_row[b]) * p.q_stride + (g * group + qr) * HD;
+    float v[kKs][4];
+    float mx = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kKs; ++ks) {
+      const uint2 u =
+          qr < group ? *reinterpret_cast<const uint2*>(qrow + k_dim(ks, qc)) : make_uint2(0, 0);
+      const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+      const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+      v[ks][0] = lo.x, v[ks][1] = lo.y, v[ks][2] = hi.x, v[ks][3] = hi.y;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) mx = fmaxf(mx, fabsf(v[ks][e]));
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // row qr: the quad's lanes
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    int e = 0;  // zero or non-finite rows: unscaled (inf and NaN stay what they are)
+    if (mx > 0.0f && isfinite(mx)) {
+      int ex;
+      frexpf(mx, &ex);  // mx in [2^(ex-1), 2^ex)
+      e = min(max(15 - ex, -100), 100);
+    }
+    const float up = __int_as_float((127 + e) << 23), down = __int_as_float((127 - e) << 23);
+#pragma unroll
+    for (int ks = 0; ks < kKs; ++ks) {
+      q.a[ks][0] = mma::pack_f16(v[ks][0] * up, v[ks][1] * up);
+      q.a[ks][1] = mma::pack_f16(v[ks][2] * up, v[ks][3] * up);
+    }
+    q.mul = p.scale * p.kv_scales[g * 2] * down;
+  }
+  __device__ static void issue(const DecodeAttentionParams& p, unsigned char* dst, long long page,
+                               int g, int key0, int k1, int lane) {
+    constexpr int kLoads = 2 * 16 * kC / 32;  // cp.async per lane per page (K and V)
+    const std::uint8_t* src =
+        p.kv_pool8 + page * p.page_elems + static_cast<long long>(g) * 16 * HD;
+    const long long half = p.page_elems / 2;
+#pragma unroll
+    for (int c = 0; c < kLoads; ++c) {
+      const int chunk = lane + c * 32, part = chunk / (16 * kC);
+      const int row = (chunk / kC) % 16, x = chunk % kC;
+      const bool ok = key0 + row < k1;
+      async::cp_async16(dst + part * kPageBytes + chunk_off(row, x),
+                        ok ? src + part * half + row * HD + x * 16 : p.kv_pool8, ok);
+    }
+  }
+  __device__ static void scores(float (&s)[2][4], const Q& q, const unsigned char* stage,
+                                int lane) {
+    const int qr = lane >> 2, qc = lane & 3;
+#pragma unroll
+    for (int h = 0; h < HD / 64; ++h)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {  // n-tile nt: key qr + 8 nt
+        const uint4 w = *reinterpret_cast<const uint4*>(stage + chunk_off(qr + 8 * nt, qc + 4 * h));
+        const unsigned word[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int ks = 4 * h + j;
+          const unsigned a[4] = {q.a[ks][0], 0u, q.a[ks][1], 0u};
+          mma::mma_f16(s[nt], a, mma::e4m3x2_to_f16x2(static_cast<unsigned short>(word[j])),
+                       mma::e4m3x2_to_f16x2(static_cast<unsigned short>(word[j] >> 16)));
+        }
+      }
+  }
+  __device__ static unsigned pack_p(float lo, float hi) {
+    return mma::pack_f16(lo, hi);
+  }
+  __device__ static void accumulate(float (&o)[HD / 8][4], const unsigned (&pa)[4],
+                                    const unsigned char* stage, int lane) {
+    constexpr int kWords = HD / 32;  // 32-bit words of a lane's HD / 8 dims of one key
+    const int qr = lane >> 2, qc = lane & 3;
+    const unsigned char* sv = stage + kPageBytes;
+    const int d0 = (HD / 8) * qr;  // this lane's dims d0 .. d0 + HD/8 - 1 (B column n = qr)
+    unsigned w[4][kWords];         // keys 2qc, 2qc + 1, 2qc + 8, 2qc + 9
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int key = 2 * qc + (k & 1) + 8 * (k >> 1);
+      const unsigned char* src = sv + chunk_off(key, d0 / 16) + d0 % 16;
+      if constexpr (kWords == 4) {
+        const uint4 u = *reinterpret_cast<const uint4*>(src);
+        w[k][0] = u.x, w[k][1] = u.y, w[k][2] = u.z, w[k][3] = u.w;
+      } else {
+        const uint2 u = *reinterpret_cast<const uint2*>(src);
+        w[k][0] = u.x, w[k][1] = u.y;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) {
+      // Bytes t of keys (2qc, 2qc + 1) and of (2qc + 8, 2qc + 9) side by side: dims 4i .. 4i + 3.
+      const unsigned lo01 = __byte_perm(w[0][i], w[1][i], 0x5140);
+      const unsigned hi01 = __byte_perm(w[0][i], w[1][i], 0x7362);
+      const unsigned lo23 = __byte_perm(w[2][i], w[3][i], 0x5140);
+      const unsigned hi23 = __byte_perm(w[2][i], w[3][i], 0x7362);
+      const unsigned pairs01[2] = {lo01, hi01}, pairs23[2] = {lo23, hi23};
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const unsigned x01 = pairs01[t >> 1], x23 = pairs23[t >> 1];
+        const int sh = (t & 1) * 16;
+        mma::mma_f16(o[4 * i + t], pa, mma::e4m3x2_to_f16x2(static_cast<unsigned short>(x01 >> sh)),
+                     mma::e4m3x2_to_f16x2(static_cast<unsigned short>(x23 >> sh)));
+      }
+    }
+  }
+  __device__ static int o_dim(int t, int qc, int e) {
+    return (HD / 8) * (2 * qc + e) + t;
+  }
+};
+
+template <int HD, bool kKv8>
+using MmaKv = std::conditional_t<kKv8, MmaE4m3Kv<HD>, MmaBf16Kv<HD>>;
+
+template <int HD, bool kKv8>
+constexpr int mma_smem_bytes(int warps, int stages) {
+  const int pipe = warps * stages * MmaKv<HD, kKv8>::kStageBytes;
+  const int merge = warps * 8 * (HD + 2) * 4;
+  return pipe > merge ? pipe : merge;
+}
+
+template <int HD, int W, int S, bool kKv8>
 __global__ void __launch_bounds__(W * 32)
     decode_attention_mma_kernel(const DecodeAttentionParams p) {
-  using L = MmaDecodeSmem<HD>;
-  constexpr int kLd = L::kLd;
-  constexpr int kLpk = HD / 8;                // 16-byte chunks per key row
-  constexpr int kLoads = 2 * 16 * kLpk / 32;  // cp.async per lane per page (K and V)
-  constexpr int kKs = HD / 16;                // k-steps of Q K^T
-  constexpr int kDt = HD / 8;                 // O n-tiles
+  using Kv = MmaKv<HD, kKv8>;
+  constexpr int kDt = HD / 8;  // O n-tiles
   constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
   extern __shared__ uint4 smem_raw[];
   const int b = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int group = p.heads / p.kv_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int qr = lane >> 2, qc = lane & 3;  // fragment row (query head) and column pair
-  bf16* const ring = reinterpret_cast<bf16*>(smem_raw) + warp * S * L::kStageElems;
+  unsigned char* const ring =
+      reinterpret_cast<unsigned char*>(smem_raw) + warp * S * Kv::kStageBytes;
   const KeyRange keys = split_keys(p, b, split);
   const int k0 = keys.k0, k1 = keys.k1;
   const int page0 = k0 >> 4, npages = (k1 - k0 + 15) >> 4;
   const int mine = npages > warp ? (npages - warp + W - 1) / W : 0;  // this warp's pages
-  const float scale_log2 = p.scale * kLog2e;
 
-  // Q as A fragments: row qr = query head g * group + qr (rows >= group and 8..15 are zero).
-  unsigned qa[kKs][2];
-  {
-    const bf16* qrow =
-        p.q + static_cast<long long>(p.q_row[b]) * p.q_stride + (g * group + qr) * HD + 2 * qc;
-#pragma unroll
-    for (int ks = 0; ks < kKs; ++ks) {
-      qa[ks][0] = qr < group ? *reinterpret_cast<const unsigned*>(qrow + ks * 16) : 0u;
-      qa[ks][1] = qr < group ? *reinterpret_cast<const unsigned*>(qrow + ks * 16 + 8) : 0u;
-    }
-  }
+  typename Kv::Q q;
+  Kv::load_q(p, b, g, group, qr, qc, q);
+  const float scale_log2 = q.mul * kLog2e;
   float o[kDt][4];
 #pragma unroll
   for (int d = 0; d < kDt; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
   float m = -INFINITY, l = 0.0f;  // row qr, log2 units; l: this lane's columns only
 
   const int* table = p.block_table + static_cast<long long>(b) * p.table_stride + page0;
-  const long long half = p.page_elems / 2;
   int next_page = mine > 0 ? table[warp] : 0;  // pool page of this warp's next page to issue
   auto issue = [&](int i) {                    // this warp's i-th page into stage i % S
-    bf16* const dst = ring + (i % S) * L::kStageElems;
-    const int key0 = k0 + (warp + i * W) * 16;
-    const bf16* src = p.kv_pool + static_cast<long long>(next_page) * p.page_elems +
-                      static_cast<long long>(g) * 16 * HD;
-#pragma unroll
-    for (int c = 0; c < kLoads; ++c) {
-      const int chunk = lane + c * 32, part = chunk / (16 * kLpk), cc = chunk % (16 * kLpk);
-      const int key = cc / kLpk, s8 = cc % kLpk;
-      const bool ok = key0 + key < k1;
-      async::cp_async16(dst + part * L::kPageElems + key * kLd + s8 * 8,
-                        ok ? src + part * half + key * HD + s8 * 8 : p.kv_pool, ok);
-    }
+    Kv::issue(p, ring + (i % S) * Kv::kStageBytes, next_page, g, k0 + (warp + i * W) * 16, k1,
+              lane);
     if (i + 1 < mine) next_page = table[warp + (i + 1) * W];  // used by the next issue
   };
 #pragma unroll
@@ -523,19 +731,11 @@ __global__ void __launch_bounds__(W * 32)
     __syncwarp();  // page i landed for every lane; page i - 1's stage is free again
     if (i + S - 1 < mine) issue(i + S - 1);
     async::cp_async_commit();
-    const bf16* sk = ring + (i % S) * L::kStageElems;
-    const bf16* sv = sk + L::kPageElems;
+    const unsigned char* stage = ring + (i % S) * Kv::kStageBytes;
     const int key0 = k0 + (warp + i * W) * 16;
     // S = Q K^T for the page's 16 keys: two n-tiles (keys 0-7, 8-15).
     float s[2][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < kKs; ++ks) {
-      unsigned kb[4];
-      mma::ldmatrix_x4(kb, sk + frag::b_row(lane) * kLd + ks * 16 + frag::b_col(lane));
-      const unsigned a[4] = {qa[ks][0], 0u, qa[ks][1], 0u};
-      mma::mma_bf16(s[0], a, kb[0], kb[1]);
-      mma::mma_bf16(s[1], a, kb[2], kb[3]);
-    }
+    Kv::scores(s, q, stage, lane);
     // Row qr's four logits of this lane (keys nt * 8 + 2 qc + e): mask, write, page maximum.
     if (p.logits && qr < group) {  // streaming stores (read once, by the score update)
       float* const lrow =
@@ -544,7 +744,7 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const int j = key0 + nt * 8 + 2 * qc;  // even: key0 is a multiple of 16
-        const float2 v = make_float2(s[nt][0] * p.scale, s[nt][1] * p.scale);
+        const float2 v = make_float2(s[nt][0] * q.mul, s[nt][1] * q.mul);
         if (j + 1 < lim && (reinterpret_cast<std::uintptr_t>(lrow + j) & 7) == 0) {
           __stcs(reinterpret_cast<float2*>(lrow + j), v);
         } else {
@@ -576,17 +776,10 @@ __global__ void __launch_bounds__(W * 32)
       const float p00 = mma::fast_exp2(s[0][0] - m_use), p01 = mma::fast_exp2(s[0][1] - m_use);
       const float p10 = mma::fast_exp2(s[1][0] - m_use), p11 = mma::fast_exp2(s[1][1] - m_use);
       l += (p00 + p01) + (p10 + p11);
-      pa[0] = mma::pack_bf16(p00, p01), pa[1] = 0u;
-      pa[2] = mma::pack_bf16(p10, p11), pa[3] = 0u;
+      pa[0] = Kv::pack_p(p00, p01), pa[1] = 0u;
+      pa[2] = Kv::pack_p(p10, p11), pa[3] = 0u;
     }
-    // O += P V: V via ldmatrix.trans, two O n-tiles (16 dims) per load.
-#pragma unroll
-    for (int dp = 0; dp < HD / 16; ++dp) {
-      unsigned vb[4];
-      mma::ldmatrix_x4_trans(vb, sv + frag::a_row(lane) * kLd + dp * 16 + frag::a_col(lane));
-      mma::mma_bf16(o[2 * dp], pa, vb[0], vb[1]);
-      mma::mma_bf16(o[2 * dp + 1], pa, vb[2], vb[3]);
-    }
+    Kv::accumulate(o, pa, stage, lane);  // O += P V
   }
   async::cp_async_wait<0>();
   l += __shfl_xor_sync(0xffffffffu, l, 1);  // row qr's sum over the quad, fixed order
@@ -600,11 +793,13 @@ __global__ void __launch_bounds__(W * 32)
     if (qc == 0) sM[warp * 8 + qr] = m, sL[warp * 8 + qr] = l;
 #pragma unroll
     for (int d = 0; d < kDt; ++d) {
-      sO[(warp * 8 + qr) * HD + d * 8 + 2 * qc] = o[d][0];
-      sO[(warp * 8 + qr) * HD + d * 8 + 2 * qc + 1] = o[d][1];
+      sO[(warp * 8 + qr) * HD + Kv::o_dim(d, qc, 0)] = o[d][0];
+      sO[(warp * 8 + qr) * HD + Kv::o_dim(d, qc, 1)] = o[d][1];
     }
   }
   __syncthreads();
+  // e4m3: the V scale, folded out of the sums (bf16: nothing).
+  const float v_scale = kKv8 ? p.kv_scales[g * 2 + 1] : 1.0f;
   for (int i = threadIdx.x; i < group * HD; i += W * 32) {
     const int hh = i / HD, d = i % HD;
     float mx = -INFINITY;
@@ -620,6 +815,7 @@ __global__ void __launch_bounds__(W * 32)
         acc += sO[(w * 8 + hh) * HD + d] * c;
         lsum += sL[w * 8 + hh] * c;
       }
+    if constexpr (kKv8) acc *= v_scale;
     const float m_nat = mx == -INFINITY ? -INFINITY : mx * kLn2;  // natural log, as merged
     if (p.num_splits == 1) {  // the final result: the same arithmetic as the merge kernel's
       const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
@@ -640,14 +836,49 @@ __global__ void __launch_bounds__(W * 32)
   }
 }
 
-template <int HD, int W, int S>
+template <int HD, int W, int S, bool kKv8>
 void launch_mma(const DecodeAttentionParams& p, cudaStream_t s) {
-  constexpr int bytes = MmaDecodeSmem<HD>::bytes(W, S);
+  constexpr int bytes = mma_smem_bytes<HD, kKv8>(W, S);
   // Set on every launch: cheap, per device, and safe from several rank threads.
-  CUDA_CHECK(cudaFuncSetAttribute(decode_attention_mma_kernel<HD, W, S>,
+  CUDA_CHECK(cudaFuncSetAttribute(decode_attention_mma_kernel<HD, W, S, kKv8>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  decode_attention_mma_kernel<HD, W, S>
+  decode_attention_mma_kernel<HD, W, S, kKv8>
       <<<dim3(p.batch, p.kv_heads, p.num_splits), W * 32, bytes, s>>>(p);
+}
+
+// mma_shape -> (warps per block, stages per warp). bf16 (8,704-byte stages at hd 128): (4, 3),
+// (2, 3), (4, 2), (2, 4), (4, 4). e4m3 stages are half the bytes, so the default takes 5 stages:
+// 4 pages of 4 KiB in flight per warp = the bf16 default's 2 of 8 KiB (and 2 blocks per SM,
+// 80 KiB each), then (2, 5), (4, 3), (4, 4) (3 blocks per SM), (8, 3).
+template <int HD, bool kKv8>
+void launch_mma_shape(const DecodeAttentionParams& p, cudaStream_t s) {
+  if constexpr (kKv8) {
+    switch (p.mma_shape) {
+      case 0:
+        return launch_mma<HD, 4, 5, true>(p, s);
+      case 1:
+        return launch_mma<HD, 2, 5, true>(p, s);
+      case 2:
+        return launch_mma<HD, 4, 3, true>(p, s);
+      case 3:
+        return launch_mma<HD, 4, 4, true>(p, s);
+      default:
+        return launch_mma<HD, 8, 3, true>(p, s);
+    }
+  } else {
+    switch (p.mma_shape) {
+      case 0:
+        return launch_mma<HD, 4, 3, false>(p, s);
+      case 1:
+        return launch_mma<HD, 2, 3, false>(p, s);
+      case 2:
+        return launch_mma<HD, 4, 2, false>(p, s);
+      case 3:
+        return launch_mma<HD, 2, 4, false>(p, s);
+      default:
+        return launch_mma<HD, 4, 4, false>(p, s);
+    }
+  }
 }
 
 template <int HD>
@@ -715,7 +946,10 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s) {
     throw InternalError("decode attention: an e4m3 pool (kv_pool8) needs kv_scales");
   STRATA_DISPATCH_HEAD_DIM(p.head_dim, "decode attention", HD, {
     const dim3 grid(p.batch, p.kv_heads, p.num_splits);
-    if (p.kv_pool8) {  // FP8 KV: the two-pass kernel only, so far (docs/kv-fp8.md)
+    // FP8 KV (docs/kv-fp8.md): the tensor-core kernel on e4m3 pages, or the two-pass kernel when
+    // `kernel` asks for it (an A/B comparison; the pipelined kernel reads bf16 only).
+    const bool tensor_cores = p.kv_pool8 ? kernel != kDecodeTwoPass : kernel == kDecodeMma;
+    if (p.kv_pool8 && !tensor_cores) {
       if (p.heads / p.kv_heads <= 4)
         decode_attention_kernel<HD, 4, 8, true><<<grid, kThreads, 0, s>>>(p);
       else
@@ -725,24 +959,11 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s) {
       CUDA_CHECK_LAUNCH();
       return;
     }
-    if (kernel == kDecodeMma) {
-      switch (p.mma_shape) {  // (warps per block, pipeline stages per warp)
-        case 0:
-          launch_mma<HD, 4, 3>(p, s);
-          break;
-        case 1:
-          launch_mma<HD, 2, 3>(p, s);
-          break;
-        case 2:
-          launch_mma<HD, 4, 2>(p, s);
-          break;
-        case 3:
-          launch_mma<HD, 2, 4>(p, s);
-          break;
-        default:
-          launch_mma<HD, 4, 4>(p, s);
-          break;
-      }
+    if (tensor_cores) {
+      if (p.kv_pool8)
+        launch_mma_shape<HD, true>(p, s);
+      else
+        launch_mma_shape<HD, false>(p, s);
       CUDA_CHECK_LAUNCH();
       if (p.num_splits > 1) {  // one split: the kernel wrote the output and LSE itself
         decode_merge_kernel<HD><<<dim3(p.batch, p.heads), 128, 0, s>>>(p);

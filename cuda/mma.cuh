@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "cuda/cp_async.cuh"
 
@@ -39,6 +40,29 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], unsigned a0, unsigned a1
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// d += a * b (16x8x16, fp16 inputs, fp32 accumulators); fragments as mma_bf16's.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                        unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two e4m3 codes (low byte: element 0) as f16x2 (low half: element 0), exactly: every finite
+// e4m3 value is zero or an fp16 normal (2^-9 .. 448). One instruction on sm_89+.
+__device__ __forceinline__ unsigned e4m3x2_to_f16x2(unsigned short codes) {
+  unsigned r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(codes));
+  return r;
+}
+
+__device__ __forceinline__ unsigned pack_f16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);  // .x = lo (low 16 bits)
+  return *reinterpret_cast<const unsigned*>(&v);
 }
 
 __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {

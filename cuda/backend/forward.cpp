@@ -209,8 +209,7 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                              .kv_heads = mc.num_key_value_heads,
                              .head_dim = mc.head_dim,
                              .scale = scale,
-                             // fp8: the two-pass kernel whatever the default kernel is (the
-                             // tensor-core kernel reads bf16 only; attention.h)
+                             // fp8: the tensor-core kernel on e4m3 pages (attention.h)
                              .kv_pool8 = kv_pool8.get(),
                              .kv_scales = kvs},
                             dec_stream);

@@ -151,6 +151,82 @@ void bench_decode_attention(int B, int len, bool with_logits = false) {
     }
 }
 
+// FP8 KV (cache.kv_dtype fp8): decode attention over e4m3 pages of random finite codes (both
+// signs; scales 1/64), the tensor-core kernel in each (warps, stages) shape and the two-pass
+// kernel for A/B, 1/2/4 splits; bytes counted are the FP8 K + V bytes (1 per element).
+void bench_decode_attention_fp8(int B, int len) {
+  const int heads = 32, kvh = 8, hd = 128;
+  const KvLayout lay{kvh, hd, 1};
+  const int ppseq = pages_for_slots(len);
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(B) * ppseq * lay.page_bytes());
+  unsigned long long x = 0x9E3779B97F4A7C15ull;
+  for (std::size_t i = 0; i < codes.size(); i += 8) {  // splitmix64, 8 codes per draw
+    unsigned long long z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    for (std::size_t k = 0; k < 8 && i + k < codes.size(); ++k) {
+      const auto c = static_cast<std::uint8_t>(z >> (8 * k));
+      codes[i + k] = (c & 0x7F) == 0x7F ? static_cast<std::uint8_t>(c ^ 1) : c;  // no NaN code
+    }
+  }
+  DeviceArray<std::uint8_t> pool(codes.size());
+  CUDA_CHECK(cudaMemcpy(pool.get(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
+  const std::vector<float> scales(static_cast<std::size_t>(kvh) * 2, 1.0f / 64);
+  std::vector<int> table(static_cast<std::size_t>(B) * ppseq),
+      lens(static_cast<std::size_t>(B), len), rows(static_cast<std::size_t>(B));
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
+  for (int b = 0; b < B; ++b) rows[static_cast<std::size_t>(b)] = b;
+  DeviceArray<int> d_table(table.size()), d_len(lens.size()), d_rows(rows.size());
+  DeviceArray<float> d_scales(scales.size());
+  CUDA_CHECK(cudaMemcpy(d_table.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_len.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_rows.get(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_scales.get(), scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+  DeviceArray<bf16> q(static_cast<std::size_t>(B) * heads * hd), out(q.size());
+  fill_random(q.get(), q.size(), 2);
+  for (int shape : {0, 1, 2, 3, 4, -1})  // -1: the two-pass kernel
+    for (int splits : {1, 2, 4}) {
+      DeviceArray<float> po(static_cast<std::size_t>(B) * heads * splits * hd),
+          pml(static_cast<std::size_t>(B) * heads * splits * 2);
+      DecodeAttentionParams p{};
+      p.q = q.get();
+      p.q_stride = heads * hd;
+      p.q_row = d_rows.get();
+      p.page_elems = static_cast<long long>(lay.page_elems());
+      p.block_table = d_table.get();
+      p.table_stride = ppseq;
+      p.seq_len = d_len.get();
+      p.batch = B;
+      p.num_splits = splits;
+      p.part_o = po.get();
+      p.part_ml = pml.get();
+      p.out = out.get();
+      p.out_stride = heads * hd;
+      p.heads = heads;
+      p.kv_heads = kvh;
+      p.head_dim = hd;
+      p.scale = 1.0f / std::sqrt(128.0f);
+      p.kernel = shape < 0 ? kDecodeTwoPass : kDecodeMma;
+      p.mma_shape = shape < 0 ? 0 : shape;
+      p.kv_pool8 = pool.get();
+      p.kv_scales = d_scales.get();
+      const double ms = median_ms([&] { launch_decode_attention(p, nullptr); }, 3, 20);
+      const double bytes = static_cast<double>(B) * len * kvh * hd * 2;  // K + V, 1 byte each
+      const double bw = bytes / (ms * 1e-3);
+      const std::string name =
+          shape < 0 ? std::string("two-pass") : "mma shape " + std::to_string(shape);
+      std::printf(
+          "decode attention fp8 KV B=%d len=%d 32/8 hd128 splits=%d %s: %.3f ms, %.3g GB KV, "
+          "%.2f TB/s = %.1f%% of 4.27\n",
+          B, len, splits, name.c_str(), ms, bytes / 1e9, bw / 1e12, 100 * bw / kCopyBw);
+      figure("bench_decode_attn_fp8_b" + std::to_string(B) + "_s" + std::to_string(splits) +
+                 (shape < 0 ? std::string("_two_pass") : "_mma" + std::to_string(shape)) +
+                 "_frac_copy_bw",
+             bw / kCopyBw);
+    }
+}
+
 // Causal prefill attention, Llama-3-8B heads (32/8, hd128): B sequences of `len` query tokens
 // after `prior` tokens of paged context (chunked prefill when prior > 0), every kernel.
 // FLOPs: 4 * heads * hd * len * (prior + len / 2) per sequence (causal inside the chunk).
@@ -893,6 +969,8 @@ int main(int argc, char** argv) {
       bench_decode_attention(64, 4096);
       bench_decode_attention(256, 512);        // a sparse layer's shape (issue 18)
       bench_decode_attention(256, 512, true);  // ... with the fused update's logits
+      bench_decode_attention_fp8(64, 4096);    // FP8 KV (issue 21)
+      bench_decode_attention_fp8(256, 512);
     }
     if (what == "all" || what == "kernels") {
       bench_prefill_attention(1, 4096);

@@ -378,10 +378,19 @@ bool BatcherActor::on_step_done(RankCompletion c) {
     // GPU idle (issue 24 item 4): the device gap before this step counts when the previous
     // step left sequences running (the engine had work and the device waited for the host);
     // a gap after the engine ran dry is the server waiting for requests, not overhead.
+    // A gap next to a synchronous step is that step's: before it (the drain) or after it (the
+    // refill, planned only once its results were in).
+    const SyncReason why = async ? ss.sync : SyncReason::kSyncLoop;
     if (ss.device_gap_ms >= 0.0) {
       gpu_busy_ms_total_ += ss.device_ms;
-      if (prev_step_left_work_) gpu_gap_ms_total_ += ss.device_gap_ms, ++gpu_gap_steps_;
+      if (prev_step_left_work_) {
+        gpu_gap_ms_total_ += ss.device_gap_ms, ++gpu_gap_steps_;
+        const SyncReason cause = why != SyncReason::kNone ? why : prev_sync_;
+        stats_.gpu_idle_ms_by_sync[static_cast<std::size_t>(cause)] += ss.device_gap_ms;
+      }
     }
+    ++stats_.sync_steps[static_cast<std::size_t>(why)];
+    prev_sync_ = why;
     if (ss.table_bytes >= 0) table_bytes_total_ += ss.table_bytes, ++table_steps_;
   }
   const auto end = Clock::now();
@@ -390,6 +399,7 @@ bool BatcherActor::on_step_done(RankCompletion c) {
   tm.finish_ms += ms_between(now, end);
   ++tm.steps;
   ++stats_.steps;
+  count_step(*plan);
   prev_step_left_work_ = !running_.empty();
   batch_seqs_total_ += plan->seqs.size();
   // Every rank has dropped its reference before completing (RankExecutor::run): recycle.
@@ -640,6 +650,18 @@ asio::awaitable<bool> BatcherActor::kick() {
       rank->run(plan, [this](RankCompletion c) { tell(StepDoneMsg{std::move(c)}); });
   }
   co_return true;
+}
+
+// Steps by kind (EngineStats::steps_decode / _prefill / _mixed).
+void BatcherActor::count_step(const StepPlan& plan) {
+  bool prefill = false, decode = false;
+  for (const SeqStep& s : plan.seqs) (s.prefill ? prefill : decode) = true;
+  if (prefill && decode)
+    ++stats_.steps_mixed;
+  else if (prefill)
+    ++stats_.steps_prefill;
+  else if (decode)
+    ++stats_.steps_decode;
 }
 
 // The replays' part of a scheduling call (in and out).

@@ -96,7 +96,7 @@ struct BatcherDeps {
   QualityMonitor* monitor = nullptr;
   // scheduler.async_steps: the pipelined loop (docs/actors.md "Pipelined steps"): step n+1 is
   // planned and submitted (RankExecutor::submit) before step n is collected.
-  bool async_steps = false;
+  bool async_steps = true;
 };
 
 class BatcherActor final : public Actor<BatcherMsg> {
@@ -248,6 +248,8 @@ class BatcherActor final : public Actor<BatcherMsg> {
   std::uint64_t table_bytes_total_ = 0, table_steps_ = 0;
   std::uint64_t gpu_gap_steps_ = 0;
   bool prev_step_left_work_ = false;
+  SyncReason prev_sync_ = SyncReason::kNone;  // how the last completed step ran
+  void count_step(const StepPlan& plan);      // steps by kind
   ReplayQueue replays_;
   bool replay_queued_ = false;  // since the last scheduling call
   bool take_replay_queued() { return std::exchange(replay_queued_, false); }

@@ -2,6 +2,7 @@
 // scheduling call (Engine::stats(), /metrics, the admin console) and the step loop's timings.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "actors/quality.h"
 #include "cache/layer_census.h"
 #include "runtime/sparsity_profile.h"
+#include "runtime/step_plan.h"
 
 namespace strata {
 
@@ -87,6 +89,15 @@ struct EngineStats {
   // Page-table bytes copied host -> device since start (StepStats::table_bytes: the resident
   // tables' deltas or whole tables), over table_steps steps; table_steps == 0: not measured.
   std::uint64_t table_bytes = 0, table_steps = 0;
+  // Completed steps by how they ran (index: SyncReason; [kNone]: pipelined; docs/actors.md
+  // "Sync steps"): the pipelined loop's steps that a backend ran synchronously after the steps
+  // in flight, by reason, or every step as kSyncLoop with scheduler.async_steps off. And the
+  // GPU idle (gpu_idle_ms) by the synchronous step it sat next to: the gap before one (the
+  // drain) or right after one (the refill) counts for its reason, every other gap for kNone.
+  std::array<std::uint64_t, kSyncReasons> sync_steps{};
+  std::array<double, kSyncReasons> gpu_idle_ms_by_sync{};
+  // Completed steps by kind: decode rows only, prefill chunks only (replays included), both.
+  std::uint64_t steps_decode = 0, steps_prefill = 0, steps_mixed = 0;
   std::uint64_t profile_version = 0;
   SparsityProfile profile;
   // K+V bytes of one page (one layer, 16 slots, the rank's KV heads).

@@ -211,6 +211,26 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
                                        : 0.0);
     w.counter("strata_engine_steps_total", "Engine iterations (batched steps) run.",
               static_cast<double>(s.steps));
+    w.head("strata_engine_steps_by_kind_total", "counter",
+           "Engine steps completed, by kind: decode rows only, prefill chunks only (guardrail "
+           "replays included), or both (mixed).");
+    w.sample("strata_engine_steps_by_kind_total", static_cast<double>(s.steps_decode),
+             "kind=\"decode\"");
+    w.sample("strata_engine_steps_by_kind_total", static_cast<double>(s.steps_mixed),
+             "kind=\"mixed\"");
+    w.sample("strata_engine_steps_by_kind_total", static_cast<double>(s.steps_prefill),
+             "kind=\"prefill\"");
+    w.head("strata_sync_steps_total", "counter",
+           "Steps the pipelined loop (scheduler.async_steps) ran synchronously, after the steps "
+           "in flight, by reason: host_sampled (a row sampled on the host), return_logits "
+           "(guardrail replays), report_kept (kept-positions census), lm_chunks (several lm_head "
+           "chunks), profile, backend (a backend that never pipelines: the CPU backend); "
+           "sync_loop: every step of the synchronous loop (scheduler.async_steps off, or "
+           "tensor parallelism).");
+    for (int r = 1; r < kSyncReasons; ++r)
+      w.sample("strata_sync_steps_total",
+               static_cast<double>(s.sync_steps[static_cast<std::size_t>(r)]),
+               std::string("reason=\"") + to_string(static_cast<SyncReason>(r)) + "\"");
     w.counter("strata_requests_refused_total", "Requests refused because the queue was full.",
               static_cast<double>(s.requests_refused));
     w.counter("strata_requests_aborted_total", "Requests aborted (client gone, cancel, shutdown).",
@@ -253,6 +273,14 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
       w.counter("strata_gpu_busy_seconds_total",
                 "Device time of engine steps (the idle ratio's denominator less the idle time).",
                 s.gpu_busy_ms / 1e3);
+      w.head("strata_gpu_idle_by_reason_seconds_total", "counter",
+             "strata_gpu_idle_seconds_total split by the synchronous step each gap sat next to "
+             "(before it: the drain; right after it: the refill), reasons as "
+             "strata_sync_steps_total; reason=\"none\": gaps between pipelined steps.");
+      for (int r = 0; r < kSyncReasons; ++r)
+        w.sample("strata_gpu_idle_by_reason_seconds_total",
+                 s.gpu_idle_ms_by_sync[static_cast<std::size_t>(r)] / 1e3,
+                 std::string("reason=\"") + to_string(static_cast<SyncReason>(r)) + "\"");
     }
     if (in.rules) {
       w.head("strata_kv_group_pages", "gauge", "KV pages held per layer group (full / sparse).");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 namespace strata::api {
 
@@ -14,15 +15,33 @@ std::string status_line(const EngineStats& prev, const EngineStats& now, double 
   const double wall = now.timings.wall_ms - prev.timings.wall_ms;
   const double device = now.timings.device_ms - prev.timings.device_ms;
   const double overhead = wall > 0 ? std::max(0.0, 1.0 - device / wall) : now.host_overhead;
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "strata: engine status: prompt %.1f tok/s, generation %.1f tok/s, running %d, "
-                "waiting %d, preempted %d, KV %.1f %% (%d/%d pages), compression %.2fx, host "
-                "overhead %.1f %%, steps %llu, profile v%llu",
-                prompt_tps, gen_tps, now.running, now.waiting, now.preempted, 100.0 * now.kv_usage,
-                now.pages_used, now.pages_total, now.compression_ratio, 100.0 * overhead,
-                static_cast<unsigned long long>(now.steps),
-                static_cast<unsigned long long>(now.profile_version));
+  // Synchronous steps of the interval, by reason (the pipelined loop's, docs/actors.md "Sync
+  // steps"; every step is sync_loop with scheduler.async_steps off).
+  std::uint64_t sync = 0;
+  std::string why;
+  for (int r = 1; r < kSyncReasons; ++r) {
+    const std::uint64_t n =
+        now.sync_steps[static_cast<std::size_t>(r)] - prev.sync_steps[static_cast<std::size_t>(r)];
+    if (n == 0) continue;
+    sync += n;
+    why += (why.empty() ? " (" : ", ") + std::string(to_string(static_cast<SyncReason>(r))) + " " +
+           std::to_string(n);
+  }
+  if (!why.empty()) why += ")";
+  char buf[768];
+  std::snprintf(
+      buf, sizeof buf,
+      "strata: engine status: prompt %.1f tok/s, generation %.1f tok/s, running %d, "
+      "waiting %d, preempted %d, KV %.1f %% (%d/%d pages), compression %.2fx, host "
+      "overhead %.1f %%, steps %llu (decode %llu, mixed %llu, prefill %llu), sync %llu "
+      "of %llu steps%s, profile v%llu",
+      prompt_tps, gen_tps, now.running, now.waiting, now.preempted, 100.0 * now.kv_usage,
+      now.pages_used, now.pages_total, now.compression_ratio, 100.0 * overhead,
+      static_cast<unsigned long long>(now.steps), static_cast<unsigned long long>(now.steps_decode),
+      static_cast<unsigned long long>(now.steps_mixed),
+      static_cast<unsigned long long>(now.steps_prefill), static_cast<unsigned long long>(sync),
+      static_cast<unsigned long long>(now.steps - prev.steps), why.c_str(),
+      static_cast<unsigned long long>(now.profile_version));
   return buf;
 }
 

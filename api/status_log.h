@@ -10,9 +10,11 @@
 namespace strata::api {
 
 // "strata: engine status: prompt 812.4 tok/s, generation 96.0 tok/s, running 3, waiting 0,
-// preempted 0, KV 12.5 % (40/320 pages), compression 3.21x, host overhead 4.2 %, steps 1234,
-// profile v2". Throughputs and host overhead are over the interval (host overhead: step wall
-// time not covered by device work; the cumulative share when no step ran); the rest is `now`.
+// preempted 0, KV 12.5 % (40/320 pages), compression 3.21x, host overhead 4.2 %, steps 1234
+// (decode 1100, mixed 120, prefill 14), sync 3 of 412 steps (return_logits 3), profile v2".
+// Throughputs, host overhead and the synchronous steps by reason (EngineStats::sync_steps) are
+// over the interval (host overhead: step wall time not covered by device work; the cumulative
+// share when no step ran); the rest is `now`.
 std::string status_line(const EngineStats& prev, const EngineStats& now, double seconds);
 
 // Whether the interval saw work (tokens, steps) or requests are in the engine: idle intervals

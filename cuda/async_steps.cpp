@@ -21,25 +21,24 @@ bool host_sampled(const SeqStep& s, int vocab) {
 
 }  // namespace
 
-const char* pipeline_blocker_of_plan(const StepPlan& plan, int vocab, bool tensor_parallel,
-                                     bool profiling) {
-  if (tensor_parallel) return "tensor parallelism";
-  if (profiling) return "forward profile";
+SyncReason pipeline_blocker_of_plan(const StepPlan& plan, int vocab, bool tensor_parallel,
+                                    bool profiling) {
+  if (tensor_parallel) return SyncReason::kBackend;
+  if (profiling) return SyncReason::kProfile;
   for (const SeqStep& s : plan.seqs) {
-    if (s.return_logits) return "return_logits";
-    if (s.report_kept) return "report_kept";
-    if (s.sample && host_sampled(s, vocab)) return "host-sampled row";
+    if (s.return_logits) return SyncReason::kReturnLogits;
+    if (s.sample && host_sampled(s, vocab)) return SyncReason::kHostSampled;
   }
-  return nullptr;
+  return SyncReason::kNone;
 }
 
-const char* pipeline_blocker_of_layout(const StepLayout& layout) {
-  if (layout.chunks.size() > 1) return "more than one lm_head chunk";
+SyncReason pipeline_blocker_of_layout(const StepLayout& layout) {
+  if (layout.chunks.size() > 1) return SyncReason::kLmChunks;
   for (const LmChunk& c : layout.chunks)
-    if (!c.host_rows.empty()) return "host logits rows";
+    if (!c.host_rows.empty()) return SyncReason::kReturnLogits;
   for (SampleRoute r : layout.route)
-    if (r == SampleRoute::kHost) return "host-sampled row";
-  return nullptr;
+    if (r == SampleRoute::kHost) return SyncReason::kHostSampled;
+  return SyncReason::kNone;
 }
 
 void PendingFeed::record(const StepPlan& plan) {

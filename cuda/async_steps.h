@@ -34,15 +34,17 @@ struct FeedPair {
   std::int32_t src = 0;
 };
 
-// Why a step cannot be pipelined (runs synchronously after the steps in flight), or nullptr.
-// Rows sampled on the host (runtime/sampler.h: logprobs > 20, huge vocabularies) need their
-// logits on the host, return_logits and report_kept copy to the host per chunk, tensor
-// parallelism waits on the collectives, profiling reads every event of the step.
-const char* pipeline_blocker_of_plan(const StepPlan& plan, int vocab, bool tensor_parallel,
-                                     bool profiling);
+// Why a step cannot be pipelined (runs synchronously after the steps in flight; the reason is
+// its StepStats::sync), or SyncReason::kNone. Rows sampled on the host (runtime/sampler.h:
+// logprobs > 20, huge vocabularies) need their logits on the host, return_logits copies whole
+// logits rows to the host per chunk, tensor parallelism waits on the collectives (kBackend),
+// profiling reads every event of the step. report_kept pipelines (the census's gather and copy
+// are queued with the step, counted at collect: backend/census.cpp).
+SyncReason pipeline_blocker_of_plan(const StepPlan& plan, int vocab, bool tensor_parallel,
+                                    bool profiling);
 // The same after planning: more than one lm_head chunk, or host rows (defensive: the plan test
 // above implies neither for steps that fit one chunk).
-const char* pipeline_blocker_of_layout(const StepLayout& layout);
+SyncReason pipeline_blocker_of_layout(const StepLayout& layout);
 
 // The previous pipelined step's sampled rows, and the staged copy of the next plan.
 class PendingFeed {

@@ -67,6 +67,7 @@ void Backend::submit(const StepPlan& plan) {
     throw;
   }
   pending_.record(plan, res);
+  res.stats.sync = SyncReason::kBackend;  // (no overlap: the step ran here, at once)
   finished_.push_back(std::move(res));
 }
 

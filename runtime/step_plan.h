@@ -144,6 +144,31 @@ struct SeqResult {
   std::vector<KeptPositions> kept;
 };
 
+// Why a step of the pipelined loop (Backend::submit) ran synchronously: the backend finished
+// every step in flight, then ran it as step() does (docs/actors.md "Sync steps"). kNone: it was
+// pipelined (or ran through step() in the synchronous loop).
+enum class SyncReason : std::uint8_t {
+  kNone = 0,
+  kSyncLoop,      // the engine's synchronous loop (async_steps off, or tp_size > 1): step()
+  kBackend,       // the backend does not pipeline (Backend's default submit: the CPU backend)
+  kHostSampled,   // a row sampled on the host (logprobs > 20, vocabularies > 2^19)
+  kReturnLogits,  // a row returns its logits (guardrail replays)
+  kReportKept,    // the kept-positions census (a backend that cannot pipeline it)
+  kLmChunks,      // more than one lm_head chunk
+  kProfile,       // the forward profile
+  kCount
+};
+inline constexpr int kSyncReasons = static_cast<int>(SyncReason::kCount);
+// The Prometheus label value: "none", "sync_loop", "backend", "host_sampled", "return_logits",
+// "report_kept", "lm_chunks", "profile".
+inline const char* to_string(SyncReason r) {
+  constexpr const char* kNames[kSyncReasons] = {"none",         "sync_loop",     "backend",
+                                                "host_sampled", "return_logits", "report_kept",
+                                                "lm_chunks",    "profile"};
+  const int i = static_cast<int>(r);
+  return i >= 0 && i < kSyncReasons ? kNames[i] : "unknown";
+}
+
 struct StepStats {
   double device_ms = 0.0;  // time the backend spent computing (device time on GPUs)
   double host_ms = 0.0;    // host time inside step() outside device work
@@ -153,7 +178,8 @@ struct StepStats {
   // Page-table bytes the step copied host -> device (CUDA: whole tables, or the resident
   // tables' delta ops and page ids); -1: not measured (CPU backend).
   std::int64_t table_bytes = -1;
-  std::int64_t tokens = 0;  // input tokens processed
+  std::int64_t tokens = 0;              // input tokens processed
+  SyncReason sync = SyncReason::kNone;  // submit(): ran synchronously, and why
 };
 
 struct StepResult {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -181,8 +182,23 @@ struct CudaBackendImpl {
   // [page][kv_head][16] int32: the token position each sparse slot holds, written by the
   // sparse kernels beside the scores; read only for a census (census.cpp).
   DeviceArray<std::int32_t> pos_pool;
-  // The census's gather (grow-only; census steps only).
+  // The census's gather (grow-only; census steps only; one pair: steps use it in stream order).
   DeviceArray<std::int32_t> census_pages, census_out;
+  // What a census step reads (census.cpp plan_census): per asked row its layers' states after
+  // the step, and the distinct pages of its sparse layers' valid slots (page id -> row of the
+  // gathered buffer).
+  struct CensusWork {
+    struct Row {
+      std::size_t seq = 0;  // plan index
+      std::vector<LayerSlots> after;
+      std::int32_t tokens = 0;
+    };
+    std::vector<Row> todo;
+    std::vector<std::int32_t> pages;
+    std::unordered_map<std::int32_t, int> page_row;
+  };
+  CensusWork census_sync;  // step()'s (collect_kept)
+  PinnedArray<std::int32_t> census_src_sync, census_host_sync;
   DeviceArray<float> pre_lse;  // [max_tokens, heads] prefill LSE of sparse layers
   DeviceArray<float> dec_lse;  // [max_seqs, heads] decode LSE
   // The decode attention's scaled logits for the score update of sparse layers (issue 18):
@@ -223,6 +239,10 @@ struct CudaBackendImpl {
     PinnedArray<std::int32_t> aux;  // [5 * max_seqs] the host side of d_aux
     std::unique_ptr<DeviceSampler> sampler;
     StepLayout layout;
+    // A census step's work, its page list and gathered positions (census.cpp, queued with the
+    // step, counted at collect).
+    CensusWork census;
+    PinnedArray<std::int32_t> census_src, census_host;
     bool busy = false;  // submitted and not finished
   };
   // One submitted step, oldest first. done: its result (or error) is on the host.
@@ -236,6 +256,7 @@ struct CudaBackendImpl {
     std::vector<SampleRowDesc> dev_rows;
     std::vector<int> dev_index;  // plan index -> device sampler request, -1
     bool fed = false;            // its input rows read the previous step's tokens on the device
+    bool census = false;         // its slot's census work is queued: counted in finish()
     double host_ms = 0.0;
   };
   enum class LastStep : std::uint8_t { kNone, kDevice, kHost };
@@ -264,8 +285,9 @@ struct CudaBackendImpl {
   void submit(const StepPlan& plan);
   StepResult collect();
   void submit_device(const StepPlan& plan);
-  void submit_host(const StepPlan& plan);  // the synchronous step, after the steps in flight
-  void finish(AsyncStep& st);              // waits for its end event, builds its result
+  // The synchronous step, after the steps in flight; `why` becomes its StepStats::sync.
+  void submit_host(const StepPlan& plan, SyncReason why);
+  void finish(AsyncStep& st);  // waits for its end event, builds its result
   void finish_all();
   // ---- end pipelined steps ----
 
@@ -394,6 +416,13 @@ struct CudaBackendImpl {
   // census.cpp: SeqResult::kept of the rows with report_kept (after sample_and_collect: the
   // step's work is done). One gather and one device -> host copy, only on such steps.
   void collect_kept(const StepPlan& plan, StepResult& result);
+  // Its parts. plan_census: false when no row asks. queue_census: on the stream after the step's
+  // work, the page list through `src` and the positions into `dst` (pinned, grown as needed; the
+  // caller's, untouched by any step in flight). count_census: once that copy completed.
+  bool plan_census(const StepPlan& plan, CensusWork& w) const;
+  void queue_census(const CensusWork& w, PinnedArray<std::int32_t>& src,
+                    PinnedArray<std::int32_t>& dst);
+  void count_census(const CensusWork& w, const std::int32_t* host, StepResult& result) const;
 };
 
 }  // namespace strata::cuda

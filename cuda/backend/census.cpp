@@ -3,11 +3,18 @@
 // hold slot p = position p and are counted on the host without a read; sparse layers' slots are
 // read from the position pool (pos_pool, written by the sparse kernels beside the scores). A
 // step that asks for no census does nothing here: no copy, no sync.
+//
+// Three parts, so that a pipelined step (pipeline.cpp) queues the gather and its copy with the
+// step and counts at collect, while step() does all three at once: plan_census (host: the layers'
+// states after the step, the distinct pages to read), queue_census (on the stream, after the
+// step's work: upload the page list, gather, copy to a host buffer), count_census (host, once
+// the copy completed).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <unordered_map>
 #include <vector>
 
@@ -17,22 +24,14 @@
 
 namespace strata::cuda {
 
-void CudaBackendImpl::collect_kept(const StepPlan& plan, StepResult& result) {
-  const int heads = mc.num_key_value_heads;
-  const int per_page = heads * kBlockSize;
-  // The layers' states after this step (the state rule) and the pages their valid slots use.
-  struct Census {
-    std::size_t seq = 0;
-    std::vector<LayerSlots> after;
-    std::int32_t tokens = 0;
-  };
-  std::vector<Census> todo;
-  std::vector<std::int32_t> pages;                 // distinct pages to read, in first-seen order
-  std::unordered_map<std::int32_t, int> page_row;  // page id -> row of the gathered buffer
+bool CudaBackendImpl::plan_census(const StepPlan& plan, CensusWork& w) const {
+  w.todo.clear();
+  w.pages.clear();
+  w.page_row.clear();
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
     const SeqStep& s = plan.seqs[i];
     if (!s.report_kept) continue;
-    Census c;
+    CensusWork::Row c;
     c.seq = i;
     c.tokens = s.start + static_cast<std::int32_t>(s.tokens.size());
     c.after = s.layers;
@@ -46,30 +45,47 @@ void CudaBackendImpl::collect_kept(const StepPlan& plan, StepResult& result) {
                        " pages");
       for (int k = 0; k < need; ++k) {
         const std::int32_t page = ls.pages[static_cast<std::size_t>(k)];
-        if (page_row.emplace(page, static_cast<int>(pages.size())).second) pages.push_back(page);
+        if (w.page_row.emplace(page, static_cast<int>(w.pages.size())).second)
+          w.pages.push_back(page);
       }
     }
-    todo.push_back(std::move(c));
+    w.todo.push_back(std::move(c));
   }
-  if (todo.empty()) return;
+  return !w.todo.empty();
+}
 
-  std::vector<std::int32_t> host(pages.size() * static_cast<std::size_t>(per_page));
-  if (!pages.empty()) {
-    if (census_pages.size() < pages.size()) {
-      census_pages = DeviceArray<std::int32_t>(pages.size() * 2);
-      census_out = DeviceArray<std::int32_t>(pages.size() * 2 * static_cast<std::size_t>(per_page));
-    }
-    CUDA_CHECK(cudaMemcpyAsync(census_pages.get(), pages.data(),
-                               pages.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
-                               stream));
-    CUDA_CHECK(sparse::launch_gather_positions(pos_pool.get(), census_pages.get(),
-                                               static_cast<int>(pages.size()), per_page,
-                                               census_out.get(), stream));
-    CUDA_CHECK(cudaMemcpyAsync(host.data(), census_out.get(), host.size() * sizeof(std::int32_t),
-                               cudaMemcpyDeviceToHost, stream));
+void CudaBackendImpl::queue_census(const CensusWork& w, PinnedArray<std::int32_t>& src,
+                                   PinnedArray<std::int32_t>& dst) {
+  if (w.pages.empty()) return;
+  const std::size_t per_page =
+      static_cast<std::size_t>(mc.num_key_value_heads) * static_cast<std::size_t>(kBlockSize);
+  const std::size_t n = w.pages.size();
+  if (census_pages.size() < n) {
+    // Grow-only; earlier steps' gathers may still read the old buffers: let them finish first
+    // (cudaFree would wait for the device anyway). Once or twice per server.
     CUDA_CHECK(cudaStreamSynchronize(stream));
+    census_pages = DeviceArray<std::int32_t>(n * 2);
+    census_out = DeviceArray<std::int32_t>(n * 2 * per_page);
   }
-  for (const Census& c : todo) {
+  // The host buffers are the caller's (a pipelined slot's: not read or written by a step in
+  // flight); the copies read and write them in stream order.
+  if (src.size() < n) src = PinnedArray<std::int32_t>(n * 2);
+  if (dst.size() < n * per_page) dst = PinnedArray<std::int32_t>(n * 2 * per_page);
+  std::memcpy(src.get(), w.pages.data(), n * sizeof(std::int32_t));
+  CUDA_CHECK(cudaMemcpyAsync(census_pages.get(), src.get(), n * sizeof(std::int32_t),
+                             cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(sparse::launch_gather_positions(pos_pool.get(), census_pages.get(),
+                                             static_cast<int>(n), static_cast<int>(per_page),
+                                             census_out.get(), stream));
+  CUDA_CHECK(cudaMemcpyAsync(dst.get(), census_out.get(), n * per_page * sizeof(std::int32_t),
+                             cudaMemcpyDeviceToHost, stream));
+}
+
+void CudaBackendImpl::count_census(const CensusWork& w, const std::int32_t* host,
+                                   StepResult& result) const {
+  const int heads = mc.num_key_value_heads;
+  const std::size_t per_page = static_cast<std::size_t>(heads) * kBlockSize;
+  for (const CensusWork::Row& c : w.todo) {
     std::vector<KeptPositions>& kept = result.seqs[c.seq].kept;
     kept.resize(c.after.size());
     for (std::size_t l = 0; l < c.after.size(); ++l) {
@@ -81,11 +97,11 @@ void CudaBackendImpl::collect_kept(const StepPlan& plan, StepResult& result) {
         // One lookup per page (not per slot): a census of many rows counts millions of slots.
         for (int k = 0; k < pages_for_slots(ls.valid); ++k) {
           const std::size_t row =
-              static_cast<std::size_t>(page_row.at(ls.pages[static_cast<std::size_t>(k)]));
+              static_cast<std::size_t>(w.page_row.at(ls.pages[static_cast<std::size_t>(k)]));
           const int n = std::min(kBlockSize, ls.valid - k * kBlockSize);
           for (int h = 0; h < heads; ++h) {
             const std::int32_t* slot =
-                host.data() + row * per_page + static_cast<std::size_t>(h) * kBlockSize;
+                host + row * per_page + static_cast<std::size_t>(h) * kBlockSize;
             for (int j = 0; j < n; ++j) count.add(slot[j]);
           }
         }
@@ -93,6 +109,13 @@ void CudaBackendImpl::collect_kept(const StepPlan& plan, StepResult& result) {
       kept[l] = count.result();
     }
   }
+}
+
+void CudaBackendImpl::collect_kept(const StepPlan& plan, StepResult& result) {
+  if (!plan_census(plan, census_sync)) return;
+  queue_census(census_sync, census_src_sync, census_host_sync);
+  if (!census_sync.pages.empty()) CUDA_CHECK(cudaStreamSynchronize(stream));
+  count_census(census_sync, census_host_sync.get(), result);
 }
 
 }  // namespace strata::cuda

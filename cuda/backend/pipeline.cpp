@@ -11,8 +11,11 @@
 // between the upload and the replay.
 //
 // A step that cannot be pipelined (cuda/async_steps.h pipeline_blocker_*: a host-sampled row,
-// return_logits, report_kept, several lm_head chunks, profiling) waits for the steps in flight,
-// resolves its pending rows on the host from their results and runs as step() does.
+// return_logits, several lm_head chunks, profiling) waits for the steps in flight, resolves its
+// pending rows on the host from their results and runs as step() does; its StepStats::sync says
+// why (the engine counts them: strata_sync_steps_total). A census step (report_kept) pipelines:
+// the gather of its rows' kept positions and the copy to the slot's pinned buffer are queued
+// after the step's work, and collect() counts them (census.cpp).
 // released_pages need nothing here: the backend keeps no per-page state that a release clears
 // (scores and positions of a page are rewritten by the plan that next writes it, in stream
 // order after every earlier step).
@@ -62,8 +65,10 @@ void CudaBackendImpl::submit(const StepPlan& plan) {
   CUDA_CHECK(cudaSetDevice(device));
   check_kv_plan(plan);  // fp8 KV: full-cache layers only, before anything is queued
   ensure_async();
-  if (pipeline_blocker_of_plan(plan, mc.vocab_size, tp.comm != nullptr, profile != nullptr))
-    submit_host(plan);
+  const SyncReason why =
+      pipeline_blocker_of_plan(plan, mc.vocab_size, tp.comm != nullptr, profile != nullptr);
+  if (why != SyncReason::kNone)
+    submit_host(plan, why);
   else
     submit_device(plan);
 }
@@ -82,7 +87,7 @@ void CudaBackendImpl::finish_all() {
     if (!st.done) finish(st);
 }
 
-void CudaBackendImpl::submit_host(const StepPlan& plan) {
+void CudaBackendImpl::submit_host(const StepPlan& plan, SyncReason why) {
   finish_all();  // their results resolve this plan's pending rows
   if (last_kind == LastStep::kDevice) {
     // step() measures its gap from ev1 (swapped into ev1_prev): the last pipelined step's end.
@@ -101,6 +106,7 @@ void CudaBackendImpl::submit_host(const StepPlan& plan) {
     throw;  // nothing queued
   }
   host_pending.record(plan, st.result);
+  st.result.stats.sync = why;
   ++async_host_steps;
   last_kind = LastStep::kHost;
   last_end = ev1;  // step() recorded this step's end there
@@ -148,6 +154,7 @@ void CudaBackendImpl::submit_device(const StepPlan& plan) {
   std::vector<FeedPair> tok_feed, hist_feed;
   std::vector<std::int32_t> sources;
   SampleBatch batch;
+  SyncReason why = SyncReason::kNone;
   try {
     Swap swap(*this, sl);
     planner->build(*run,
@@ -162,7 +169,8 @@ void CudaBackendImpl::submit_device(const StepPlan& plan) {
       inflight.push_back(std::move(st));
       return;
     }
-    if (pipeline_blocker_of_layout(layout)) {
+    why = pipeline_blocker_of_layout(layout);
+    if (why != SyncReason::kNone) {
       planner->forget_tables();  // the staged deltas will not be uploaded: rewrite whole rows
     } else {
       {
@@ -190,6 +198,8 @@ void CudaBackendImpl::submit_device(const StepPlan& plan) {
         tok_feed = token_feeds(inputs, layout);
         hist_feed = history_feeds(inputs, dev_plan, batch);
         sources = feed_sources(layout);
+        // The census's host half before anything is queued (an InternalError queues nothing).
+        st.census = plan_census(*run, sl.census);
         std::int32_t* aux = sl.aux.get();
         const std::size_t ms = static_cast<std::size_t>(max_seqs);
         if (!tok_feed.empty())
@@ -222,6 +232,8 @@ void CudaBackendImpl::submit_device(const StepPlan& plan) {
                          .fed = d_fed.get()});
         CUDA_CHECK(launch_feed_scatter(d_fed.get(), d_aux.get() + 4 * ms, S, d_argmax.get(),
                                        sl.sampler->device_results(), stream));
+        // After the step's work (the positions it leaves), inside its events: collect() counts.
+        if (st.census) queue_census(sl.census, sl.census_src, sl.census_host);
         CUDA_CHECK(cudaEventRecord(aev[static_cast<std::size_t>(k)][1], stream));
         st.ev = k;
       }
@@ -234,7 +246,7 @@ void CudaBackendImpl::submit_device(const StepPlan& plan) {
     throw;
   }
   if (st.ev < 0) {  // not pipelinable after planning: the synchronous step
-    submit_host(plan);
+    submit_host(plan, why);
     return;
   }
   st.slot = slot_index;
@@ -305,6 +317,7 @@ void CudaBackendImpl::finish(AsyncStep& st) {
       CUDA_CHECK(cudaEventElapsedTime(&gap, st.prev_end, aev[static_cast<std::size_t>(st.ev)][0]));
       result.stats.device_gap_ms = std::max(0.0f, gap);
     }
+    if (st.census) count_census(sl.census, sl.census_host.get(), result);
     result.stats.tokens = lay.rows;
     result.stats.table_bytes = lay.table_bytes;
     result.stats.host_ms = st.host_ms + ms_since(wall0);

@@ -363,6 +363,78 @@ TEST(AsyncSteps, ReplaysAndTheDefaultSubmitCollect) {
   }
 }
 
+// Steps by how they ran (EngineStats::sync_steps, strata_sync_steps_total) and by kind: the
+// synchronous loop counts every step as sync_loop; a backend that runs replays' return_logits
+// steps synchronously (as the CUDA backend does) gets them counted under return_logits and the
+// rest as pipelined, with the outputs still those of the synchronous loop; the plain CPU backend
+// (Backend's default submit) under `backend`.
+TEST(AsyncSteps, SyncStepsAreCountedByReason) {
+  Config cfg = base_config();
+  cfg.sparsity = test::sparse_profile(Policy::kScored, 1, 40, 8, 2);
+  cfg.quality_monitor.sample_rate = 1.0;
+  cfg.quality_monitor.max_pending = 64;
+  std::mt19937 rng(11);
+  std::vector<std::vector<Request>> waves(2);
+  for (int i = 0; i < 6; ++i) waves[i % 2].push_back(req(rng, 40 + 9 * i, 8 + i));
+  const auto idx = [](SyncReason r) { return static_cast<std::size_t>(r); };
+  struct Run {
+    std::vector<std::vector<std::string>> streams;
+    EngineStats stats;
+  };
+  auto go = [&](bool async, std::shared_ptr<DeferredCounters> n) {
+    Config c = cfg;
+    c.scheduler.async_steps = async;
+    auto e = n ? Engine::create(c, deferred_factory(n)) : Engine::create(c);
+    Run r;
+    for (const auto& w : waves) {
+      std::vector<std::shared_ptr<TokenStream>> ss;
+      for (const auto& q : w) ss.push_back(e->submit(q));
+      for (auto& s : ss) r.streams.push_back(trace(*s));
+    }
+    r.stats = wait_stats(*e, [&](const EngineStats& s) {
+      std::uint64_t sum = 0;
+      for (auto k : s.sync_steps) sum += k;
+      return s.quality && s.quality->replays_completed + s.replays.dropped >= 6 &&
+             s.pages_used == 0 && s.running == 0 && sum == s.steps &&
+             (!n || static_cast<long>(s.sync_steps[idx(SyncReason::kReturnLogits)]) ==
+                        n->sync_steps.load());
+    });
+    return r;
+  };
+  const auto kinds_add_up = [](const EngineStats& s) {
+    EXPECT_EQ(s.steps_decode + s.steps_mixed + s.steps_prefill, s.steps);
+    EXPECT_GT(s.steps_decode, 0u);
+    EXPECT_GT(s.steps_prefill + s.steps_mixed, 0u);
+  };
+  const Run a = go(false, nullptr);
+  EXPECT_EQ(a.stats.sync_steps[idx(SyncReason::kSyncLoop)], a.stats.steps);
+  kinds_add_up(a.stats);
+
+  auto n = std::make_shared<DeferredCounters>();
+  n->sync_return_logits = true;
+  const Run b = go(true, n);
+  ASSERT_EQ(a.streams.size(), b.streams.size());
+  for (std::size_t i = 0; i < a.streams.size(); ++i)
+    EXPECT_EQ(a.streams[i], b.streams[i]) << "request " << i << " differs";
+  EXPECT_GT(n->sync_steps.load(), 0) << "no replay asked for logits";
+  EXPECT_EQ(static_cast<long>(b.stats.sync_steps[idx(SyncReason::kReturnLogits)]),
+            n->sync_steps.load());
+  EXPECT_EQ(b.stats.sync_steps[idx(SyncReason::kNone)] +
+                b.stats.sync_steps[idx(SyncReason::kReturnLogits)],
+            b.stats.steps);
+  EXPECT_GT(b.stats.sync_steps[idx(SyncReason::kNone)], 0u);
+  EXPECT_EQ(b.stats.sync_steps[idx(SyncReason::kSyncLoop)], 0u);
+  EXPECT_GT(n->overlapped.load(), 0);
+  EXPECT_EQ(n->changed_plans.load(), 0);
+  EXPECT_EQ(n->direct_steps.load(), 0);
+  kinds_add_up(b.stats);
+
+  const Run c = go(true, nullptr);
+  EXPECT_EQ(c.streams, a.streams);
+  EXPECT_EQ(c.stats.sync_steps[idx(SyncReason::kBackend)], c.stats.steps);
+  kinds_add_up(c.stats);
+}
+
 TEST(AsyncSteps, OffByDefaultAndParsed) {
   EXPECT_FALSE(Config{}.scheduler.async_steps);
   EXPECT_TRUE(parse_config_yaml("scheduler:\n  async_steps: true\n", "test").scheduler.async_steps);

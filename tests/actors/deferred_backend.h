@@ -4,11 +4,18 @@
 // previous results (PendingInputs), never from the host. It also checks the contract from the
 // backend's side: no plan changes between its submit() and its collect(), step() is never
 // called directly, and counts the submits made while another step was outstanding.
+//
+// With `sync_return_logits` it behaves as the CUDA backend does with a blocker
+// (cuda/async_steps.h): a plan with a return_logits row runs at submit, after every step queued
+// before it, and its result says StepStats::sync = kReturnLogits.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
+#include <exception>
 #include <memory>
+#include <optional>
 
 #include "engine_fixture.h"
 #include "runtime/pending_inputs.h"
@@ -21,6 +28,8 @@ struct DeferredCounters {
   std::atomic<long> pending_rows{0};   // rows whose input the backend fed
   std::atomic<long> direct_steps{0};   // step() called by the engine (must stay 0)
   std::atomic<long> changed_plans{0};  // a plan (or an output it points to) changed in flight
+  std::atomic<long> sync_steps{0};     // run at submit (sync_return_logits)
+  bool sync_return_logits = false;     // (set before the engine starts)
 };
 
 class DeferredBackend final : public ForwardingBackend {
@@ -35,23 +44,22 @@ class DeferredBackend final : public ForwardingBackend {
   void submit(const StepPlan& plan) override {
     ++n_->submits;
     if (!queue_.empty()) ++n_->overlapped;
-    queue_.push_back({&plan, fingerprint(plan)});
+    queue_.push_back({&plan, fingerprint(plan), std::nullopt, nullptr});
+    if (n_->sync_return_logits && std::any_of(plan.seqs.begin(), plan.seqs.end(),
+                                              [](const SeqStep& s) { return s.return_logits; })) {
+      for (Queued& q : queue_)  // the steps in flight first, in order
+        if (!q.result && !q.error) run(q);
+      if (queue_.back().result) queue_.back().result->stats.sync = SyncReason::kReturnLogits;
+      ++n_->sync_steps;
+    }
   }
   StepResult collect() override {
     STRATA_CHECK(!queue_.empty(), "collect() without a submitted step");
-    const Queued q = queue_.front();
+    Queued q = std::move(queue_.front());
     queue_.pop_front();
-    if (fingerprint(*q.plan) != q.print) ++n_->changed_plans;
-    for (const auto& s : q.plan->seqs) n_->pending_rows += s.input_pending ? 1 : 0;
-    StepResult res;
-    try {
-      res = ForwardingBackend::step(pending_.resolve(*q.plan));
-    } catch (...) {
-      pending_.forget();
-      throw;
-    }
-    pending_.record(*q.plan, res);
-    return res;
+    if (!q.result && !q.error) run(q);
+    if (q.error) std::rethrow_exception(q.error);
+    return std::move(*q.result);
   }
 
  private:
@@ -82,7 +90,21 @@ class DeferredBackend final : public ForwardingBackend {
   struct Queued {
     const StepPlan* plan;
     std::vector<std::uint64_t> print;
+    std::optional<StepResult> result;  // run (at collect, or at a synchronous submit)
+    std::exception_ptr error;
   };
+  void run(Queued& q) {
+    if (fingerprint(*q.plan) != q.print) ++n_->changed_plans;
+    for (const auto& s : q.plan->seqs) n_->pending_rows += s.input_pending ? 1 : 0;
+    try {
+      q.result = ForwardingBackend::step(pending_.resolve(*q.plan));
+    } catch (...) {
+      pending_.forget();
+      q.error = std::current_exception();
+      return;
+    }
+    pending_.record(*q.plan, *q.result);
+  }
   std::shared_ptr<DeferredCounters> n_;
   std::deque<Queued> queue_;
   PendingInputs pending_;

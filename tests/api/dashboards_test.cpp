@@ -424,7 +424,8 @@ TEST_F(DashboardsTest, StatusLineEveryIntervalWithItsFields) {
   const std::regex re(
       R"(^strata: engine status: prompt [0-9.]+ tok/s, generation [0-9.]+ tok/s, running \d+, )"
       R"(waiting \d+, preempted \d+, KV [0-9.]+ % \(\d+/\d+ pages\), compression [0-9.]+x, )"
-      R"(host overhead [0-9.]+ %, steps \d+, profile v\d+$)");
+      R"(host overhead [0-9.]+ %, steps \d+ \(decode \d+, mixed \d+, prefill \d+\), )"
+      R"(sync \d+ of \d+ steps( \([a-z_]+ \d+(, [a-z_]+ \d+)*\))?, profile v\d+$)");
   bool saw_generation = false;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     EXPECT_TRUE(std::regex_match(lines[i].second, re)) << lines[i].second;

@@ -156,6 +156,58 @@ TEST(Metrics, GpuIdleRatioOnlyWhenMeasured) {
   EXPECT_NE(t.find("# TYPE strata_gpu_idle_ratio gauge"), std::string::npos);
 }
 
+// The pipelined loop's synchronous steps by reason, the idle split by them, steps by kind.
+TEST(Metrics, SyncStepsByReasonAndStepsByKind) {
+  ApiMetrics m;
+  EngineStats s;
+  s.steps = 40;
+  s.steps_decode = 30;
+  s.steps_mixed = 7;
+  s.steps_prefill = 3;
+  s.sync_steps[static_cast<std::size_t>(SyncReason::kNone)] = 35;
+  s.sync_steps[static_cast<std::size_t>(SyncReason::kReturnLogits)] = 4;
+  s.sync_steps[static_cast<std::size_t>(SyncReason::kHostSampled)] = 1;
+  MetricsInput in;
+  in.model_name = "m";
+  in.ready = true;
+  in.stats = &s;
+  std::string t = render_metrics(m, in);
+  EXPECT_NE(t.find("# TYPE strata_sync_steps_total counter"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata_sync_steps_total{model_name=\"m\",reason=\"return_logits\"} 4\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("strata_sync_steps_total{model_name=\"m\",reason=\"host_sampled\"} 1\n"),
+            std::string::npos);
+  // Every reason is exported (zero-valued series: rate() works from the start); pipelined steps
+  // are not a reason.
+  for (const char* r : {"sync_loop", "backend", "report_kept", "lm_chunks", "profile"})
+    EXPECT_NE(
+        t.find(std::string("strata_sync_steps_total{model_name=\"m\",reason=\"") + r + "\"} 0\n"),
+        std::string::npos)
+        << r;
+  EXPECT_EQ(t.find("strata_sync_steps_total{model_name=\"m\",reason=\"none\"}"), std::string::npos);
+  EXPECT_NE(t.find("strata_engine_steps_by_kind_total{model_name=\"m\",kind=\"decode\"} 30\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("strata_engine_steps_by_kind_total{model_name=\"m\",kind=\"mixed\"} 7\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("strata_engine_steps_by_kind_total{model_name=\"m\",kind=\"prefill\"} 3\n"),
+            std::string::npos);
+  EXPECT_EQ(t.find("strata_gpu_idle_by_reason_seconds_total"), std::string::npos)
+      << "exported without a gap";
+  s.gpu_idle_steps = 10;
+  s.gpu_idle_ms = 250;
+  s.gpu_idle_ms_by_sync[static_cast<std::size_t>(SyncReason::kNone)] = 50;
+  s.gpu_idle_ms_by_sync[static_cast<std::size_t>(SyncReason::kReturnLogits)] = 200;
+  t = render_metrics(m, in);
+  EXPECT_NE(t.find("strata_gpu_idle_by_reason_seconds_total{model_name=\"m\",reason=\"none\"} "
+                   "0.05\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("strata_gpu_idle_by_reason_seconds_total{model_name=\"m\",reason=\"return_"
+                   "logits\"} 0.2\n"),
+            std::string::npos);
+}
+
 TEST(Metrics, PrefixCacheCountersAndGauges) {
   ApiMetrics m;
   EngineStats s;

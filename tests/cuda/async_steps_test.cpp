@@ -85,19 +85,21 @@ TEST(AsyncStepsHost, BlockersOfPlan) {
   StepPlan plan;
   plan.seqs.push_back(q.decode(1, 4, &g, false, 0));
   plan.seqs.push_back(q.decode(2, 4, &pen, false, 1));
-  EXPECT_EQ(pipeline_blocker_of_plan(plan, kVocab, false, false), nullptr);
-  EXPECT_NE(pipeline_blocker_of_plan(plan, kVocab, true, false), nullptr);
-  EXPECT_NE(pipeline_blocker_of_plan(plan, kVocab, false, true), nullptr);
+  EXPECT_EQ(pipeline_blocker_of_plan(plan, kVocab, false, false), SyncReason::kNone);
+  EXPECT_EQ(pipeline_blocker_of_plan(plan, kVocab, true, false), SyncReason::kBackend);
+  EXPECT_EQ(pipeline_blocker_of_plan(plan, kVocab, false, true), SyncReason::kProfile);
   SamplingParams many = pen;
   many.logprobs = kMaxDeviceLogprobs + 1;  // host sampler
   plan.seqs[1].params = &many;
-  EXPECT_STREQ(pipeline_blocker_of_plan(plan, kVocab, false, false), "host-sampled row");
+  EXPECT_EQ(pipeline_blocker_of_plan(plan, kVocab, false, false), SyncReason::kHostSampled);
   plan.seqs[1].params = &pen;
   plan.seqs[0].return_logits = true;
-  EXPECT_STREQ(pipeline_blocker_of_plan(plan, kVocab, false, false), "return_logits");
+  EXPECT_EQ(pipeline_blocker_of_plan(plan, kVocab, false, false), SyncReason::kReturnLogits);
   plan.seqs[0].return_logits = false;
+  // The census pipelines: its gather and copy are queued with the step (backend/census.cpp).
   plan.seqs[0].report_kept = true;
-  EXPECT_STREQ(pipeline_blocker_of_plan(plan, kVocab, false, false), "report_kept");
+  EXPECT_EQ(pipeline_blocker_of_plan(plan, kVocab, false, false), SyncReason::kNone);
+  EXPECT_STREQ(to_string(SyncReason::kReportKept), "report_kept");
 }
 
 TEST(AsyncStepsHost, StageIndexesThePreviousStepsPlanRows) {
@@ -198,7 +200,7 @@ TEST(AsyncStepsHost, FeedsByRouteAndAlternatingImages) {
   a.seqs.push_back(q.decode(2, 4, &pen, false, 1));
   a.seqs.push_back(q.decode(3, 4, &g, false, 2));
   planner.build(a, StepOptions{.device_tables = true}, img[0], lay[0]);
-  EXPECT_EQ(pipeline_blocker_of_layout(lay[0]), nullptr);
+  EXPECT_EQ(pipeline_blocker_of_layout(lay[0]), SyncReason::kNone);
   const std::vector<std::int32_t> src = feed_sources(lay[0]);
   ASSERT_EQ(src.size(), 3u);
   EXPECT_EQ(src[0], lay[0].lm[0].first);  // argmax row

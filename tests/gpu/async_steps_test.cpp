@@ -30,7 +30,9 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/testing/backend_probe.h"
 #include "runtime/config.h"
+#include "runtime/kept_positions.h"
 #include "runtime/kv_layout.h"
+#include "runtime/teacher_forcing.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/runtime/sparsity_test_util.h"
 
@@ -344,6 +346,74 @@ void expect_backend_identical(bool graphs, bool sampled) {
   EXPECT_EQ(n.device_steps, kDecodeSteps);
   EXPECT_GT(n.fed_rows, 0);
   EXPECT_GT(n.overlapped, 0);
+}
+
+// The census pipelines (report_kept no longer drains the pipeline, backend/census.cpp): a
+// teacher-forced scored schedule (kSelect from scratch, then decodes that fill and cycle the
+// ring) with every row asking for its kept positions and sampling greedily, through step() on
+// one backend and through submit/collect (two steps out) on another: tokens, logprobs, argmax
+// and the kept positions (every class and bin) bitwise equal, and no step ran synchronously.
+TEST(AsyncStepsBackend, CensusStepsPipelineWithTheSameKeptPositions) {
+  for (bool graphs : {false, true}) {
+    const std::string what = graphs ? "graphs" : "eager";
+    Config c;
+    c.model.path = cached_model_dir("async", "tiny", 2, 11);
+    c.model.max_model_len = 1024;
+    c.cache.kv_bytes = 64ull << 20;
+    c.scheduler.max_num_seqs = 8;
+    c.scheduler.max_num_batched_tokens = 512;
+    c.backend.cuda_graphs = graphs;
+    c.backend.sparse_graphs = graphs;
+    c.scheduler.async_steps = false;
+    CudaBackend ref(c, 0);
+    c.scheduler.async_steps = true;
+    CudaBackend be(c, 0);
+    const ModelConfig& mc = ref.model();
+    std::vector<std::int32_t> ids(120);
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      ids[i] = static_cast<std::int32_t>((i * 37 + 16) % static_cast<std::size_t>(mc.vocab_size));
+    SparsityProfile prof = test::sparse_profile(Policy::kScored, 1, 48, 8, 4);
+    prof.pool_kernel = 3;
+    std::vector<StepPlan> plans = teacher_forcing_plans(mc, ids, prof, 80);
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    greedy.ignore_eos = true;
+    const std::vector<std::int32_t> prompt(ids.begin(), ids.begin() + 80);
+    const std::vector<std::int32_t> none;
+    for (StepPlan& pl : plans)
+      for (SeqStep& st : pl.seqs) {
+        st.report_kept = true;
+        st.return_logits = false;
+        st.sample = true;
+        st.params = &greedy;
+        st.prompt = &prompt;
+        st.output = &none;
+      }
+    auto kept_trace = [](const StepResult& r) {
+      std::ostringstream o;
+      o << "step " << r.step_id << " " << row_trace(r.seqs.at(0)) << " kept";
+      for (const KeptPositions& k : r.seqs.at(0).kept) {
+        o << " [" << k.sinks << "/" << k.middle << "/" << k.recent << ":";
+        for (int b = 0; b < kPositionBins; ++b) o << k.bins[b] << ",";
+        o << "]";
+      }
+      return o.str();
+    };
+    std::vector<std::string> a, b;
+    for (const StepPlan& pl : plans) a.push_back(kept_trace(ref.step(pl)));
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      be.submit(plans[i]);  // (the plans live in `plans` until the end: the contract)
+      if (i > 0) b.push_back(kept_trace(be.collect()));
+    }
+    b.push_back(kept_trace(be.collect()));
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << what << " step " << i;
+    EXPECT_FALSE(a.back().find(" kept [") == std::string::npos) << a.back();
+    const CudaBackendProbe::AsyncCounts n = CudaBackendProbe(be).async_counts();
+    EXPECT_EQ(n.host_steps, 0) << what << ": a census step ran synchronously";
+    EXPECT_EQ(n.device_steps, static_cast<int>(plans.size())) << what;
+    EXPECT_GT(n.overlapped, 0) << what;
+  }
 }
 
 TEST(AsyncStepsBackend, GreedyEager) {

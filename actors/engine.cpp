@@ -116,7 +116,11 @@ class EngineImpl final : public Engine {
     bd.model = model_;
     bd.limits = {config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens,
                  config_.scheduler.chunked_prefill};
-    bd.async_steps = config_.scheduler.async_steps;
+    // Several rank executors (tensor parallelism, one Backend per rank) run the synchronous
+    // loop: only rank 0 samples, so a follower cannot resolve a pending input from its own
+    // results (runtime/pending_inputs.h), and their collectives leave nothing to overlap anyway.
+    // Its steps count as sync_loop (docs/actors.md "Sync steps").
+    bd.async_steps = config_.scheduler.async_steps && ranks_.size() == 1;
     bd.waiting_slots = &waiting_slots_;
     bd.prefix_cache = config_.cache.prefix_cache;
     // What changes a block's K/V bytes besides its tokens: the weights and their arithmetic.

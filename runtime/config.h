@@ -50,8 +50,10 @@ struct SchedulerSection {
   int max_waiting = 256;  // beyond it requests are refused as overloaded
   bool chunked_prefill = true;
   // Pipelined step loop (docs/actors.md "Pipelined steps"): the batcher plans and submits step
-  // n+1 before it collects step n (Backend::submit/collect); outputs are identical.
-  bool async_steps = false;
+  // n+1 before it collects step n (Backend::submit/collect); outputs are identical. On by
+  // default since 2026-12-02 (gpu_async_steps_test passed on the H200; issue 24); false: the
+  // synchronous loop through Backend::step.
+  bool async_steps = true;
   double request_timeout_s = 600;  // per-request deadline (0: none)
 };
 

@@ -435,8 +435,8 @@ TEST(AsyncSteps, SyncStepsAreCountedByReason) {
   kinds_add_up(c.stats);
 }
 
-TEST(AsyncSteps, OffByDefaultAndParsed) {
-  EXPECT_FALSE(Config{}.scheduler.async_steps);
+TEST(AsyncSteps, OnByDefaultAndParsed) {
+  EXPECT_TRUE(Config{}.scheduler.async_steps);
   EXPECT_TRUE(parse_config_yaml("scheduler:\n  async_steps: true\n", "test").scheduler.async_steps);
   EXPECT_FALSE(
       parse_config_yaml("scheduler:\n  async_steps: false\n", "test").scheduler.async_steps);

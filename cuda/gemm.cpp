@@ -99,8 +99,34 @@ std::string describe(const cublasLtMatmulAlgo_t& algo) {
 
 }  // namespace
 
+void Gemm::enable_decode_workspace() {
+  if (decode_counters_.size() != 0) return;
+  decode_partial_ = DeviceArray<float>(decode_gemm_partial_floats(num_sms_));
+  decode_counters_ = DeviceArray<unsigned>(kDecodeGemmMaxTiles);
+  CUDA_CHECK(cudaMemsetAsync(decode_counters_.get(), 0, decode_counters_.bytes(), stream_));
+}
+
+void Gemm::set_decode(DecodePath p) {
+  decode_path_ = p;
+  if (p == DecodePath::kForce) enable_decode_workspace();
+}
+
+// Runs the Hopper decode GEMM when the path says so for this call; false = not this path.
+bool Gemm::run_decode(const void* x, const __nv_bfloat16* w, void* y, bool f32out, int T, int N,
+                      int K) {
+  if (decode_path_ == DecodePath::kOff || decode_counters_.size() == 0) return false;
+  if (decode_path_ == DecodePath::kAuto &&
+      (decode_keys_.empty() || !decode_keys_.count(Key{N, K, T, f32out})))
+    return false;
+  if (!decode_gemm_applies(x, w, T, N, K)) return false;
+  launch_decode_gemm(static_cast<const __nv_bfloat16*>(x), w, y, f32out, T, N, K,
+                     {decode_partial_.get(), decode_counters_.get()}, num_sms_, stream_);
+  return true;
+}
+
 void Gemm::run(const void* x, const __nv_bfloat16* w, void* y, bool f32out, int T, int N, int K) {
   if (T == 0) return;
+  if (run_decode(x, w, y, f32out, T, N, K)) return;
   if (skinny_ && skinny_gemm_applies(x, w, y, T, N, K) &&
       (no_skinny_.empty() || !no_skinny_.count(Key{N, K, T, f32out}))) {
     launch_skinny_gemm(static_cast<const __nv_bfloat16*>(x), w, y, f32out, T, N, K, stream_);
@@ -591,6 +617,28 @@ std::vector<GemmTuneResult> Gemm::autotune(const std::vector<GemmShape>& shapes,
           if (it != plans_.end()) destroy(it->second), plans_.erase(it);
         } else {
           no_skinny_.insert(key);
+        }
+      }
+      // The Hopper decode GEMM competes with the best so far on the same terms.
+      const auto key = Key{s.N, s.K, T, s.f32out};
+      decode_keys_.erase(key);
+      if (decode_path_ != DecodePath::kOff && decode_gemm_applies(x.get(), s.w, T, s.N, s.K)) {
+        enable_decode_workspace();
+        const DecodeGemmWorkspace dws{decode_partial_.get(), decode_counters_.get()};
+        r.decode_us = time_us([&] {
+          launch_decode_gemm(x.get(), s.w, y_try.get(), s.f32out, T, s.N, s.K, dws, num_sms_,
+                             stream_);
+          return CUBLAS_STATUS_SUCCESS;
+        });
+        if (rel_l2(s.f32out, n_out) > 1e-2) {
+          ++r.rejected;
+        } else if (r.decode_us < r.best_us) {
+          r.best_us = r.decode_us;
+          r.chosen = "decode-wgmma";
+          decode_keys_.insert(key);
+          no_skinny_.insert(key);
+          auto it = plans_.find(key);  // a plan the decode kernel beat is never used
+          if (it != plans_.end()) destroy(it->second), plans_.erase(it);
         }
       }
       out.push_back(r);

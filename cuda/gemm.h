@@ -6,7 +6,8 @@
 // cuBLAS's default against the top cublasLt heuristic algorithms (and split-K variants of
 // them) for given shapes and row counts, keeps a cublasLt algorithm only when it is faster and
 // its output agrees with the default's, and later calls with exactly that (N, K, T, output
-// type) use it.
+// type) use it. On sm_90 the Hopper decode GEMM (cuda/gemm_decode.h, 1..256 rows) is a third
+// candidate, kept on the same terms.
 #pragma once
 
 #include <cublasLt.h>
@@ -23,6 +24,7 @@
 
 #include "cuda/device_buffer.h"
 #include "cuda/fp8.h"
+#include "cuda/gemm_decode.h"
 
 namespace strata::cuda {
 
@@ -40,9 +42,11 @@ struct GemmTuneResult {
   double default_us = 0.0;  // cublasGemmEx, CUBLAS_GEMM_DEFAULT
   double best_us = 0.0;     // the kept choice (default_us when the default won)
   double skinny_us = 0.0;   // the skinny kernel (1..kSkinnyMaxRows rows; 0 = not timed)
+  double decode_us = 0.0;   // the Hopper decode GEMM (cuda/gemm_decode.h; 0 = not timed)
   int candidates = 0;       // cublasLt algorithms timed
   int rejected = 0;         // candidates that failed to run or disagreed with the default
-  std::string chosen;       // "default", "skinny" or "lt algo=.. tile=.. stages=.. splitk=.."
+  std::string
+      chosen;  // "default", "skinny", "decode-wgmma" or "lt algo=.. tile=.. stages=.. splitk=.."
 };
 
 // Skinny GEMMs (cuda/gemm_skinny.cu): 1..kSkinnyMaxRows rows (single-stream decode), a kernel of
@@ -119,6 +123,13 @@ class Gemm {
   // cuBLAS / a tuned cublasLt plan. For benchmarks and tests comparing the two.
   void set_skinny(bool on) { skinny_ = on; }
   bool skinny() const { return skinny_; }
+  // The Hopper decode GEMM: kAuto = where autotune() chose it (the default); kOff = never (not even
+  // timed by autotune); kForce = every call it applies to (benchmarks, tests). Its workspace
+  // (decode_gemm_partial_floats(SMs) floats, 35 MB on 132 SMs) is allocated here for kForce and by
+  // autotune() otherwise - never inside a call, so that calls stay capturable.
+  enum class DecodePath { kAuto, kOff, kForce };
+  void set_decode(DecodePath p);
+  DecodePath decode() const { return decode_path_; }
 
  private:
   struct LtPlan {
@@ -158,6 +169,14 @@ class Gemm {
   std::map<Key, LtPlan> plans_;
   bool skinny_ = true;
   std::set<Key> no_skinny_;  // shapes where autotune() found the library faster
+  // The Hopper decode GEMM: the keys autotune() gave it, its scratch (one stream: calls never
+  // overlap), allocated once by enable_decode_workspace().
+  DecodePath decode_path_ = DecodePath::kAuto;
+  std::set<Key> decode_keys_;
+  DeviceArray<float> decode_partial_;
+  DeviceArray<unsigned> decode_counters_;
+  void enable_decode_workspace();
+  bool run_decode(const void* x, const __nv_bfloat16* w, void* y, bool f32out, int T, int N, int K);
 };
 
 }  // namespace strata::cuda

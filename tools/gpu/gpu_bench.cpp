@@ -30,6 +30,7 @@
 #include "runtime/kv_layout.h"
 #include "runtime/model/make_model.h"
 #include "runtime/sparsity_profile.h"
+#include "tools/gpu/bench_gemm_decode.h"
 #include "tools/gpu/bench_mixed.h"
 
 using namespace strata;
@@ -995,6 +996,7 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "sampling") bench_sampling();
     if (what == "all" || what == "model") bench_model();
     if (what == "all" || what == "sparse") bench_sparse();
+    if (what == "gemm-decode") strata::bench::bench_gemm_decode();  // issue 18 item 3
     if (what == "mixed") strata::bench::bench_mixed();  // issue 19 item 3
     if (what == "all" || what == "prefill-breakdown")
       bench_prefill_breakdown();  // issue 19  // issue 9 (well under 60 s)

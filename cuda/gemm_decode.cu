@@ -1,0 +1,402 @@
+// The Hopper decode GEMM (cuda/gemm_decode.h; sm_90a only, built in the strata_cuda_sm90a object
+// library, cuda/CMakeLists.txt): y[T, N] = x[T, K] . W[N, K]^T for T <= 256.
+//
+// Why this shape (docs/benchmarks.md "A decode GEMM of our own, first attempt"): an mma.sync
+// kernel with 8 warps per SM each waiting on ldmatrix -> mma chains read the weights at 46 % of
+// the copy ceiling. Here the loads are TMA (no thread issues a load), the ring is deep enough to
+// keep >= 130 KB per SM in flight, and the tensor-core work is a few asynchronous wgmma per 32 KB
+// of weights.
+//
+// D[n][t] = sum_k W[n][k] x[t][k] is computed as wgmma's D = A B with A = a 64-row W tile and B =
+// the x tile (TN rows, TN = T rounded up to a wgmma N), both K-major in shared memory with the
+// 128-byte swizzle (desc_sw128, LBO 16, SBO 1024: the layout TMA's SWIZZLE_128B writes).
+//
+// Block = 2 consumer warpgroups (warps 0-7) + 1 producer warp (warp 8), 288 threads, one block per
+// SM (the ring takes the shared memory). Tile = BM weight rows x all TN columns; consumer
+// warpgroup c owns rows [c * MW * 64, (c + 1) * MW * 64) as MW m64 sub-tiles. MW = 1 (BM = 128)
+// but for TN 64 / 128 on wide shapes (mw_for: gate_up), where MW = 2 lets each staged x byte serve
+// a 32 KB W tile, halving x's L2 reads per weight byte. Stage = one k-tile of 64: W box [BM][64] +
+// x box [TN][64], kStages of them (4 to 8 stages, 136-216 KB).
+//
+// Work: units = tiles x k-tiles in tile-major order, block b takes [b U / G, (b + 1) U / G)
+// (stream-K). The producer and the consumers walk the same list; a tile's segment inside one
+// block ends in an epilogue: the whole k range -> y written from the accumulators; a part -> the
+// fp32 partial to slot 2b (the block's first segment) or 2b + 1 (its last), then thread 0 adds 1
+// to the tile's counter; the block that sees the count of pieces reads every piece in block order
+// (its own from registers), writes y and sets the counter back to 0.
+#include <cuda.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "cuda/gemm_decode.h"
+#include "cuda/hopper_sm90.cuh"
+
+namespace strata::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using namespace sm90;
+
+constexpr int kConsumers = 2;                       // consumer warpgroups
+constexpr int kConsumerThreads = kConsumers * 128;  // 256
+constexpr int kThreads = kConsumerThreads + 32;     // + the producer warp
+constexpr int kBK = 64;                             // k per stage: one 128-byte row of bf16
+constexpr std::uint32_t kRowBytes = 128;
+constexpr std::uint32_t kSmemMax = 232448;  // 227 KB per block on sm_90
+constexpr int kMaxStages = 8;
+constexpr int kPartialFloatsPerSlot = 128 * 256;  // BM * TN <= 32768 for every TN
+
+template <int TN, int kMW>
+struct Cfg {
+  static constexpr int MW = kMW;                   // m64 sub-tiles per consumer warpgroup
+  static constexpr int BM = 64 * MW * kConsumers;  // weight rows per tile
+  static constexpr int kAcc = TN / 2;              // fp32 accumulators per sub-tile per thread
+  static constexpr std::uint32_t kW = BM * kRowBytes;
+  static constexpr std::uint32_t kX = TN * kRowBytes;
+  static constexpr std::uint32_t kStage = kW + kX;
+  static constexpr int kStages = std::min<int>(kMaxStages, (kSmemMax - 1024 - 256) / kStage);
+  static constexpr std::uint32_t kBar = kStages * kStage;  // full[kStages], empty[kStages]
+  static constexpr std::uint32_t kFlag = kBar + 2 * kStages * 8;
+  static constexpr std::uint32_t kAlloc = kFlag + 16 + 1024;  // slack to align the base
+  static_assert(kAlloc <= kSmemMax);
+  static_assert(kW % 1024 == 0 && kX % 1024 == 0, "1024-aligned swizzle atoms");
+  static_assert(BM * TN <= kPartialFloatsPerSlot);
+  static_assert((MW * kAcc) % 4 == 0, "partials move as float4");
+  static_assert(MW == 1 || TN <= 128, "at most 128 accumulators per thread");
+};
+
+struct DecodeParams {
+  CUtensorMap w_map;   // W [N][K] bf16, boxes of BM rows x 64
+  CUtensorMap x_map;   // x [T][K] bf16, boxes of TN rows x 64
+  void* y;             // [T][N] bf16 or fp32
+  float* partial;      // [2 * grid][BM * TN]
+  unsigned* counters;  // [tiles]
+  int T, N, K;
+  int tiles, kt;    // output tiles (of BM rows), k-tiles (of 64)
+  long long units;  // tiles * kt
+  int grid;
+  int f32out;
+};
+
+__device__ __forceinline__ long long unit_begin(long long b, const DecodeParams& p) {
+  return b * p.units / p.grid;
+}
+// The block whose range holds unit u: the largest b with floor(b U / G) <= u.
+__device__ __forceinline__ int block_of(long long u, const DecodeParams& p) {
+  return static_cast<int>(((u + 1) * p.grid - 1) / p.units);
+}
+
+__device__ __forceinline__ void store_y(const DecodeParams& p, int n, int t, float v) {
+  if (n >= p.N || t >= p.T) return;
+  const long long i = static_cast<long long>(t) * p.N + n;
+  if (p.f32out)
+    static_cast<float*>(p.y)[i] = v;
+  else
+    static_cast<bf16*>(p.y)[i] = __float2bfloat16_rn(v);
+}
+
+template <int TN, int MW>
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_gemm_kernel(const __grid_constant__ DecodeParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using C = Cfg<TN, MW>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const std::uint32_t raw = smem_u32(smem_raw);
+  const std::uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* const base_ptr = smem_raw + (base - raw);
+  const auto full = [&](int s) { return base + C::kBar + 8u * static_cast<std::uint32_t>(s); };
+  const auto empty = [&](int s) {
+    return base + C::kBar + 8u * static_cast<std::uint32_t>(C::kStages + s);
+  };
+  volatile int* const flag = reinterpret_cast<volatile int*>(base_ptr + C::kFlag);
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  if (tid == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), kConsumerThreads);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  const long long u_begin = unit_begin(blockIdx.x, p), u_end = unit_begin(blockIdx.x + 1LL, p);
+
+  if (warp == kConsumers * 4) {  // ---- producer: lane 0 issues every copy ----
+    if (tid % 32 != 0) return;
+    int stage = 0;
+    std::uint32_t round = 0;
+    for (long long u = u_begin; u < u_end; ++u) {
+      const int tile = static_cast<int>(u / p.kt), k0 = static_cast<int>(u % p.kt) * kBK;
+      if (round > 0) mbar_wait_or_trap(empty(stage), (round - 1) & 1);
+      mbar_arrive_expect_tx(full(stage), C::kStage);
+      const std::uint32_t dst = base + static_cast<std::uint32_t>(stage) * C::kStage;
+      tma_load_2d(dst, &p.w_map, k0, tile * C::BM, full(stage));
+      tma_load_2d(dst + C::kW, &p.x_map, k0, 0, full(stage));
+      if (++stage == C::kStages) stage = 0, ++round;
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  const int wg = warp / 4, wq = warp % 4, lane = tid % 32, g = lane / 4, c4 = lane % 4;
+  float acc[C::MW][C::kAcc];
+#pragma unroll
+  for (int m = 0; m < C::MW; ++m)
+#pragma unroll
+    for (int i = 0; i < C::kAcc; ++i) acc[m][i] = 0.0f;
+
+  int stage = 0;
+  std::uint32_t round = 0;
+  long long u = u_begin;
+  while (u < u_end) {
+    const int tile = static_cast<int>(u / p.kt);
+    const long long seg_begin = u;
+    const long long seg_end = std::min<long long>(u_end, static_cast<long long>(tile + 1) * p.kt);
+    int pending = -1;  // stage of the last committed wgmma group, not yet released
+    for (; u < seg_end; ++u) {
+      mbar_wait(full(stage), round & 1);
+      const std::uint32_t sw = base + static_cast<std::uint32_t>(stage) * C::kStage +
+                               static_cast<std::uint32_t>(wg * C::MW * 64) * kRowBytes;
+      const std::uint32_t sx = base + static_cast<std::uint32_t>(stage) * C::kStage + C::kW;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        const std::uint64_t db = desc_sw128(sx + 32u * kk, 16, 1024);
+#pragma unroll
+        for (int m = 0; m < C::MW; ++m) {
+          const std::uint64_t da = desc_sw128(sw + 64u * kRowBytes * m + 32u * kk, 16, 1024);
+          wgmma_m64k16_ss(acc[m], da, db, (u != seg_begin || kk > 0) ? 1 : 0);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous stage's group is done: hand its stage back
+      if (pending >= 0) mbar_arrive(empty(pending));
+      pending = stage;
+      if (++stage == C::kStages) stage = 0, ++round;
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int m = 0; m < C::MW; ++m) fence_operands(acc[m]);
+    mbar_arrive(empty(pending));
+
+    // ---- epilogue of this segment ----
+    // Accumulator d[i] of sub-tile m: weight row n = tile * BM + (wg * MW + m) * 64 + 16 wq + g +
+    // 8 ((i >> 1) & 1), token t = 8 (i >> 2) + 2 c4 + (i & 1) (hopper_sm90.cuh's D layout).
+    const int n_base = tile * C::BM + wg * C::MW * 64 + 16 * wq + g;
+    const auto write_y = [&] {
+#pragma unroll
+      for (int m = 0; m < C::MW; ++m)
+#pragma unroll
+        for (int i = 0; i < C::kAcc; ++i)
+          store_y(p, n_base + 64 * m + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * c4 + (i & 1),
+                  acc[m][i]);
+    };
+    const long long tile_u0 = static_cast<long long>(tile) * p.kt;
+    if (seg_begin == tile_u0 && seg_end == tile_u0 + p.kt) {
+      write_y();
+      continue;
+    }
+    // Partial: slot 2b (first segment of the block) or 2b + 1 (its last), float4 per thread in
+    // [reg / 4][consumer thread][4] order (coalesced; every piece has the same layout).
+    const int b = static_cast<int>(blockIdx.x);
+    const auto slot_of = [&](int blk) { return 2 * blk + (unit_begin(blk, p) >= tile_u0 ? 0 : 1); };
+    const auto piece = [&](int blk) {
+      return reinterpret_cast<float4*>(p.partial + static_cast<long long>(slot_of(blk)) *
+                                                       kPartialFloatsPerSlot);
+    };
+    {
+      float4* dst = piece(b);
+#pragma unroll
+      for (int m = 0; m < C::MW; ++m)
+#pragma unroll
+        for (int i = 0; i < C::kAcc; i += 4)
+          dst[((m * C::kAcc + i) / 4) * kConsumerThreads + tid] =
+              make_float4(acc[m][i], acc[m][i + 1], acc[m][i + 2], acc[m][i + 3]);
+    }
+    __threadfence();
+    named_bar_sync(1, kConsumerThreads);
+    const int b_first = block_of(tile_u0, p), b_last = block_of(tile_u0 + p.kt - 1, p);
+    if (tid == 0) {
+      const unsigned done = atomicAdd(&p.counters[tile], 1u);
+      const int last = done == static_cast<unsigned>(b_last - b_first) ? 1 : 0;
+      if (last) p.counters[tile] = 0;  // every piece is in: nobody else touches it this launch
+      *flag = last;
+    }
+    named_bar_sync(1, kConsumerThreads);
+    const int last = *flag;
+    named_bar_sync(1, kConsumerThreads);  // flag read before the next segment may rewrite it
+    if (!last) continue;
+    __threadfence();
+    // Every piece from memory (this block's too: one order whichever block finishes), summed in
+    // block order into the accumulators: ((p_first + p_first+1) + ...) + p_last.
+    for (int blk = b_first; blk <= b_last; ++blk) {
+      const float4* src = piece(blk);
+#pragma unroll
+      for (int m = 0; m < C::MW; ++m)
+#pragma unroll
+        for (int i = 0; i < C::kAcc; i += 4) {
+          const float4 v = __ldcg(src + ((m * C::kAcc + i) / 4) * kConsumerThreads + tid);
+          if (blk == b_first)
+            acc[m][i] = v.x, acc[m][i + 1] = v.y, acc[m][i + 2] = v.z, acc[m][i + 3] = v.w;
+          else
+            acc[m][i] += v.x, acc[m][i + 1] += v.y, acc[m][i + 2] += v.z, acc[m][i + 3] += v.w;
+        }
+    }
+    write_y();
+  }
+#else
+  __trap();  // built for sm_90a only (cuda/CMakeLists.txt)
+#endif
+}
+
+// ---- host ---------------------------------------------------------------------------------
+
+int tn_for(int T) {
+  for (int tn : {8, 16, 32, 64, 128, 256})
+    if (T <= tn) return tn;
+  return 0;
+}
+// Two m64 sub-tiles per warpgroup (BM = 256) halve x's L2 reads per weight byte, but a split
+// tile's finisher reads (pieces - 1) x BM x TN x 4 bytes alone, ~ grid BM^2 TN 4 / N: so BM = 256
+// only where the x reads matter (TN 64, 128) and the tiles alone nearly fill the grid (gate_up).
+int mw_for(int tn, int N, int grid) {
+  return (tn == 64 || tn == 128) && 2 * ((N + 255) / 256) >= grid ? 2 : 1;
+}
+
+int current_device() {
+  int d = 0;
+  CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+bool device_is_cc90(int device) {
+  static std::mutex mu;
+  static std::map<int, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  int major = 0, minor = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return known[device] = major == 9 && minor == 0;
+}
+
+int device_sms(int device) {
+  static std::mutex mu;
+  static std::map<int, int> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  int n = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return known[device] = n;
+}
+
+// W's map depends only on (device, pointer, N, K, box rows): weights keep their addresses, so it is
+// encoded once. A pointer reused for another matrix of the same shape gets the same map.
+CUtensorMap weight_map(int device, const bf16* w, int N, int K, int bm) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int, int, int>, CUtensorMap> cache;
+  const auto key = std::make_tuple(device, static_cast<const void*>(w), N, K, bm);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  CUtensorMap m;
+  const CUresult r = encode_tensor_map_2d(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, w, K, N, 2ull * K,
+                                          kBK, static_cast<std::uint32_t>(bm));
+  if (r != CUDA_SUCCESS)
+    throw InternalError("decode GEMM: cuTensorMapEncodeTiled (W) failed (" +
+                        std::to_string(static_cast<int>(r)) + ")");
+  if (cache.size() >= 4096) cache.clear();  // tests allocate and free many matrices
+  return cache[key] = m;
+}
+
+template <int TN, int MW>
+void launch_tn(const DecodeParams& p, int device, cudaStream_t s) {
+  using C = Cfg<TN, MW>;
+  static std::mutex mu;
+  static std::vector<int> ready;  // devices whose attribute is set
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (std::find(ready.begin(), ready.end(), device) == ready.end()) {
+      CUDA_CHECK(cudaFuncSetAttribute(decode_gemm_kernel<TN, MW>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(C::kAlloc)));
+      ready.push_back(device);
+    }
+  }
+  decode_gemm_kernel<TN, MW><<<p.grid, kThreads, C::kAlloc, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+std::size_t decode_gemm_partial_floats(int grid) {
+  return 2ull * static_cast<std::size_t>(std::max(grid, 1)) * kPartialFloatsPerSlot;
+}
+
+bool decode_gemm_applies(const void* x, const void* w, int T, int N, int K, std::string* why) {
+  const auto fail = [&](const char* m) {
+    if (why) *why = m;
+    return false;
+  };
+  if (T < 1 || T > kDecodeGemmMaxRows) return fail("rows outside 1..256");
+  if (N < 1 || K < kBK || K % kBK != 0) return fail("K is not a positive multiple of 64");
+  if ((reinterpret_cast<std::uintptr_t>(x) | reinterpret_cast<std::uintptr_t>(w)) % 16 != 0)
+    return fail("x or w is not 16-byte aligned (TMA)");
+  if ((N + 127) / 128 > kDecodeGemmMaxTiles) return fail("more output tiles than the counters");
+  if (!device_is_cc90(current_device()))
+    return fail("the device is not compute capability 9.0 (the kernel is sm_90a code)");
+  if (!tensor_map_encoder()) return fail("cuTensorMapEncodeTiled not available from the driver");
+  return true;
+}
+
+void launch_decode_gemm(const bf16* x, const bf16* w, void* y, bool f32out, int T, int N, int K,
+                        const DecodeGemmWorkspace& ws, int grid, cudaStream_t s) {
+  std::string why;
+  if (!decode_gemm_applies(x, w, T, N, K, &why)) throw InternalError("launch_decode_gemm: " + why);
+  const int device = current_device();
+  if (grid <= 0) grid = device_sms(device);
+  const int tn = tn_for(T), mw = mw_for(tn, N, grid), bm = 64 * mw * kConsumers;
+  DecodeParams p{};
+  p.w_map = weight_map(device, w, N, K, bm);
+  const CUresult r = encode_tensor_map_2d(&p.x_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, T,
+                                          2ull * K, kBK, static_cast<std::uint32_t>(tn));
+  if (r != CUDA_SUCCESS)
+    throw InternalError("decode GEMM: cuTensorMapEncodeTiled (x) failed (" +
+                        std::to_string(static_cast<int>(r)) + ")");
+  p.y = y, p.partial = ws.partial, p.counters = ws.counters;
+  p.T = T, p.N = N, p.K = K;
+  p.tiles = (N + bm - 1) / bm;
+  p.kt = K / kBK;
+  p.units = static_cast<long long>(p.tiles) * p.kt;
+  p.grid = static_cast<int>(std::min<long long>(grid, p.units));
+  p.f32out = f32out ? 1 : 0;
+  if (mw == 2 && tn == 64)
+    launch_tn<64, 2>(p, device, s);
+  else if (mw == 2)
+    launch_tn<128, 2>(p, device, s);
+  else if (tn == 8)
+    launch_tn<8, 1>(p, device, s);
+  else if (tn == 16)
+    launch_tn<16, 1>(p, device, s);
+  else if (tn == 32)
+    launch_tn<32, 1>(p, device, s);
+  else if (tn == 64)
+    launch_tn<64, 1>(p, device, s);
+  else if (tn == 128)
+    launch_tn<128, 1>(p, device, s);
+  else
+    launch_tn<256, 1>(p, device, s);
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,47 @@
+// The decode GEMM of Strata's own for Hopper (cuda/gemm_decode.cu, sm_90a): y[T, N] = x[T, K] .
+// W[N, K]^T for 1..kDecodeGemmMaxRows rows, bf16 in, fp32 accumulation, bf16 or fp32 out. "Swap
+// AB": the weight rows are wgmma's M operand (64 per instruction) and the T activation rows its N
+// operand (T rounded up to 8, 16, 32, 64, 128 or 256; rows past T are TMA's zero fill and never
+// written). A TMA producer warp streams W and x tiles through a deep mbarrier ring; two consumer
+// warpgroups issue wgmma. The (tile, k-tile) work is split evenly over `grid` persistent blocks
+// (stream-K: a tile's k range may span several blocks), and a split tile's fp32 partials are
+// summed in block order by the block that arrives last (an integer counter per tile, no float
+// atomics): for a fixed grid the result is bitwise the same run to run, in a graph or not.
+// Design and count: docs/cuda-backend.md "GEMMs"; measured: docs/benchmarks.md.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+namespace strata::cuda {
+
+inline constexpr int kDecodeGemmMaxRows = 256;
+// Output tiles per call the counters cover (N / 128 or N / 256 tiles: lm_head's 128256 rows are
+// 501 to 1002).
+inline constexpr int kDecodeGemmMaxTiles = 4096;
+
+// Device scratch of one caller (one stream: calls must not overlap). partial: the split tiles'
+// fp32 partials, decode_gemm_partial_floats(grid) floats. counters: kDecodeGemmMaxTiles
+// unsigned, zero before the first call; every call leaves them zero again.
+struct DecodeGemmWorkspace {
+  float* partial = nullptr;
+  unsigned* counters = nullptr;
+};
+std::size_t decode_gemm_partial_floats(int grid);
+
+// Whether the kernel can run this call: a compute capability 9.0 device, the driver's tensor-map
+// encoder, 1 <= T <= kDecodeGemmMaxRows, K % 64 == 0, x and w 16-byte aligned, at most
+// kDecodeGemmMaxTiles output tiles. `why` (optional) says what failed.
+bool decode_gemm_applies(const void* x, const void* w, int T, int N, int K,
+                         std::string* why = nullptr);
+
+// Launches on `s` with `grid` blocks (<= 0: one per SM of the current device). No allocation,
+// no synchronisation: capturable in a CUDA graph (the tensor maps are encoded on the host per
+// call, W's cached per pointer, and passed by value as kernel parameters).
+void launch_decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, bool f32out, int T,
+                        int N, int K, const DecodeGemmWorkspace& ws, int grid, cudaStream_t s);
+
+}  // namespace strata::cuda

@@ -52,26 +52,15 @@ struct PrefillAttentionParams {
 // (FlashAttention-3 style: a TMA producer warp, wgmma consumer warpgroups; head_dim 64 and
 // 128); where it cannot run (another head_dim, a device that is not compute capability 9.0,
 // no tensor map for the pool) the launch runs kFa2 instead and says so once on stderr.
-// kHopperV2 and kHopperV3 are schedules of the same Hopper kernel for A/B runs (same results
-// up to fp32 summation order): v2 pipelines the next tile's S = Q K^T against this tile's
-// softmax inside each warpgroup and orders blocks heaviest tile first across all heads; v3 adds
-// the ping-pong of the two consumer warpgroups; kHopperLpt is v1 with v2's block order only;
-// kHopperV4 / kHopperV5 are v2 / v3 with K and V guarded by separate barriers and loaded by
-// separate producer warps (attention_prefill_hopper.cu). The two-argument launch uses the
-// environment variable STRATA_PREFILL_ATTN=hopper|hopper_v2|hopper_v3|hopper_v4|hopper_v5|
-// hopper_lpt|fa2|fa2_single|wmma (default fa2 until a server on the Hopper kernel has been
-// load-tested on the H200: its tests pass; read once; anything else throws ConfigError).
-enum class PrefillKernel {
-  kFa2,
-  kWmma,
-  kFa2Single,
-  kHopper,
-  kHopperV2,
-  kHopperV3,
-  kHopperLpt,
-  kHopperV4,
-  kHopperV5
-};
+// kHopperV5 (the default) and kHopperV6 are schedules of the same Hopper kernel (same results
+// bit for bit as v1 up to fp32 summation order; attention_prefill_hopper.cu): v5 pipelines the
+// next tile's S = Q K^T against this tile's softmax, ping-pongs the two consumer warpgroups,
+// splits the K / V ring and orders blocks heaviest tile first; v6 is v5 made persistent (one
+// block per SM running a static list of work items, the next item's Q and K/V loaded under this
+// item's work; not yet run on a GPU). The two-argument launch uses the environment variable
+// STRATA_PREFILL_ATTN=hopper|hopper_v5|hopper_v6|fa2|fa2_single|wmma (default hopper_v5 since the
+// H200 load test of 2026-12-02; read once; anything else throws ConfigError).
+enum class PrefillKernel { kFa2, kWmma, kFa2Single, kHopper, kHopperV5, kHopperV6 };
 PrefillKernel prefill_kernel_from_env();
 const char* prefill_kernel_name(PrefillKernel k);
 void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s);

@@ -222,14 +222,10 @@ PrefillKernel prefill_kernel_from_env() {
     if (s == "hopper") return PrefillKernel::kHopper;
     if (s == "wmma") return PrefillKernel::kWmma;
     if (s == "fa2_single") return PrefillKernel::kFa2Single;
-    if (s == "hopper_v2") return PrefillKernel::kHopperV2;
-    if (s == "hopper_v3") return PrefillKernel::kHopperV3;
-    if (s == "hopper_lpt") return PrefillKernel::kHopperLpt;
-    if (s == "hopper_v4") return PrefillKernel::kHopperV4;
-    throw ConfigError("STRATA_PREFILL_ATTN",
-                      "prefill attention kernel '" + s +
-                          "' is not one of: fa2, fa2_single, wmma, hopper, hopper_v2, hopper_v3, "
-                          "hopper_v4, hopper_v5, hopper_lpt");
+    if (s == "hopper_v6") return PrefillKernel::kHopperV6;
+    throw ConfigError("STRATA_PREFILL_ATTN", "prefill attention kernel '" + s +
+                                                 "' is not one of: fa2, fa2_single, wmma, hopper, "
+                                                 "hopper_v5, hopper_v6");
   }();
   return k;
 }
@@ -242,16 +238,10 @@ const char* prefill_kernel_name(PrefillKernel k) {
       return "fa2_single";
     case PrefillKernel::kHopper:
       return "hopper";
-    case PrefillKernel::kHopperV2:
-      return "hopper_v2";
-    case PrefillKernel::kHopperV3:
-      return "hopper_v3";
-    case PrefillKernel::kHopperLpt:
-      return "hopper_lpt";
-    case PrefillKernel::kHopperV4:
-      return "hopper_v4";
     case PrefillKernel::kHopperV5:
       return "hopper_v5";
+    case PrefillKernel::kHopperV6:
+      return "hopper_v6";
     case PrefillKernel::kFa2:
       break;
   }
@@ -276,16 +266,10 @@ void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s, P
     launch_prefill_attention_fa2(p, s, k != PrefillKernel::kFa2Single);
     return;
   }
-  if (k == PrefillKernel::kHopper || k == PrefillKernel::kHopperV2 ||
-      k == PrefillKernel::kHopperV3 || k == PrefillKernel::kHopperLpt ||
-      k == PrefillKernel::kHopperV4 || k == PrefillKernel::kHopperV5) {
+  if (k == PrefillKernel::kHopper || k == PrefillKernel::kHopperV5 ||
+      k == PrefillKernel::kHopperV6) {
     // The variant numbers of launch_prefill_attention_hopper (attention_prefill_impl.h).
-    const int variant = k == PrefillKernel::kHopper      ? 1
-                        : k == PrefillKernel::kHopperV2  ? 2
-                        : k == PrefillKernel::kHopperV3  ? 3
-                        : k == PrefillKernel::kHopperLpt ? 4
-                        : k == PrefillKernel::kHopperV4  ? 5
-                                                         : 6;
+    const int variant = k == PrefillKernel::kHopper ? 1 : k == PrefillKernel::kHopperV5 ? 5 : 6;
     std::string why;
     if (launch_prefill_attention_hopper(p, s, &why, variant)) return;
     // Shapes or devices the Hopper kernel does not take run the FA2 kernel; said once per process.

@@ -15,10 +15,8 @@ void launch_prefill_attention_wmma(const PrefillAttentionParams& p, cudaStream_t
 void launch_prefill_attention_fa2(const PrefillAttentionParams& p, cudaStream_t s, bool pair_heads);
 // Hopper kernel (attention_prefill_hopper.cu, sm_90a): launches and returns true, or returns
 // false with the reason in `why` (shape or device it does not take) and launches nothing.
-// variant: 1 (kHopper, the validated schedule), 2 (kHopperV2: intra-warpgroup pipelining,
-// longest-first over the whole grid), 3 (kHopperV3: v2 + warpgroup ping-pong), 4 (kHopperLpt:
-// v1 with v2's block order), 5 (kHopperV4: v2 with a split K / V ring), 6 (kHopperV5: v3 with
-// a split K / V ring).
+// variant: 1 (kHopper, the validated schedule), 5 (kHopperV5: pipelined consumers, ping-pong,
+// split K / V ring), 6 (kHopperV6: v5 persistent, one block per SM).
 bool launch_prefill_attention_hopper(const PrefillAttentionParams& p, cudaStream_t s,
                                      std::string* why, int variant);
 

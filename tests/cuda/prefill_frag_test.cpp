@@ -445,12 +445,15 @@ TEST(PrefillKernelChoice, EnvironmentDefaultIsHopperV5) {
                              : s == "fa2_single" ? PrefillKernel::kFa2Single
                              : s == "hopper"     ? PrefillKernel::kHopper
                              : s == "fa2"        ? PrefillKernel::kFa2
+                             : s == "hopper_v6"  ? PrefillKernel::kHopperV6
                                                  : PrefillKernel::kHopperV5;
   EXPECT_EQ(prefill_kernel_from_env(), want);
   EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kFa2), "fa2");
   EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kWmma), "wmma");
   EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kFa2Single), "fa2_single");
   EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kHopper), "hopper");
+  EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kHopperV5), "hopper_v5");
+  EXPECT_STREQ(prefill_kernel_name(PrefillKernel::kHopperV6), "hopper_v6");
 }
 
 }  // namespace

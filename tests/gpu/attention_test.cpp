@@ -3,10 +3,12 @@
 // (outputs poisoned first). Sweeps: head_dim 64/128, GQA 1/2/3/4/8, batch, lengths incl. 1,
 // 17, 4096, chunked prefill over paged prior context, decode splits. Every prefill case runs
 // every prefill kernel (PrefillKernel::kFa2, kFa2Single, kWmma, and the Hopper kernel's
-// variants kHopper = v1, kHopperV2 .. V5, kHopperLpt) on the same inputs, each checked
-// against the reference; the variants do v1's arithmetic in v1's order, so their count of
-// outputs that differ from v1's bit for bit is printed too (a figure, expected 0; the gate is
-// the reference). STRATA_ATTN_KERNELS=hopper,hopper_v2,... restricts the prefill kernels run. In
+// variants kHopper = v1, kHopperV5, kHopperV6) on the same inputs, each checked against the
+// reference; the variants do v1's arithmetic in v1's order, so their count of outputs that
+// differ from v1's bit for bit is printed too (a figure, expected 0; the gate is the
+// reference), and v5 / v6 are launched twice and must agree with themselves bit for bit (v6's
+// blocks take their work items by blockIdx: nothing in it may depend on timing).
+// STRATA_ATTN_KERNELS=hopper,hopper_v6,... restricts the prefill kernels run. In
 // the prefill cases every slot past a sequence's end (the tail of its last page, the spare pages)
 // is NaN, so a kernel that lets 0 * NaN into P V fails. The page size is the fixed kBlockSize (16)
 // of runtime/kv_layout.h.
@@ -160,22 +162,56 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
                ref_o.data() + (static_cast<std::size_t>(t) * c.heads + h) * c.hd,
                &ref_lse[static_cast<std::size_t>(idx)]);
   });
-  std::vector<double> hopper_v1_o;  // v1's output, for the bitwise comparison of v2 and v3
+  std::vector<double> hopper_v1_o;  // v1's output, for the bitwise comparison of v5 and v6
   for (const PrefillKernel kern :
        {PrefillKernel::kFa2, PrefillKernel::kFa2Single, PrefillKernel::kWmma,
-        PrefillKernel::kHopper, PrefillKernel::kHopperV2, PrefillKernel::kHopperV3,
-        PrefillKernel::kHopperLpt, PrefillKernel::kHopperV4, PrefillKernel::kHopperV5}) {
+        PrefillKernel::kHopper, PrefillKernel::kHopperV5, PrefillKernel::kHopperV6}) {
     if (!prefill_kernel_selected(kern)) continue;
     const std::string ktag = std::string(prefill_kernel_name(kern)) + "_" + tag;
+    const PrefillAttentionParams params{d_q.get(),
+                                        q_stride,
+                                        kv.pool.get(),
+                                        static_cast<long long>(kv.layout.page_elems()),
+                                        kv.d_table.get(),
+                                        kv.table_stride,
+                                        d_rs.get(),
+                                        d_nq.get(),
+                                        d_p0.get(),
+                                        d_ts.get(),
+                                        d_tq.get(),
+                                        static_cast<int>(tile_seq.size()),
+                                        out.get(),
+                                        c.heads * c.hd,
+                                        lse.get(),
+                                        c.heads,
+                                        c.kv_heads,
+                                        c.hd,
+                                        static_cast<float>(scale)};
+    const bool hopper_variant =
+        kern == PrefillKernel::kHopperV5 || kern == PrefillKernel::kHopperV6;
+    std::vector<bf16> first_o;
+    std::vector<float> first_lse;
+    if (hopper_variant) {  // run-to-run: a first launch, kept bit for bit
+      poison(out);
+      poison(lse);
+      launch_prefill_attention(params, nullptr, kern);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      first_o = to_host(out);
+      first_lse = to_host(lse);
+    }
     poison(out);
     poison(lse);
-    launch_prefill_attention(
-        {d_q.get(), q_stride, kv.pool.get(), static_cast<long long>(kv.layout.page_elems()),
-         kv.d_table.get(), kv.table_stride, d_rs.get(), d_nq.get(), d_p0.get(), d_ts.get(),
-         d_tq.get(), static_cast<int>(tile_seq.size()), out.get(), c.heads * c.hd, lse.get(),
-         c.heads, c.kv_heads, c.hd, static_cast<float>(scale)},
-        nullptr, kern);
+    launch_prefill_attention(params, nullptr, kern);
     CUDA_CHECK(cudaDeviceSynchronize());
+    if (hopper_variant) {
+      const auto again_o = to_host(out);
+      const auto again_lse = to_host(lse);
+      EXPECT_EQ(std::memcmp(again_o.data(), first_o.data(), again_o.size() * sizeof(bf16)), 0)
+          << ktag << ": O differs bitwise between two launches";
+      EXPECT_EQ(std::memcmp(again_lse.data(), first_lse.data(), again_lse.size() * sizeof(float)),
+                0)
+          << ktag << ": LSE differs bitwise between two launches";
+    }
     const std::vector<double> got_o = to_host_bf16(out.get(), out.size());
     const ErrStats eo = compare(got_o, ref_o);
     const auto got_lse = to_host(lse);
@@ -186,10 +222,7 @@ void run_prefill_case(const PrefillCase& c, std::mt19937_64& rng, const std::str
     figure("prefill_rel_l2_" + ktag, eo.rel_l2);
     figure("prefill_lse_abs_" + ktag, el.max_abs);
     if (kern == PrefillKernel::kHopper) hopper_v1_o = got_o;
-    if ((kern == PrefillKernel::kHopperV2 || kern == PrefillKernel::kHopperV3 ||
-         kern == PrefillKernel::kHopperLpt || kern == PrefillKernel::kHopperV4 ||
-         kern == PrefillKernel::kHopperV5) &&
-        hopper_v1_o.size() == got_o.size()) {
+    if (hopper_variant && hopper_v1_o.size() == got_o.size()) {
       std::size_t differ = 0;
       for (std::size_t i = 0; i < got_o.size(); ++i)
         differ += got_o[i] != hopper_v1_o[i] ? 1u : 0u;  // NaN counts as differing
@@ -221,6 +254,18 @@ TEST(GpuAttention, PrefillRaggedMixed) {
   run_prefill_case({32, 8, 128, {300, 64, 129, 1, 200}, {0, 512, 31, 4000, 64}}, rng,
                    "hd128_g4_ragged_mixed");
   run_prefill_case({8, 1, 64, {191, 65, 17}, {0, 63, 1}}, rng, "hd64_g8_ragged_mixed");
+}
+
+// More work items than two per SM, so that v6's persistent blocks run several items each: the
+// K/V ring, the Q double buffer's parity and the warpgroup ping-pong carried across items, a
+// light item after a heavy one. hd 128 with head pairs (NC 2) and hd 64 with an odd GQA group
+// (NC 1); ragged, with and without prior context.
+TEST(GpuAttention, PrefillPersistentManyItems) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(26);
+  run_prefill_case({32, 8, 128, {2048, 1500, 777, 1}, {0, 300, 1000, 61}}, rng,
+                   "hd128_g4_many_items");
+  run_prefill_case({12, 4, 64, {3000, 517}, {0, 129}}, rng, "hd64_g3_many_items");
 }
 
 TEST(GpuAttention, PrefillLong4096) {

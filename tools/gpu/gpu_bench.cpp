@@ -286,8 +286,7 @@ void bench_prefill_attention(int B, int len, int prior = 0) {
   const double flops = 4.0 * B * heads * hd * static_cast<double>(len) * (prior + len / 2.0);
   for (const PrefillKernel kern :
        {PrefillKernel::kFa2, PrefillKernel::kFa2Single, PrefillKernel::kWmma,
-        PrefillKernel::kHopper, PrefillKernel::kHopperV2, PrefillKernel::kHopperV3,
-        PrefillKernel::kHopperLpt, PrefillKernel::kHopperV4, PrefillKernel::kHopperV5}) {
+        PrefillKernel::kHopper, PrefillKernel::kHopperV5, PrefillKernel::kHopperV6}) {
     if (!prefill_kernel_selected(kern)) continue;
     const double ms = median_ms([&] { launch_prefill_attention(p, nullptr, kern); }, 2, 10);
     const double tf = flops / (ms * 1e-3);

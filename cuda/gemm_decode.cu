@@ -11,12 +11,17 @@
 // the x tile (TN rows, TN = T rounded up to a wgmma N), both K-major in shared memory with the
 // 128-byte swizzle (desc_sw128, LBO 16, SBO 1024: the layout TMA's SWIZZLE_128B writes).
 //
-// Block = 2 consumer warpgroups (warps 0-7) + 1 producer warp (warp 8), 288 threads, one block per
-// SM (the ring takes the shared memory). Tile = BM weight rows x all TN columns; consumer
-// warpgroup c owns rows [c * MW * 64, (c + 1) * MW * 64) as MW m64 sub-tiles. MW = 1 (BM = 128)
-// but for TN 64 / 128 on wide shapes (mw_for: gate_up), where MW = 2 lets each staged x byte serve
-// a 32 KB W tile, halving x's L2 reads per weight byte. Stage = one k-tile of 64: W box [BM][64] +
-// x box [TN][64], kStages of them (4 to 8 stages, 136-216 KB).
+// Block = 2 consumer warpgroups (warps 0-7) + 1 producer warpgroup (warps 8-11, only lane 0 of
+// warp 8 works), 384 threads, one block per SM (the ring takes the shared memory). Tile = BM weight
+// rows x all TN columns; consumer warpgroup c owns rows [c * MW * 64, (c + 1) * MW * 64) as MW m64
+// sub-tiles. MW = 1 (BM = 128) but for TN 64 on wide shapes (mw_for: gate_up), where MW = 2 lets
+// each staged x byte serve a 32 KB W tile, halving x's L2 reads per weight byte. Registers: 384
+// threads enter with a cap of 168 and setmaxnreg moves them to the consumers (40 / 232); ptxas
+// then reports no spill but at TN 256 (128 accumulators: 316 B stored, 148 B loaded per thread;
+// with one producer warp, 288 threads and no setmaxnreg: 968 / 556 B, and 20 / 44 B for TN 64 with
+// MW 2). TN 128 with MW 2 (128 accumulators too) spilled 1.4 KB and is not used.
+// Stage = one k-tile of 64: W box [BM][64] + x box [TN][64], kStages of them (4 to 8 stages,
+// 136-216 KB).
 //
 // Work: units = tiles x k-tiles in tile-major order, block b takes [b U / G, (b + 1) U / G)
 // (stream-K). The producer and the consumers walk the same list; a tile's segment inside one
@@ -46,7 +51,7 @@ using namespace sm90;
 
 constexpr int kConsumers = 2;                       // consumer warpgroups
 constexpr int kConsumerThreads = kConsumers * 128;  // 256
-constexpr int kThreads = kConsumerThreads + 32;     // + the producer warp
+constexpr int kThreads = kConsumerThreads + 128;    // + the producer warpgroup
 constexpr int kBK = 64;                             // k per stage: one 128-byte row of bf16
 constexpr std::uint32_t kRowBytes = 128;
 constexpr std::uint32_t kSmemMax = 232448;  // 227 KB per block on sm_90
@@ -130,8 +135,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const long long u_begin = unit_begin(blockIdx.x, p), u_end = unit_begin(blockIdx.x + 1LL, p);
 
-  if (warp == kConsumers * 4) {  // ---- producer: lane 0 issues every copy ----
-    if (tid % 32 != 0) return;
+  if (warp >= kConsumers * 4) {  // ---- producer warpgroup: lane 0 of its first warp copies ----
+    setmaxnreg_dec<40>();
+    if (tid != kConsumerThreads) return;
     int stage = 0;
     std::uint32_t round = 0;
     for (long long u = u_begin; u < u_end; ++u) {
@@ -147,6 +153,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- consumers ----
+  setmaxnreg_inc<232>();  // 128 x 40 + 256 x 232 = 64,512 of the SM's 65,536 registers
   const int wg = warp / 4, wq = warp % 4, lane = tid % 32, g = lane / 4, c4 = lane % 4;
   float acc[C::MW][C::kAcc];
 #pragma unroll
@@ -267,9 +274,10 @@ int tn_for(int T) {
 }
 // Two m64 sub-tiles per warpgroup (BM = 256) halve x's L2 reads per weight byte, but a split
 // tile's finisher reads (pieces - 1) x BM x TN x 4 bytes alone, ~ grid BM^2 TN 4 / N: so BM = 256
-// only where the x reads matter (TN 64, 128) and the tiles alone nearly fill the grid (gate_up).
+// only where the x reads matter (TN 64; TN 128 with MW 2 spilled) and the tiles alone nearly fill
+// the grid (gate_up).
 int mw_for(int tn, int N, int grid) {
-  return (tn == 64 || tn == 128) && 2 * ((N + 255) / 256) >= grid ? 2 : 1;
+  return tn == 64 && 2 * ((N + 255) / 256) >= grid ? 2 : 1;
 }
 
 int current_device() {
@@ -381,10 +389,8 @@ void launch_decode_gemm(const bf16* x, const bf16* w, void* y, bool f32out, int 
   p.units = static_cast<long long>(p.tiles) * p.kt;
   p.grid = static_cast<int>(std::min<long long>(grid, p.units));
   p.f32out = f32out ? 1 : 0;
-  if (mw == 2 && tn == 64)
+  if (mw == 2)
     launch_tn<64, 2>(p, device, s);
-  else if (mw == 2)
-    launch_tn<128, 2>(p, device, s);
   else if (tn == 8)
     launch_tn<8, 1>(p, device, s);
   else if (tn == 16)

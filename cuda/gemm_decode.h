@@ -2,11 +2,11 @@
 // W[N, K]^T for 1..kDecodeGemmMaxRows rows, bf16 in, fp32 accumulation, bf16 or fp32 out. "Swap
 // AB": the weight rows are wgmma's M operand (64 per instruction) and the T activation rows its N
 // operand (T rounded up to 8, 16, 32, 64, 128 or 256; rows past T are TMA's zero fill and never
-// written). A TMA producer warp streams W and x tiles through a deep mbarrier ring; two consumer
-// warpgroups issue wgmma. The (tile, k-tile) work is split evenly over `grid` persistent blocks
-// (stream-K: a tile's k range may span several blocks), and a split tile's fp32 partials are
-// summed in block order by the block that arrives last (an integer counter per tile, no float
-// atomics): for a fixed grid the result is bitwise the same run to run, in a graph or not.
+// written). One lane of a producer warpgroup streams W and x tiles by TMA through a deep mbarrier
+// ring; two consumer warpgroups issue wgmma. The (tile, k-tile) work is split evenly over `grid`
+// persistent blocks (stream-K: a tile's k range may span several blocks), and a split tile's fp32
+// partials are summed in block order by the block that arrives last (an integer counter per tile,
+// no float atomics): for a fixed grid the result is bitwise the same run to run, in a graph or not.
 // Design and count: docs/cuda-backend.md "GEMMs"; measured: docs/benchmarks.md.
 #pragma once
 

@@ -29,6 +29,7 @@
 #include "cuda/device_buffer.h"
 #include "cuda/fp8.h"
 #include "cuda/gemm.h"
+#include "cuda/gemm_skinny_fused.h"
 #include "cuda/kernels.h"
 #include "cuda/sampling.h"
 #include "cuda/sparse/sparse_kernels.h"
@@ -322,6 +323,19 @@ struct CudaBackendImpl {
   bool residual_in_gemm(const ForwardArgs& a) const {
     return resid_epilogue && !fp8 && !tp.comm && a.tiles > 0 && a.rows > kSkinnyMaxRows;
   }
+  // Issue 18 item 3, STRATA_DECODE_FUSION (cuda/gemm_skinny_fused.h): decode-only steps of
+  // 1..kSkinnyMaxRows rows (graphs included: bucket 1 and 2) run each layer as 4 fused skinny
+  // kernels beside RoPE and attention: RMSNorm + qkv, o + residual, RMSNorm + gate_up, SwiGLU +
+  // down + residual (forward.cpp). bf16 layers only, tp 1, the skinny GEMM on. The residual is
+  // then added inside the GEMMs (resid_in_gemm set for the step, lm_chunk reads it). 2: the
+  // fused kernels with programmatic dependent launch. CudaBackendProbe::set_decode_fusion for
+  // A/B (drops the graphs, which bake it in).
+  int decode_fusion = decode_fusion_from_env();
+  bool decode_fused(int rows, int tiles) const {
+    return decode_fusion > 0 && !fp8 && !tp.comm && tiles == 0 && rows >= 1 &&
+           rows <= kSkinnyMaxRows && gemm && gemm->skinny();
+  }
+  bool dec_fused = false;  // this step's forward: decode_fused(rows, tiles)
   // Issue 19 item 3: in a step with decode rows and prefill tiles, each layer's decode attention
   // (and the sparse score update after it) runs on a side stream beside the prefill attention
   // on `stream`, forked and joined with events inside the layer (forward.cpp; capturable). Same

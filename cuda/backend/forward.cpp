@@ -11,6 +11,7 @@
 #include "cuda/attention.h"
 #include "cuda/backend/backend_impl.h"
 #include "cuda/fp8.h"
+#include "cuda/gemm_skinny_fused.h"
 #include "cuda/kernels.h"
 #include "cuda/kv_fp8.h"
 #include "cuda/tp/collectives.h"
@@ -86,22 +87,43 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
   const LayerDev& w = layers[static_cast<std::size_t>(l)];
   const int* table = d_tables.get() + static_cast<std::size_t>(l) * pmax;
   const int table_stride = L * pmax;
-  // resid_in_gemm: the previous layer's down GEMM already added its output to resid.
-  launch_rmsnorm({.resid = resid.get(),
-                  .delta = l == 0 || resid_in_gemm ? nullptr : delta.get(),
-                  .weight = w.input_norm,
-                  .out = normed.get(),
-                  .rows = nullptr,
-                  .num_rows = T,
-                  .hidden = H,
-                  .eps = eps,
-                  .out8 = x8_rows(),
-                  .out8_static = w.qkv_in,
-                  .vec = vec_kernels},
-                 stream);
-  prof(KernelClass::kNorm);
-  linear(normed.get(), w.qkv, w.qkv8, qkv.get(), T, qkv_dim, H);
-  prof(KernelClass::kGemmQkv);
+  // dec_fused (1-2 row decode steps, STRATA_DECODE_FUSION): the four GEMMs of the layer carry
+  // the norms, the SwiGLU and the residual adds (cuda/gemm_skinny_fused.h); the input norm runs
+  // inside the qkv GEMM, which reads the fp32 residual.
+  const bool pdl = decode_fusion >= 2;
+  auto fused_gemm = [&](SkinnyFusedParams p) {
+    p.T = T;
+    p.eps = eps;
+    p.pdl = pdl;
+    launch_skinny_fused(p, stream);
+  };
+  if (dec_fused) {
+    fused_gemm({.w = w.qkv,
+                .N = qkv_dim,
+                .K = H,
+                .in = SkinnyIn::kNorm,
+                .resid_in = resid.get(),
+                .gamma = w.input_norm,
+                .y = qkv.get()});
+    prof(KernelClass::kGemmQkv);
+  } else {
+    // resid_in_gemm: the previous layer's down GEMM already added its output to resid.
+    launch_rmsnorm({.resid = resid.get(),
+                    .delta = l == 0 || resid_in_gemm ? nullptr : delta.get(),
+                    .weight = w.input_norm,
+                    .out = normed.get(),
+                    .rows = nullptr,
+                    .num_rows = T,
+                    .hidden = H,
+                    .eps = eps,
+                    .out8 = x8_rows(),
+                    .out8_static = w.qkv_in,
+                    .vec = vec_kernels},
+                   stream);
+    prof(KernelClass::kNorm);
+    linear(normed.get(), w.qkv, w.qkv8, qkv.get(), T, qkv_dim, H);
+    prof(KernelClass::kGemmQkv);
+  }
   const std::size_t lrow = static_cast<std::size_t>(l) * max_seqs;
   sparse::DecodeParams dp;
   const bool sp_dec = a.sparse_decode && S_dec > 0;
@@ -241,7 +263,14 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
     launch_quantize_rows(attn.get(), q_dim, T, q_dim, x8_rows(), stream, w.o_in);
     prof(KernelClass::kQuantize);
   }
-  if (resid_in_gemm)  // resid += attn . W_o^T in the epilogue (no tp, no fp8: residual_in_gemm)
+  if (dec_fused)  // resid += attn . W_o^T (fp32, in the skinny kernel's epilogue)
+    fused_gemm({.w = w.o,
+                .N = H,
+                .K = q_dim,
+                .in = SkinnyIn::kBf16,
+                .x = attn.get(),
+                .resid_out = resid.get()});
+  else if (resid_in_gemm)  // the prefill epilogue (no tp, no fp8: residual_in_gemm)
     gemm->linear_residual(attn.get(), w.o, resid.get(), T, H, q_dim);
   else
     linear(attn.get(), w.o, w.o8, delta.get(), T, H, q_dim);
@@ -249,6 +278,24 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
   if (tp.comm) {
     tp.comm->all_reduce_bf16(delta.get(), static_cast<std::size_t>(T) * H, stream);
     prof(KernelClass::kAllReduce);
+  }
+  if (dec_fused) {  // post-attention norm + gate_up, then SwiGLU + down + residual
+    fused_gemm({.w = w.gate_up,
+                .N = 2 * I,
+                .K = H,
+                .in = SkinnyIn::kNorm,
+                .resid_in = resid.get(),
+                .gamma = w.post_norm,
+                .y = gu.get()});
+    prof(KernelClass::kGemmGateUp);
+    fused_gemm({.w = w.down,
+                .N = H,
+                .K = I,
+                .in = SkinnyIn::kSwiglu,
+                .gu = gu.get(),
+                .resid_out = resid.get()});
+    prof(KernelClass::kGemmDown);
+    return;
   }
   launch_rmsnorm({.resid = resid.get(),
                   .delta = resid_in_gemm ? nullptr : delta.get(),
@@ -289,7 +336,8 @@ void CudaBackendImpl::forward(const ForwardArgs& a) {
   const int T = a.rows;
   const int H = mc.hidden_size, L = mc.num_hidden_layers;
   // One choice for every layer and the lm_head's final norm (lm_chunk) of this step.
-  resid_in_gemm = residual_in_gemm(a);
+  dec_fused = decode_fused(a.rows, a.tiles);
+  resid_in_gemm = residual_in_gemm(a) || dec_fused;
   prof_on = false;
   if (profile) {  // never inside a graph capture (graphs.cpp runs forward() there too)
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;

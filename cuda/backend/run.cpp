@@ -140,7 +140,9 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
 void CudaBackendImpl::launch_forward(const std::vector<LayerSparseWork>& work) {
   const int bucket = layout.graph.bucket;
   if (bucket > 0) {
-    resid_in_gemm = false;  // decode graphs are captured with tiles = 0 (residual_in_gemm)
+    // decode graphs are captured with tiles = 0: no prefill epilogue (residual_in_gemm), the
+    // decode fusion at buckets 1-2 (decode_fused)
+    resid_in_gemm = decode_fused(bucket, 0);
     replay_graph();
   } else {
     forward({.rows = layout.rows,

@@ -72,6 +72,16 @@ void CudaBackendProbe::set_residual_epilogue(bool on) {
 bool CudaBackendProbe::residual_epilogue() const {
   return b_.resid_epilogue;
 }
+void CudaBackendProbe::set_decode_fusion(int mode) {
+  if (b_.decode_fusion == mode) return;
+  CUDA_CHECK(cudaSetDevice(b_.device));
+  for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
+  b_.graphs.clear();
+  b_.decode_fusion = mode;
+}
+int CudaBackendProbe::decode_fusion() const {
+  return b_.decode_fusion;
+}
 void CudaBackendProbe::set_skinny_gemm(bool on) {
   if (b_.gemm->skinny() == on) return;
   CUDA_CHECK(cudaSetDevice(b_.device));

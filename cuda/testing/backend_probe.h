@@ -74,6 +74,11 @@ class CudaBackendProbe {
   // kernels (A/B). Graphs never use it (decode-only steps), so none are dropped.
   void set_residual_epilogue(bool on);
   bool residual_epilogue() const;
+  // Issue 18 item 3. The decode fusion of 1-2 row decode steps (STRATA_DECODE_FUSION,
+  // cuda/gemm_skinny_fused.h): 0 off, 1 the fused skinny kernels, 2 with programmatic dependent
+  // launch, for every later step; drops the captured graphs, which bake it in.
+  void set_decode_fusion(int mode);
+  int decode_fusion() const;
   // The skinny GEMM kernel for 1-2 row linear layers (Gemm::set_skinny; default on). Off, every
   // row count goes through cuBLAS: a sequence's decode rows then take the same GEMM path alone
   // (1 row) and in a batch (3+ rows). Drops the captured graphs, which bake the choice in.

@@ -560,8 +560,9 @@ void bench_model() {
   SamplingParams greedy;
   greedy.temperature = 0;
   std::vector<std::int32_t> empty;
-  // Decode step at batch B (B = 1: a single stream's time per token, issue 18).
-  auto decode_step = [&](int B) {
+  // Decode step at batch B (B = 1: a single stream's time per token, issue 18). `mode`: the
+  // figure's suffix (the decode fusion's setting at batch 1-2; empty = as configured).
+  auto decode_step = [&](int B, const std::string& mode = "") {
     const int pps = pages_for_slots(ctx + 1);
     if (static_cast<long long>(B) * pps * L > be.info().num_pages) {
       std::printf("KV pool too small for the decode benchmark\n");
@@ -596,15 +597,24 @@ void bench_model() {
         static_cast<double>(mc.vocab_size) * mc.hidden_size * 2;  // embed: B rows only
     const double floor_ms = (kv + wbytes) / kCopyBw * 1e3;
     std::printf(
-        "decode step 8B B=%d ctx=4096 (graphs): %.3f ms; HBM floor %.3f ms (%.3g GB weights + %.3g "
-        "GB KV) -> %.2fx floor\n",
-        B, ms, floor_ms, wbytes / 1e9, kv / 1e9, ms / floor_ms);
-    const std::string tag = "bench_decode_step_8b_b" + std::to_string(B) + "_ctx4096";
+        "decode step 8B B=%d ctx=4096 (graphs)%s: %.3f ms; HBM floor %.3f ms (%.3g GB weights + "
+        "%.3g GB KV) -> %.2fx floor\n",
+        B, mode.c_str(), ms, floor_ms, wbytes / 1e9, kv / 1e9, ms / floor_ms);
+    const std::string tag = "bench_decode_step_8b_b" + std::to_string(B) + "_ctx4096" + mode;
     figure(tag + "_ms", ms);
     figure(tag + "_x_floor", ms / floor_ms);
   };
   decode_step(B);
   decode_step(1);
+  // Issue 18 item 3: the single-stream step with the decode fusion (STRATA_DECODE_FUSION) off,
+  // on, and on with programmatic dependent launch, in one process (the saving in one call).
+  CudaBackendProbe probe(be);
+  const int dmode = probe.decode_fusion();
+  for (const int m : {0, 1, 2}) {
+    probe.set_decode_fusion(m);
+    decode_step(1, "_dfusion" + std::to_string(m));
+  }
+  probe.set_decode_fusion(dmode);
 
   // Prefill of one 4000-token prompt.
   StepPlan pp;
@@ -996,7 +1006,7 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "model") bench_model();
     if (what == "all" || what == "sparse") bench_sparse();
     if (what == "gemm-decode") strata::bench::bench_gemm_decode();  // issue 18 item 3
-    if (what == "mixed") strata::bench::bench_mixed();  // issue 19 item 3
+    if (what == "mixed") strata::bench::bench_mixed();              // issue 19 item 3
     if (what == "all" || what == "prefill-breakdown")
       bench_prefill_breakdown();  // issue 19  // issue 9 (well under 60 s)
   } catch (const std::exception& e) {

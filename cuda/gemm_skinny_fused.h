@@ -1,7 +1,7 @@
 // Skinny GEMMs with the decode layer's element-wise work fused in (issue 18 item 3, single-stream
 // decode; cuda/gemm_skinny_fused.cu): the same 1..kSkinnyMaxRows-row kernel as
 // launch_skinny_gemm (cuda/gemm.h), with the RMSNorm or the SwiGLU in its input load and the
-// residual add in its epilogue, so that a decode layer at 1-2 rows runs 4 kernels fewer
+// residual add in its epilogue, so that a decode layer at 1-2 rows runs 3 kernels fewer
 // (docs/cuda-backend.md "Decode fusion at 1-2 rows"). Plain C++ header.
 #pragma once
 
@@ -45,7 +45,7 @@ bool skinny_fused_applies(const SkinnyFusedParams& p);
 void launch_skinny_fused(const SkinnyFusedParams& p, cudaStream_t s);
 
 // STRATA_DECODE_FUSION: 0 or unset (the default until measured on the H200): decode steps of
-// 1..kSkinnyMaxRows rows run the unfused kernels; 1: the fused skinny kernels above (4 launches
+// 1..kSkinnyMaxRows rows run the unfused kernels; 1: the fused skinny kernels above (3 launches
 // fewer per layer); 2: that with programmatic dependent launch. Another value throws
 // ConfigError.
 int decode_fusion_from_env();

@@ -106,6 +106,12 @@ void Gemm::enable_decode_workspace() {
   CUDA_CHECK(cudaMemsetAsync(decode_counters_.get(), 0, decode_counters_.bytes(), stream_));
 }
 
+Gemm::DecodePath Gemm::decode_path_from_env() {
+  const char* v = std::getenv("STRATA_DECODE_GEMM");
+  if (v != nullptr && std::string(v) == "auto") return DecodePath::kAuto;
+  return DecodePath::kOff;
+}
+
 void Gemm::set_decode(DecodePath p) {
   decode_path_ = p;
   if (p == DecodePath::kForce) enable_decode_workspace();

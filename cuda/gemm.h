@@ -123,10 +123,13 @@ class Gemm {
   // cuBLAS / a tuned cublasLt plan. For benchmarks and tests comparing the two.
   void set_skinny(bool on) { skinny_ = on; }
   bool skinny() const { return skinny_; }
-  // The Hopper decode GEMM: kAuto = where autotune() chose it (the default); kOff = never (not even
-  // timed by autotune); kForce = every call it applies to (benchmarks, tests). Its workspace
-  // (decode_gemm_partial_floats(SMs) floats, 35 MB on 132 SMs) is allocated here for kForce and by
-  // autotune() otherwise - never inside a call, so that calls stay capturable.
+  // The Hopper decode GEMM: kAuto = where autotune() chose it; kOff = never, not even timed by
+  // autotune (the default: on the H200 on 2026-12-02 its graph replay differed from eager and grids
+  // 1 / 37 differed from the default grid at T = 1 - gpu_gemm_decode_test - and it did not beat
+  // the tuned library at 64-256 rows; STRATA_DECODE_GEMM=auto opts in); kForce = every call it
+  // applies to (benchmarks, tests). Its workspace (decode_gemm_partial_floats(SMs) floats, 35 MB on
+  // 132 SMs) is allocated here for kForce and by autotune() otherwise - never inside a call, so
+  // that calls stay capturable.
   enum class DecodePath { kAuto, kOff, kForce };
   void set_decode(DecodePath p);
   DecodePath decode() const { return decode_path_; }
@@ -171,11 +174,12 @@ class Gemm {
   std::set<Key> no_skinny_;  // shapes where autotune() found the library faster
   // The Hopper decode GEMM: the keys autotune() gave it, its scratch (one stream: calls never
   // overlap), allocated once by enable_decode_workspace().
-  DecodePath decode_path_ = DecodePath::kAuto;
+  DecodePath decode_path_ = decode_path_from_env();
   std::set<Key> decode_keys_;
   DeviceArray<float> decode_partial_;
   DeviceArray<unsigned> decode_counters_;
   void enable_decode_workspace();
+  static DecodePath decode_path_from_env();
   bool run_decode(const void* x, const __nv_bfloat16* w, void* y, bool f32out, int T, int N, int K);
 };
 

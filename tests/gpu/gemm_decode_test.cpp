@@ -270,6 +270,7 @@ TEST(GpuGemmDecode, GemmRoutesAndFallsBack) {
 
   // autotune(): the kernel is timed as a candidate; whatever is chosen, calls agree with cuBLAS.
   cuda::Gemm t(st);
+  t.set_decode(cuda::Gemm::DecodePath::kAuto);  // off by default (cuda/gemm.h)
   const auto res = t.autotune({{"o", N, K, false, dw.get()}}, {1, 64, 256}, 5000.0);
   ASSERT_EQ(res.size(), 3u);
   for (const auto& r : res) {

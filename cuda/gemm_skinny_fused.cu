@@ -267,12 +267,19 @@ int decode_fusion_from_env() {
   const std::string s = v ? v : "";
   if (s.empty() || s == "0") return 0;
   if (s == "1") return 1;
-  if (s == "2") return 2;
+  // Mode 2 (programmatic dependent launch) is refused: on the H200 (2026-12-02, seventh session)
+  // GpuModel.Llama8BWidthDecodeFusionMatchesUnfusedAndReference found its results differing from
+  // mode 1's (eager, 8B width), i.e. a dependency the PDL launches do not honour. Tests and
+  // gpu_bench still reach it through CudaBackendProbe::set_decode_fusion(2) to find the cause.
+  if (s == "2")
+    throw ConfigError("STRATA_DECODE_FUSION",
+                      "2 (programmatic dependent launch) is disabled: its results differed from "
+                      "mode 1's on the H200 (docs/cuda-backend.md \"Decode fusion at 1-2 rows\"); "
+                      "use 0 or 1");
   throw ConfigError("STRATA_DECODE_FUSION",
                     "'" + s +
                         "' is not one of: 0 (unfused decode at 1-2 rows), 1 (the fused skinny "
-                        "GEMMs: RMSNorm, SwiGLU and the residual add inside them), 2 (1 with "
-                        "programmatic dependent launch)");
+                        "GEMMs: RMSNorm, SwiGLU and the residual add inside them)");
 }
 
 }  // namespace strata::cuda

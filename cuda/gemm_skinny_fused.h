@@ -46,8 +46,8 @@ void launch_skinny_fused(const SkinnyFusedParams& p, cudaStream_t s);
 
 // STRATA_DECODE_FUSION: 0 or unset (the default until measured on the H200): decode steps of
 // 1..kSkinnyMaxRows rows run the unfused kernels; 1: the fused skinny kernels above (3 launches
-// fewer per layer); 2: that with programmatic dependent launch. Another value throws
-// ConfigError.
+// fewer per layer). 2 (that with programmatic dependent launch) throws ConfigError: on the
+// H200 its results differed from mode 1's (a race; see the .cu). Another value throws ConfigError.
 int decode_fusion_from_env();
 
 }  // namespace strata::cuda

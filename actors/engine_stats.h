@@ -71,9 +71,11 @@ struct EngineStats {
   int pages_total = 0, pages_used = 0;
   std::vector<int> pages_per_layer;  // pages held per layer
   double kv_usage = 0.0;             // pages_used / pages_total
-  // Prefix cache: pages held by cached blocks (shared or unused: pages_used leaves the unused
-  // ones out, they are free memory); prompt tokens looked up at admission and found there
-  // (vLLM's prefix_cache_queries / prefix_cache_hits).
+  // Prefix cache: pages held by cached blocks, shared with sequences or not. pages_used leaves out
+  // those only the cache references - all of an unused block's and the sparse-layer copies of a
+  // block whose users have selected (table-only pages): they count as free memory and are
+  // reclaimed under pressure (docs/sparsity.md "Prefix cache"). Prompt tokens looked up at
+  // admission and found there (vLLM's prefix_cache_queries / prefix_cache_hits).
   int pages_cached = 0;
   std::uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   double compression_ratio = 1.0;  // global: full-cache bytes / bytes held (running sequences)

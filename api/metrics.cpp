@@ -241,8 +241,8 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
     w.gauge("strata_kv_pages_capacity", "KV pages in the pool.", s.pages_total);
     w.gauge("strata_kv_pages_used", "KV pages held by sequences.", s.pages_used);
     w.gauge("strata_kv_pages_cached",
-            "KV pages held by prefix-cache blocks (shared with sequences or unused and "
-            "evictable).",
+            "KV pages held by prefix-cache blocks, shared with sequences or not; those only the "
+            "cache references (table-only) count as free and are reclaimed under pressure.",
             s.pages_cached);
     w.gauge("strata_prefix_cache_bytes", "KV bytes held by prefix-cache blocks.",
             static_cast<double>(s.pages_cached) * static_cast<double>(s.page_bytes));

@@ -29,15 +29,7 @@ using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256, kWarps = kThreads / 32, kRows = 4, kUnroll = 2;
 
 using skinny::load_stream;
-
-__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __bfloat1622float2(h[i]);
-    f[2 * i] = v.x, f[2 * i + 1] = v.y;
-  }
-}
+using skinny::unpack8;
 
 template <int T, bool F32>
 __global__ void __launch_bounds__(kThreads)

@@ -4,6 +4,8 @@
 // CUDA-only header.
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 namespace strata::cuda::skinny {
@@ -15,6 +17,16 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
+}
+
+// Eight bf16 (one 16-byte load) to fp32.
+__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __bfloat1622float2(h[i]);
+    f[2 * i] = v.x, f[2 * i + 1] = v.y;
+  }
 }
 
 }  // namespace strata::cuda::skinny

@@ -41,7 +41,20 @@ struct StepProbe {
   std::condition_variable cv;
   std::vector<StepPlan> plans;  // copies (pointers in SeqSteps are not followed)
   std::uint64_t hold_step = 0;  // 0: none
+  // Or hold the first step whose plan decodes at least this many sequences and nothing else
+  // (0: off); held_index is that plan's index in `plans`.
+  std::size_t hold_decoding = 0;
+  std::size_t held_index = 0;
+  // Step 1 waits until open_gate() (false: no gate): requests submitted before it all reach the
+  // batcher before anything decodes, whatever the submitting thread's speed.
+  bool gate = false;
   bool entered = false, released = false;
+
+  void open_gate() {
+    std::lock_guard<std::mutex> l(mu);
+    gate = false;
+    cv.notify_all();
+  }
 
   void wait_entered() {
     std::unique_lock<std::mutex> l(mu);
@@ -88,7 +101,12 @@ class ProbeBackend final : public ForwardingBackend {
       StepPlan copy = plan;
       for (auto& s : copy.seqs) s.params = nullptr, s.prompt = nullptr, s.output = nullptr;
       probe_->plans.push_back(std::move(copy));
-      if (probe_->hold_step != 0 && probe_->plans.size() == probe_->hold_step) {
+      probe_->cv.wait(l, [&] { return !probe_->gate; });
+      bool decoding_only = probe_->hold_decoding != 0 && !probe_->entered &&
+                           plan.seqs.size() >= probe_->hold_decoding;
+      for (const auto& sq : plan.seqs) decoding_only = decoding_only && !sq.prefill;
+      if (decoding_only || (probe_->hold_step != 0 && probe_->plans.size() == probe_->hold_step)) {
+        probe_->held_index = probe_->plans.size() - 1;
         probe_->entered = true;
         probe_->cv.notify_all();
         probe_->cv.wait(l, [&] { return probe_->released; });

@@ -154,11 +154,16 @@ TEST(Engine, AbortingHundredRequestsFreesTheirPagesWithinOneStep) {
     for (auto& s : ss) ref.push_back(drain(*s).tokens[0]);
   }
 
+  // Step 1 waits until all 200 are submitted (a slow submitting thread would otherwise spread
+  // the prefills over several steps); the aborts land while the first step that decodes all 200
+  // and nothing else is held.
   auto probe = std::make_shared<StepProbe>();
-  probe->hold_step = 4;  // step 1 prefills everything, steps 2.. decode
+  probe->gate = true;
+  probe->hold_decoding = 200;
   auto e = Engine::create(cfg, probe_factory(probe));
   std::vector<std::shared_ptr<TokenStream>> ss;
   for (const auto& r : reqs) ss.push_back(e->submit(r));
+  probe->open_gate();
   probe->wait_entered();
   std::vector<int> order(200);
   for (int i = 0; i < 200; ++i) order[i] = i;
@@ -178,9 +183,9 @@ TEST(Engine, AbortingHundredRequestsFreesTheirPagesWithinOneStep) {
     }
   }
   std::lock_guard<std::mutex> l(probe->mu);
-  ASSERT_GT(probe->plans.size(), 5u);
-  const StepPlan& held = probe->plans[3];
-  const StepPlan& next = probe->plans[4];
+  ASSERT_GT(probe->plans.size(), probe->held_index + 1);
+  const StepPlan& held = probe->plans[probe->held_index];
+  const StepPlan& next = probe->plans[probe->held_index + 1];
   ASSERT_EQ(held.seqs.size(), 200u);
   // The step after the aborts runs exactly the survivors, and every page the aborted
   // sequences held is back: listed as released in that plan, or (freed pages are reused

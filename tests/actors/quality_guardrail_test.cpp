@@ -44,10 +44,14 @@ Config guarded(const SparsityProfile& p) {
 }
 
 // Waits until `n` replays were scored (or dropped) and returns the snapshot.
+// Waits until both views agree that n replays ended: the monitor's report (it counts a replay
+// when its rows arrive) and the batcher's counters (published at its next scheduling call, which
+// can come after the monitor has already counted the rows).
 EngineStats wait_replays(const Engine& e, std::uint64_t n) {
   return wait_stats(e, [n](const EngineStats& s) {
     return s.replays.sampled >= n && s.quality &&
-           s.quality->replays_completed + s.replays.dropped >= n;
+           s.quality->replays_completed + s.replays.dropped >= n &&
+           s.replays.finished + s.replays.dropped >= n;
   });
 }
 

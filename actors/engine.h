@@ -37,8 +37,9 @@ class Engine {
   // Aborts a request; its pages are free within one step. Unknown ids are ignored.
   virtual void abort(const std::string& request_id) = 0;
   virtual EngineStats stats() const = 0;
-  // Publishes a new profile version (validated first: a bad profile throws ConfigError and
-  // changes nothing). Applies to requests admitted afterwards (and shrinks running ones when
+  // Publishes a new profile version (validated first: a bad profile, or one that enables
+  // sparsity on a backend that cannot run sparse layers (BackendInfo::sparse_refusal), throws
+  // ConfigError and changes nothing). Applies to requests admitted afterwards (and shrinks running ones when
   // cache.shrink_running). Returns the new version.
   virtual std::uint64_t update_sparsity(const SparsityProfile& profile) = 0;
   virtual const Tokenizer& tokenizer() const = 0;

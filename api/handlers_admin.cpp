@@ -144,7 +144,13 @@ net::awaitable<bool> handle_admin_profile(Conn& c, Req& req, const RouteArgs&) {
     out = profile_json(srv, running.profile, running.profile_version);
     out["published"] = false;
   } else {
-    const std::uint64_t v = srv.engine->update_sparsity(p);
+    std::uint64_t v = 0;
+    try {
+      v = srv.engine->update_sparsity(p);  // the engine's own checks (the backend's kernels)
+    } catch (const ConfigError& e) {
+      srv.log("strata serve: sparsity profile change by " + who(c, req) + " rejected: " + e.what());
+      throw bad_request(e.key(), e.what());
+    }
     srv.log("strata serve: sparsity profile v" + std::to_string(running.profile_version) + " -> v" +
             std::to_string(v) + " published by " + who(c, req) + ": " +
             changes(running.profile, p));

@@ -39,11 +39,20 @@ inline void check_elem_bytes(int elem_bytes, const char* where) {
 //     per-request profiles (sparsity.request_override other than off: a request's kv_sparsity
 //     may make layers sparse even on a full-cache server);
 //   - tensor parallelism (backend.tp_size > 1): the ranks' slices of the scales are not wired.
-// A plan that still carries a sparse layer (a profile published through the admin API) is
-// refused per step (CudaBackendImpl::check_kv_plan).
+// A profile published later through the admin API that enables sparsity is refused by the
+// engine (BackendInfo::sparse_refusal = kv_sparse_refusal); a plan that still carries a sparse
+// layer is refused per step as well (CudaBackendImpl::check_kv_plan).
 // Arguments: cache.kv_dtype, sparsity.enabled, whether requests may set kv_sparsity
 // (sparsity.request_override != off), backend.tp_size (plain values: .cu files include this
 // header, not runtime/config.h).
+// Why sparse layers cannot run with this KV dtype (empty when they can): BackendInfo's
+// sparse_refusal, so a profile published later through the admin API is refused up front.
+inline std::string kv_sparse_refusal(KvDtype dtype) {
+  if (dtype == KvDtype::kBf16) return {};
+  return "sparse layers on the CUDA backend with cache.kv_dtype fp8: the cuda/sparse/ kernels "
+         "(scored resolve/update, SnapKV scoring, compaction, shrink) do not read e4m3 pages yet";
+}
+
 inline void check_kv_dtype(KvDtype dtype, bool sparsity_enabled, bool request_sparsity,
                            int tp_size) {
   if (dtype == KvDtype::kBf16) return;

@@ -23,6 +23,10 @@ struct BackendInfo {
   int num_pages = 0;  // pages in the pool (page ids 0 .. num_pages-1)
   int tp_size = 1;
   std::size_t weight_bytes = 0;  // per rank
+  // Why this backend cannot run sparse layers; empty when it can. The engine refuses a profile
+  // that enables sparsity (Engine::update_sparsity, the admin API) with this text rather than
+  // publish one whose steps would fail (the CUDA backend with cache.kv_dtype fp8).
+  std::string sparse_refusal;
 };
 
 class Backend {

@@ -195,6 +195,7 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank,
   binfo.name = tp.size == 1 ? "cuda" : "cuda-tp" + std::to_string(tp.size);
   binfo.layout = KvLayout{mc.num_key_value_heads, mc.head_dim, kv8 ? 1 : 2};  // local KV heads
   binfo.tp_size = tp.size;
+  binfo.sparse_refusal = kv_sparse_refusal(c.cache.kv_dtype);
 }
 
 CudaBackendImpl::~CudaBackendImpl() {

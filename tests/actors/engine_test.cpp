@@ -467,6 +467,55 @@ TEST(Engine, UpdateSparsityValidatesAndVersions) {
   EXPECT_GT(c.usage->compression_ratio, 1.2);
 }
 
+// A backend that cannot run sparse layers (BackendInfo::sparse_refusal: the CUDA backend with
+// cache.kv_dtype fp8).
+class NoSparseBackend final : public ForwardingBackend {
+ public:
+  explicit NoSparseBackend(std::unique_ptr<Backend> inner)
+      : ForwardingBackend(std::move(inner)), info_(ForwardingBackend::info()) {
+    info_.sparse_refusal = "no e4m3 sparse kernels";
+  }
+  const BackendInfo& info() const override { return info_; }
+
+ private:
+  BackendInfo info_;
+};
+
+// Publishing a profile that enables sparsity on such a backend is refused before it reaches the
+// cache manager: the version stays, requests keep running the full cache, and a profile that
+// keeps sparsity off is still published.
+TEST(Engine, UpdateSparsityRefusesWhatTheBackendCannotRun) {
+  auto e = Engine::create(tiny_config(), decorated_cpu_factory<NoSparseBackend>());
+  const auto v0 = e->stats().profile_version;
+  SparsityProfile sparse;
+  sparse.enabled = true;
+  sparse.full_layers = 1;
+  sparse.capacity = 32;
+  sparse.window = 8;
+  sparse.sinks = 2;
+  try {
+    e->update_sparsity(sparse);
+    ADD_FAILURE() << "a sparse profile was published on a backend that cannot run it";
+  } catch (const ConfigError& x) {
+    EXPECT_EQ(x.key(), "sparsity.enabled");
+    EXPECT_NE(std::string(x.what()).find("no e4m3 sparse kernels"), std::string::npos) << x.what();
+  }
+  EXPECT_EQ(e->stats().profile_version, v0);
+  EXPECT_FALSE(e->stats().profile.enabled);
+  std::mt19937 rng(1);
+  auto c = drain(*e->submit(greedy_request(random_prompt(rng, 100, 200), 4)));
+  EXPECT_TRUE(c.error.empty()) << c.error;
+  ASSERT_TRUE(c.usage.has_value());
+  EXPECT_DOUBLE_EQ(c.usage->compression_ratio, 1.0);
+  SparsityProfile off = sparse;
+  off.enabled = false;
+  EXPECT_GT(e->update_sparsity(off), v0);
+  // Nor does an engine start with sparsity on over such a backend.
+  Config cfg = tiny_config();
+  cfg.sparsity = sparse;
+  EXPECT_THROW(Engine::create(cfg, decorated_cpu_factory<NoSparseBackend>()), ConfigError);
+}
+
 // ---- GPU idle between steps (issue 24 item 4) ---------------------------------------------
 
 // A backend reporting a fixed device time and device gap per step, as the CUDA backend measures

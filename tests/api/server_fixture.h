@@ -120,6 +120,9 @@ class FakeEngine : public Engine {
   std::uint64_t update_sparsity(const SparsityProfile& p) override {
     p.resolve(model_.num_hidden_layers);
     std::lock_guard<std::mutex> lock(mu_);
+    if (p.enabled && !sparse_refusal_.empty())  // as the engine refuses (BackendInfo)
+      throw ConfigError("sparsity.enabled",
+                        "this server cannot run sparse layers: " + sparse_refusal_);
     profile_ = p;
     return ++version_;
   }
@@ -134,6 +137,12 @@ class FakeEngine : public Engine {
   }
   std::atomic<int> submitted{0}, aborts{0};
   std::atomic<bool> shut{false};
+  // Makes update_sparsity refuse profiles that enable sparsity, as the engine does over a
+  // backend that cannot run sparse layers (BackendInfo::sparse_refusal).
+  void refuse_sparse(std::string why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sparse_refusal_ = std::move(why);
+  }
 
  private:
   net::awaitable<void> produce(std::shared_ptr<FakeStream> s, Request r) {
@@ -184,6 +193,7 @@ class FakeEngine : public Engine {
   ModelConfig model_;
   Config config_;
   mutable std::mutex mu_;
+  std::string sparse_refusal_;
   std::map<std::string, std::shared_ptr<FakeStream>> live_;
   SparsityProfile profile_;
   std::uint64_t version_ = 1;

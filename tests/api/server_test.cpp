@@ -129,6 +129,28 @@ TEST_F(ServerTest, AdminProfileValidatesAndPublishes) {
             std::string::npos);
 }
 
+// A backend that cannot run sparse layers (the CUDA backend with cache.kv_dtype fp8): a profile
+// that enables sparsity is refused with the engine's reason and changes nothing; turning
+// sparsity off is still accepted.
+TEST_F(ServerTest, AdminProfileThatTheBackendCannotRunIsRefusedAndChangesNothing) {
+  ready();
+  engine_->refuse_sparse("no e4m3 sparse kernels");
+  auto s = connect();
+  auto r = request(s, http::verb::put, "/admin/api/profile", R"({"capacity":32})", "secret");
+  ASSERT_EQ(r.result_int(), 400) << r.body();
+  EXPECT_EQ(std::string(error_of(r).at("param").as_string()), "sparsity.enabled");
+  EXPECT_NE(std::string(error_of(r).at("message").as_string()).find("no e4m3 sparse kernels"),
+            std::string::npos)
+      << r.body();
+  r = request(s, http::verb::get, "/admin/api/profile", "", "secret");
+  EXPECT_EQ(json::parse(r.body()).at("version").as_int64(), 1);
+  EXPECT_NE(json::parse(r.body()).at("profile").at("capacity").as_int64(), 32);
+  r = request(s, http::verb::put, "/admin/api/profile", R"({"enabled":false})", "secret");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_EQ(json::parse(r.body()).at("version").as_int64(), 2);
+  EXPECT_FALSE(json::parse(r.body()).at("profile").at("enabled").as_bool());
+}
+
 TEST_F(ServerTest, AdminQualityReportsTheGuardrailPerVersion) {
   ready();
   auto s = connect();

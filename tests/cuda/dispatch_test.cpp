@@ -73,6 +73,10 @@ TEST(CudaDispatch, Fp8KvCacheRefusesWhatIsMissingBeforeAnyDeviceWork) {
   c.sparsity.enabled = false;
   c.backend.tp_size = 1;
   refused(c, "no host weights", false);
+  // What the backend reports for a profile published later (BackendInfo::sparse_refusal): the
+  // engine refuses sparse profiles with it on fp8, accepts them on bf16.
+  EXPECT_TRUE(kv_sparse_refusal(KvDtype::kBf16).empty());
+  EXPECT_NE(kv_sparse_refusal(KvDtype::kFp8).find("cuda/sparse/"), std::string::npos);
 }
 
 }  // namespace

@@ -30,3 +30,12 @@ add_test(NAME tools_eval_tiny_compare
           sh -c "set -e; rm -rf eval_cmp; $<TARGET_FILE:strata> make-model --preset tiny --layers 3 --out eval_cmp/model >/dev/null; ${_eval_cmp} --out-dir eval_cmp/a >/dev/null; ${_eval_cmp} --quantization fp8 --out-dir eval_cmp/b >/dev/null; $<TARGET_FILE:strata> eval --compare eval_cmp/a/eval.json,eval_cmp/b/eval.json --out-dir eval_cmp/c > eval_cmp/c.txt; grep -q '^scored ' eval_cmp/c.txt; grep -q '\"agreement_positions\":16' eval_cmp/c/compare.json; $<TARGET_FILE:strata> eval --compare eval_cmp/a/eval.json,eval_cmp/a/eval.json --out-dir eval_cmp/d > eval_cmp/d.txt; test $(grep -c '+0.00%   100.0%' eval_cmp/d.txt) = 2; if $<TARGET_FILE:strata> eval --compare eval_cmp/a/eval.json --out-dir eval_cmp/e 2>/dev/null; then exit 1; fi"
   WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(tools_eval_tiny_compare PROPERTIES LABELS tools TIMEOUT 120)
+
+# --policies none: the full cache only (fp8 KV against bf16 KV where a backend has no sparse
+# layers for e4m3 pages): one row, compared row by row; none beside a policy is refused.
+set(_eval_full "$<TARGET_FILE:strata> eval --model eval_full/model --contexts 96 --ratios 2 --policies none --window 8 --sinks 4 --docs 1 --retrieval 2 --scored-tokens 16 --threads 2")
+add_test(NAME tools_eval_tiny_full_cache_only
+  COMMAND ${CMAKE_COMMAND} -E env
+          sh -c "set -e; rm -rf eval_full; $<TARGET_FILE:strata> make-model --preset tiny --layers 3 --out eval_full/model >/dev/null; ${_eval_full} --out-dir eval_full/a >/dev/null; ${_eval_full} --kv-dtype fp8 --out-dir eval_full/b >/dev/null; $<TARGET_FILE:strata> eval --compare eval_full/a/eval.json,eval_full/b/eval.json --out-dir eval_full/c > eval_full/c.txt; grep -q '^compare: 1 rows' eval_full/c.txt; grep -q '^full ' eval_full/c.txt; if ${_eval_full} --policies none,scored --out-dir eval_full/bad 2>/dev/null; then exit 1; fi"
+  WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+set_tests_properties(tools_eval_tiny_full_cache_only PROPERTIES LABELS tools TIMEOUT 120)

@@ -543,7 +543,7 @@ int run(int argc, char** argv) {
   if (a.flag("help")) {
     std::printf(
         "strata eval --model DIR [--backend cpu|cuda] [--contexts 512,1024] [--ratios 2,4,10,20]\n"
-        "  [--policies window,snapkv,scored] [--full-layers 0,1,2] [--window 32] [--sinks 4]\n"
+        "  [--policies window,snapkv,scored|none] [--full-layers 0,1,2] [--window 32] [--sinks 4]\n"
         "  [--pool max|avg] [--kernel 7] [--docs 4] [--retrieval 8] [--scored-tokens 128] [--seed "
         "1]\n"
         "  [--threads N] [--share-prefill on|off] [--max-batch N] [--out-dir DIR]\n"
@@ -641,10 +641,14 @@ int run(int argc, char** argv) {
   auto tok = Tokenizer::load(weights->tokenizer_json(), weights->tokenizer_config_json());
   const auto contexts = numbers(a.get_or("contexts", "512"), "--contexts");
   const auto ratios = numbers(a.get_or("ratios", "2,4,10,20"), "--ratios");
-  const auto policies = split(a.get_or("policies", "window,snapkv,scored"));
+  // `none`: the full cache only (e.g. fp8 KV against bf16 KV on a backend without sparse
+  // layers for e4m3 pages).
+  auto policies = split(a.get_or("policies", "window,snapkv,scored"));
+  if (policies.size() == 1 && policies[0] == "none") policies.clear();
   for (const auto& pol : policies)
     if (pol != "window" && pol != "snapkv" && pol != "scored")
-      throw ConfigError("--policies", "got '" + pol + "' (allowed: window, snapkv, scored)");
+      throw ConfigError("--policies",
+                        "got '" + pol + "' (allowed: window, snapkv, scored; or none alone)");
   // Full-layer variants: leading counts (--full-layers), or explicit lists
   // (--full-layer-lists "6;6+11": layers 6, then layers 6 and 11), which replace the counts.
   struct FullVariant {
@@ -732,8 +736,15 @@ int run(int argc, char** argv) {
   cfg.backend.cuda_graphs = false;
   cfg.model.quantization = q;  // fp8: W8A8, quantized at load (docs/cuda-backend.md "FP8")
   cfg.cache.kv_dtype = kv_dtype;
+  // The profiles travel in the step plans; no request sets its own (the CUDA backend refuses fp8
+  // KV while requests may).
+  cfg.sparsity_request_override = RequestOverride::kOff;
   // The shared prefill runs the longest context's prefix as one step.
   const auto backend = eval_backend(kind, weights, o, cfg, longest);
+  if (!policies.empty() && !backend->info().sparse_refusal.empty())  // before any case runs
+    throw ConfigError("--policies",
+                      "this backend cannot run sparse layers: " + backend->info().sparse_refusal +
+                          " (--policies none evaluates the full cache only)");
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();

@@ -9,6 +9,7 @@
 #include "engine_fixture.h"
 #include "runtime/error.h"
 #include "runtime/text/tokenizer.h"
+#include "tests/runtime/sparsity_test_util.h"
 
 namespace strata {
 namespace {
@@ -450,12 +451,7 @@ TEST(Engine, UpdateSparsityValidatesAndVersions) {
   bad.enabled = true;
   bad.capacity = 3;
   EXPECT_THROW(e->update_sparsity(bad), ConfigError);
-  SparsityProfile good;
-  good.enabled = true;
-  good.full_layers = 1;
-  good.capacity = 32;
-  good.window = 8;
-  good.sinks = 2;
+  const SparsityProfile good = sparse_profile(Policy::kScored, 1, 32, 8, 2);
   const auto v1 = e->update_sparsity(good);
   EXPECT_GT(v1, v0);
   EXPECT_EQ(e->stats().profile_version, v1);
@@ -487,12 +483,7 @@ class NoSparseBackend final : public ForwardingBackend {
 TEST(Engine, UpdateSparsityRefusesWhatTheBackendCannotRun) {
   auto e = Engine::create(tiny_config(), decorated_cpu_factory<NoSparseBackend>());
   const auto v0 = e->stats().profile_version;
-  SparsityProfile sparse;
-  sparse.enabled = true;
-  sparse.full_layers = 1;
-  sparse.capacity = 32;
-  sparse.window = 8;
-  sparse.sinks = 2;
+  const SparsityProfile sparse = sparse_profile(Policy::kScored, 1, 32, 8, 2);
   try {
     e->update_sparsity(sparse);
     ADD_FAILURE() << "a sparse profile was published on a backend that cannot run it";

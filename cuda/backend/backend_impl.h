@@ -169,8 +169,17 @@ struct CudaBackendImpl {
                : nullptr;
   }
   // fp8: `given` (the constructor's) or cpu_kv_scales(host weights, cpu_backend_options(cfg))
-  // into kv_scales and d_kv_scales. `host`: the checkpoint (null for `random:` models).
+  // into kv_scales and d_kv_scales. `host`: the checkpoint (null for `random:` models). A
+  // `random:` model without given scales is calibrated on the device instead: kv8 stays off
+  // (a bf16 pool) until calibrate_kv_on_device, at the end of the constructor, turns it on.
   void resolve_kv_scales(const std::shared_ptr<const ModelWeights>& host, const KvScales& given);
+  bool kv_calibrate_on_device = false;
+  // kv_scales -> d_kv_scales ([layers][kv_heads][2]).
+  void upload_kv_scales();
+  // kv_calibration.cpp: runtime/kv_scales.h's calibration prompts through this backend's bf16
+  // path, amax of the K/V rows read back from the pool pages; then the bf16 pool is released,
+  // kv8 set and the e4m3 pool planned in its place (scales source "calibrated on the device").
+  void calibrate_kv_on_device();
   // fp8: throws ConfigError("cache.kv_dtype") when the plan has a sparse layer (the cuda/sparse/
   // kernels read bf16 pages only; dispatch.h check_kv_dtype refuses sparsity.enabled up front,
   // this catches a request's own kv_sparsity).

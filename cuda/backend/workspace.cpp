@@ -141,12 +141,6 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank,
   check_kv_dtype(c.cache.kv_dtype, c.sparsity.enabled,
                  c.sparsity_request_override != RequestOverride::kOff,
                  std::max(tp.size, c.backend.tp_size));
-  if (kv8 && given_kv_scales.empty() && is_random_model(c.model.path))
-    throw ConfigError("cache.kv_dtype",
-                      "fp8 KV with a '" + c.model.path +
-                          "' model: a random model has no host weights to calibrate the KV "
-                          "scales on (write it with `strata make-model` and load the directory, "
-                          "or give the scales: CudaBackend's kv_scales)");
   int n = 0;
   CUDA_CHECK(cudaGetDeviceCount(&n));
   if (dev < 0 || dev >= n)
@@ -196,6 +190,9 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank,
   binfo.layout = KvLayout{mc.num_key_value_heads, mc.head_dim, kv8 ? 1 : 2};  // local KV heads
   binfo.tp_size = tp.size;
   binfo.sparse_refusal = kv_sparse_refusal(c.cache.kv_dtype);
+  // fp8 KV of a `random:` model without given scales: built so far with a bf16 pool, which runs
+  // the calibration prompts; then the e4m3 pool replaces it (kv_calibration.cpp).
+  if (kv_calibrate_on_device) calibrate_kv_on_device();
 }
 
 CudaBackendImpl::~CudaBackendImpl() {
@@ -367,8 +364,17 @@ void CudaBackendImpl::resolve_kv_scales(const std::shared_ptr<const ModelWeights
     if (kv_scales.source.empty()) kv_scales.source = "given";
     kv_scales.check(L, G);
   } else {
-    throw InternalError("resolve_kv_scales: no host weights and no given scales");  // constructor
+    // A `random:` model: its weights exist only on the device, so the calibration runs there,
+    // once the backend is built (with a bf16 pool until then: kv8 comes back on afterwards).
+    kv_calibrate_on_device = true;
+    kv8 = false;
+    return;
   }
+  upload_kv_scales();
+}
+
+void CudaBackendImpl::upload_kv_scales() {
+  const int L = full_mc.num_hidden_layers, G = full_mc.num_key_value_heads;
   // [layers][kv_heads][2] (K, V): tp_size 1 only (check_kv_dtype), so local heads = the model's.
   std::vector<float> dev(static_cast<std::size_t>(L) * G * 2);
   for (int l = 0; l < L; ++l)

@@ -725,9 +725,41 @@ void model_fp8_vs_oracle(const std::string& preset, int layers, int N, int P,
   ASSERT_EQ(le.size(), l8.size());
   EXPECT_EQ(0, std::memcmp(le.data(), l8.data(), le.size() * sizeof(float)))
       << "fp8 KV: eager differs from graph replay";
-  // random:<preset> on the device needs given scales (no host weights to calibrate on) and then
-  // equals the checkpoint run.
-  EXPECT_THROW(CudaBackend(kv_cuda_config("random:" + preset, KvDtype::kFp8), 0), ConfigError);
+  // random:<preset> without given scales is calibrated on the device (kv_calibration.cpp: the
+  // CPU calibration's prompts and rule over the same weights, bit-identical to the checkpoint's,
+  // read back from a bf16 pool that an e4m3 pool then replaces). A scale may differ from the
+  // CPU's by one power of two where an amax sits within the bf16-vs-fp32 difference of a
+  // boundary; with every scale equal the run equals the checkpoint run bit for bit.
+  {
+    CudaBackend cal(kv_cuda_config("random:" + preset, KvDtype::kFp8, false), 0);
+    CudaBackendProbe(cal).set_decode_splits(1);
+    const KvScales& cs = CudaBackendProbe(cal).kv_scales();
+    EXPECT_EQ(cs.source, "calibrated on the device");
+    ASSERT_EQ(cs.k.size(), scales.k.size());
+    ASSERT_EQ(cs.v.size(), scales.v.size());
+    int differ = 0;
+    for (std::size_t i = 0; i < cs.k.size(); ++i)
+      for (const auto& [a, b] : {std::pair{cs.k[i], scales.k[i]}, std::pair{cs.v[i], scales.v[i]}})
+        if (a != b) {
+          ++differ;
+          EXPECT_TRUE(a == 2 * b || 2 * a == b)
+              << "scale " << i << ": device " << a << ", cpu " << b;
+        }
+    std::printf("%s: device calibration: %d of %zu scales differ from the cpu's\n", tag.c_str(),
+                differ, 2 * cs.k.size());
+    EXPECT_LE(differ, std::max<int>(1, static_cast<int>(cs.k.size() / 10)));
+    EXPECT_EQ(cal.info().layout.elem_bytes, 1);
+    EXPECT_GT(static_cast<double>(cal.info().num_pages) / g16.info().num_pages, 1.9)
+        << "the e4m3 pool must replace the calibration's bf16 pool with the same budget";
+    const auto lc = teacher_forced_logits(cal, ids, off, P);
+    ASSERT_EQ(lc.size(), l8.size());
+    if (differ == 0)
+      EXPECT_EQ(0, std::memcmp(lc.data(), le.data(), lc.size() * sizeof(float)))
+          << "fp8 KV: the device-calibrated random:" << preset << " differs from its checkpoint";
+    else
+      EXPECT_LE(worst_rel_l2(lc, c8, V, tag + " device-calibrated vs cpu fp8"), bound) << tag;
+  }
+  // Given scales: equals the checkpoint run.
   CudaBackend rnd(kv_cuda_config("random:" + preset, KvDtype::kFp8), 0, {}, scales);
   CudaBackendProbe(rnd).set_decode_splits(1);
   const auto lr = teacher_forced_logits(rnd, ids, off, P);

@@ -488,6 +488,14 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
   }
   // Output shaping (vLLM's extra fields).
   if (const auto* v = find(o, "echo")) out.echo = boolean(*v, "echo");
+  // The legacy API answers echo + logprobs with the prompt tokens' logprobs too (what scoring
+  // harnesses read, e.g. lm-eval's loglikelihood requests): the engine does not score prompt
+  // tokens, so refused rather than answered with the completion's logprobs alone.
+  if (!chat && out.echo && find(o, "logprobs"))
+    throw bad_request("echo",
+                      "'echo' with 'logprobs' is not supported: it would return the prompt "
+                      "tokens' logprobs, which the engine does not compute (as "
+                      "'prompt_logprobs'); drop one of them");
   if (const auto* v = find(o, "skip_special_tokens"))
     r.skip_special_tokens = boolean(*v, "skip_special_tokens");
   // Accepted either way: like Hugging Face fast tokenizers (vLLM's default), Strata never pads

@@ -1,6 +1,7 @@
 // vLLM's output fields (issue 16 items 8 and 10): skip_special_tokens, echo for chat and
 // token-id prompts, return_tokens_as_token_ids, truncate_prompt_tokens, the refusal of
-// prompt_logprobs, and logprob `bytes` of tokens that are part of a UTF-8 sequence.
+// prompt_logprobs (and of echo with logprobs), and logprob `bytes` of tokens that are part of a
+// UTF-8 sequence.
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
@@ -42,6 +43,13 @@ TEST(OutputFields, ParsedOrRefusedNeverIgnored) {
   EXPECT_TRUE(parse(R"({"prompt":"x","return_tokens_as_token_ids":true})").tokens_as_ids);
   EXPECT_EQ(param_of(R"({"prompt":"x","prompt_logprobs":1})"), "prompt_logprobs");
   EXPECT_EQ(param_of(R"({"prompt":"x","prompt_logprobs":null})"), "(accepted)");
+  // echo + logprobs would owe the prompt tokens' logprobs (legacy completions): refused; either
+  // alone, or with logprobs null, is accepted.
+  EXPECT_EQ(param_of(R"({"prompt":"x","echo":true,"logprobs":1})"), "echo");
+  EXPECT_EQ(param_of(R"({"prompt":"x","echo":true,"logprobs":0})"), "echo");
+  EXPECT_EQ(param_of(R"({"prompt":"x","echo":true,"logprobs":null})"), "(accepted)");
+  EXPECT_EQ(param_of(R"({"prompt":"x","echo":false,"logprobs":1})"), "(accepted)");
+  EXPECT_EQ(param_of(R"({"prompt":"x","echo":true})"), "(accepted)");
   EXPECT_EQ(parse(R"({"prompt":"x","truncate_prompt_tokens":5})").request.truncate_prompt_tokens,
             5);
   EXPECT_EQ(parse(R"({"prompt":"x","truncate_prompt_tokens":-1})").request.truncate_prompt_tokens,

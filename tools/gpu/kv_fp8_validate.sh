@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Issue 21's GPU checks in one call (docs/kv-fp8.md), time-boxed:
+#   tools/gpu/kv_fp8_validate.sh BIN_DIR OUT_DIR [BUDGET_S]
+# BIN_DIR holds strata, gpu_kv_fp8_test (and configs/bench/, bench_serve.sh beside it or in
+# the repository). In order, each stage skipped when the budget left is below its estimate:
+#   1. gpu_kv_fp8_test: kernels against the CPU fp8 oracle, the model cases (the CUDA backend vs
+#      the CPU backend with the same scales; the device calibration of random:tiny against the
+#      CPU's), and with STRATA_KV_FP8_SPARSE=1 the sparse-layer cases where they exist;
+#   2. quality on the evaluation model (STRATA_EVAL_MODEL, default tools/evalmodel/model):
+#      `strata eval --backend cuda` with bf16 and fp8 KV on the same inputs, then
+#      `strata eval --compare` (perplexity change, greedy agreement, retrieval paired
+#      differences): the full cache (--policies none), then the sparse policies (only where
+#      the CUDA backend runs them on e4m3 pages: STRATA_KV_FP8_SPARSE=1);
+#   3. the serving sweeps, fp8 KV beside bf16 KV in the same call (bench_serve.sh, one server
+#      per configuration): 4000/500 (STRATA_KVFP8_LEVELS_4K, default "64:128 256:384"), then
+#      16000/500 (STRATA_KVFP8_LEVELS_16K, default "16:32 64:64"); configurations
+#      STRATA_KVFP8_CONFIGS (default: llama3-8b-full.yaml, llama3-8b-full-kvfp8.yaml).
+# Writes OUT_DIR/summary.txt (one line per stage with its exit status and seconds) and every
+# log under OUT_DIR.
+set -uo pipefail
+bin=${1:?usage: kv_fp8_validate.sh BIN_DIR OUT_DIR [BUDGET_S]}
+out=${2:?usage: kv_fp8_validate.sh BIN_DIR OUT_DIR [BUDGET_S]}
+budget=${3:-540}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+start=$(date +%s)
+left() { echo $((budget - ($(date +%s) - start))); }
+summary=$out/summary.txt
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+stage() {  # name estimate_s timeout_s command...
+  local name=$1 est=$2 limit=$3
+  shift 3
+  if [ "$(left)" -lt "$est" ]; then
+    note "$name skipped: $(left) s left, needs about $est"
+    return 1
+  fi
+  local t0 rc
+  t0=$(date +%s)
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  note "$name rc=$rc $(($(date +%s) - t0)) s"
+  return $rc
+}
+sparse=${STRATA_KV_FP8_SPARSE:-0}
+
+# 1. the tests
+stage kv_fp8_test 200 300 env STRATA_KV_FP8_SPARSE="$sparse" "$bin/gpu_kv_fp8_test" --gtest_color=no
+grep -E "^\[  FAILED|^\[  PASSED|device calibration|FIGURE kv_fp8_model" "$out/kv_fp8_test.log" \
+  2>/dev/null | head -30 >>"$summary"
+
+# 2. quality on the evaluation model
+model=${STRATA_EVAL_MODEL:-$here/../evalmodel/model}
+eval_args=(--model "$model" --backend cuda --contexts 4096 --docs 2 --retrieval 50 --seed 7
+  --scored-tokens 64)
+pair() {  # name estimate args...: the bf16 and fp8 runs, then the comparison
+  local name=$1 est=$2
+  shift 2
+  stage "eval_${name}_bf16" "$est" 240 "$bin/strata" eval "${eval_args[@]}" "$@" --kv-dtype bf16 \
+    --out-dir "$out/eval_${name}_bf16" || return 1
+  stage "eval_${name}_fp8" "$est" 240 env STRATA_KV_FP8_SPARSE="$sparse" "$bin/strata" eval \
+    "${eval_args[@]}" "$@" --kv-dtype fp8 --out-dir "$out/eval_${name}_fp8" || return 1
+  "$bin/strata" eval --compare "$out/eval_${name}_bf16/eval.json,$out/eval_${name}_fp8/eval.json" \
+    --out-dir "$out/compare_${name}" >"$out/compare_${name}.txt" 2>&1
+  note "compare_${name}: $(tail -n 1 "$out/compare_${name}.txt")"
+  cat "$out/compare_${name}.txt" >>"$summary"
+}
+pair full 30 --policies none
+if [ "$sparse" = 1 ]; then
+  pair sparse 60 --policies window,snapkv,scored --full-layers 1 --ratios 4,10
+else
+  note "eval_sparse skipped: STRATA_KV_FP8_SPARSE is not 1 (the CUDA backend refuses sparse layers on e4m3 pages)"
+fi
+
+# 3. the serving sweeps
+serve=$bin/bench_serve.sh
+[ -x "$serve" ] || serve=$here/bench_serve.sh
+cfg=$bin/configs/bench
+[ -d "$cfg" ] || cfg=$here/../../configs/bench
+configs=${STRATA_KVFP8_CONFIGS:-"$cfg/llama3-8b-full.yaml $cfg/llama3-8b-full-kvfp8.yaml"}
+sweep() {  # name input levels
+  local name=$1 input=$2 levels=$3 share
+  share=$(($(left) - 20))
+  [ "$share" -gt 60 ] || { note "$name skipped: $(left) s left"; return 1; }
+  [ "$name" = sweep_4k ] && share=$((share * 55 / 100))  # leave the 16k sweep its part
+  STRATA_BIN="$bin/strata" STRATA_BENCH_CONFIG_FILES="$configs" STRATA_BENCH_INPUT=$input \
+    STRATA_BENCH_OUTPUT=500 STRATA_BENCH_LEVELS="$levels" STRATA_BENCH_BUDGET_S=$share \
+    stage "$name" 60 $((share + 30)) "$serve" "$out/$name"
+  [ -f "$out/$name/table.txt" ] && cat "$out/$name/table.txt" >>"$summary"
+  [ -f "$out/$name/status.txt" ] && cat "$out/$name/status.txt" >>"$summary"
+}
+sweep sweep_4k 4000 "${STRATA_KVFP8_LEVELS_4K:-64:128 256:384}"
+sweep sweep_16k 16000 "${STRATA_KVFP8_LEVELS_16K:-16:32 64:64}"
+note "total $(($(date +%s) - start)) s"

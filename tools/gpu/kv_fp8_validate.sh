@@ -83,7 +83,8 @@ sweep() {  # name input levels
   share=$(($(left) - 20))
   [ "$share" -gt 60 ] || { note "$name skipped: $(left) s left"; return 1; }
   [ "$name" = sweep_4k ] && share=$((share * 55 / 100))  # leave the 16k sweep its part
-  STRATA_BIN="$bin/strata" STRATA_BENCH_CONFIG_FILES="$configs" STRATA_BENCH_INPUT=$input \
+  local tok=${STRATA_BENCH_TOKENIZER:-$bin/../tokenizer.json}  # (tools/gpu/pack.sh's layout)
+  STRATA_BENCH_TOKENIZER=$tok STRATA_BIN="$bin/strata" STRATA_BENCH_CONFIG_FILES="$configs" STRATA_BENCH_INPUT=$input \
     STRATA_BENCH_OUTPUT=500 STRATA_BENCH_LEVELS="$levels" STRATA_BENCH_BUDGET_S=$share \
     stage "$name" 60 $((share + 30)) "$serve" "$out/$name"
   [ -f "$out/$name/table.txt" ] && cat "$out/$name/table.txt" >>"$summary"

@@ -58,6 +58,10 @@ void CudaBackendImpl::decode_sparse_params(int l, int S_dec, int dec_max_slots,
   dp.q = qkv.get();
   dp.q_stride = qkv_dim;
   dp.lse = dec_lse.get();
+  if (kv8) {  // FP8 KV: the resolve moves codes, the update (without logits) reads them
+    dp.pool8 = kv_pool8.get();
+    dp.kv_scales = layer_kv_scales(l);
+  }
 }
 
 // Test hook: layer l's attention inputs and outputs (capturable copies).

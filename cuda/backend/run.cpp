@@ -59,6 +59,12 @@ std::vector<LayerSparseWork> CudaBackendImpl::upload_sparse_work() {
     p.pooled = f32(sc.pooled);
     p.kept_idx = i32(sc.kept_idx);
     p.kept_score = f32(sc.kept_score);
+    if (kv8) {  // FP8 KV: e4m3 pages (temp pages and scratch are pool pages too), fixed scales
+      p.src_pool8 = kv_pool8.get();
+      p.scratch_pool8 = kv_pool8.get();
+      p.dst_pool8 = kv_pool8.get();
+      p.kv_scales = layer_kv_scales(l);
+    }
     sparse::ShrinkParams& q = work[static_cast<std::size_t>(l)].shr;
     q.seqs = reinterpret_cast<const sparse::ShrinkSeq*>(base + o.shrink_seqs);
     q.num_seqs = o.shrink_num_seqs;
@@ -73,6 +79,10 @@ std::vector<LayerSparseWork> CudaBackendImpl::upload_sparse_work() {
     q.stage_kv = reinterpret_cast<bf16*>(base + sc.stage_kv);
     q.stage_score = f32(sc.stage_score);
     q.stage_pos = i32(sc.stage_pos);
+    if (kv8) {  // the bf16-sized staging holds the codes (half of it)
+      q.pool8 = kv_pool8.get();
+      q.stage_kv8 = base + sc.stage_kv;
+    }
   }
   if (!meta.empty())
     CUDA_CHECK(cudaMemcpyAsync(base, sp_meta.get(), meta.size(), cudaMemcpyHostToDevice, stream));

@@ -390,15 +390,17 @@ void CudaBackendImpl::upload_kv_scales() {
 }
 
 void CudaBackendImpl::check_kv_plan(const StepPlan& plan) const {
-  if (!kv8) return;
+  // STRATA_KV_FP8_SPARSE=1: the cuda/sparse/ kernels on e4m3 pages (not validated on a GPU yet).
+  if (!kv8 || kv_fp8_sparse_enabled()) return;
   for (const SeqStep& s : plan.seqs)
     for (const LayerSlots& ls : s.layers)
       if (ls.rule.sparse())
         throw ConfigError("cache.kv_dtype",
                           "fp8 KV on the CUDA backend: sequence " + std::to_string(s.seq_id) +
-                              " has a sparse layer (" + to_string(ls.rule.policy) +
-                              "); the cuda/sparse/ kernels do not read e4m3 pages yet (full-cache "
-                              "layers only; the CPU backend runs sparse fp8: backend.kind: cpu)");
+                              " has a sparse layer (" + to_string(ls.rule.policy) + "); " +
+                              kv_fp8_sparse_why() +
+                              " (full-cache layers only otherwise; the CPU backend runs sparse "
+                              "fp8: backend.kind: cpu)");
 }
 
 void CudaBackendImpl::plan_kv_pool() {

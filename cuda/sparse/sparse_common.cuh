@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -38,6 +40,22 @@ __device__ __forceinline__ void copy_row(__nv_bfloat16* dst, const __nv_bfloat16
   const uint4* s = reinterpret_cast<const uint4*>(src);
   uint4* d = reinterpret_cast<uint4*>(dst);
   for (int i = lane; i < n / 8; i += width) d[i] = s[i];
+}
+
+// Copies `n` e4m3 codes (n % 16 == 0, both 16-byte aligned) with the threads
+// [lane0, lane0 + width): an FP8 KV cache's codes move as they are (fixed per-(layer, KV head)
+// scales: no dequantization, no requantization; docs/kv-fp8.md).
+__device__ __forceinline__ void copy_row8(std::uint8_t* dst, const std::uint8_t* src, int n,
+                                          int lane, int width) {
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  for (int i = lane; i < n / 16; i += width) d[i] = s[i];
+}
+
+// One e4m3 code to its value (exact; runtime/fp8.h's e4m3_to_float), unscaled.
+__device__ __forceinline__ float e4m3_value(std::uint8_t code) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+  return __half2float(__half(h));
 }
 
 // Order-preserving map of a float to uint32 (larger float -> larger integer).

@@ -5,7 +5,8 @@
 // own key range, the merge writes the final LSE, so split-KV needs no change; per sequence and
 // layer that is q_heads * C * 4 bytes written and read again, 64 KiB for C = 512 on the 8B
 // shape) or, without them, recomputed from Q, K and the LSE: one extra read of the layer's C
-// slots of K per sequence (C * kv_heads * head_dim * 2 bytes, 1 MiB for C = 512).
+// slots of K per sequence (C * kv_heads * head_dim * 2 bytes, 1 MiB for C = 512; half with an
+// FP8 KV cache, whose codes the resolve moves as they are and the update reads exactly).
 #include "cuda/sparse/sparse_common.cuh"
 #include "cuda/sparse/sparse_kernels.h"
 
@@ -66,9 +67,12 @@ __global__ void __launch_bounds__(kResolveThreads) resolve_kernel(const DecodePa
   if (victim < 0) return;
   for (int part = 0; part < 2; ++part) {
     const bool v = part == 1;
-    copy_row(p.pool + kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, victim, v),
-             p.pool + kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, oldest, v),
-             p.head_dim, tid, kResolveThreads);
+    const std::size_t to = kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, victim, v);
+    const std::size_t from = kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, oldest, v);
+    if (p.pool8)  // FP8 KV: the leaver's codes as they are (fixed scales)
+      copy_row8(p.pool8 + to, p.pool8 + from, p.head_dim, tid, kResolveThreads);
+    else
+      copy_row(p.pool + to, p.pool + from, p.head_dim, tid, kResolveThreads);
   }
 }
 
@@ -108,13 +112,23 @@ __global__ void __launch_bounds__(kUpdateWarps * 32) update_kernel(const DecodeP
   const std::int32_t* table = p.pages + s.table;
   const float lambda = 1.0f / static_cast<float>(s.window);
   constexpr int kPer = HD / 32;
+  // FP8 KV: the codes' exact values, the K scale folded into the softmax scale (1 for bf16:
+  // the same bits as before).
+  const float logit_scale = p.pool8 ? p.scale * p.kv_scales[g * 2] : p.scale;
   for (int t = 0; t < kSlotsPerWarp; ++t) {
     const int j = slot0 + warp * kSlotsPerWarp + t;
     if (j >= attended) break;
-    const bf16* k = p.pool + kv_elem(table, p.page_elems, p.kv_heads, HD, g, j, false);
+    const std::size_t off = kv_elem(table, p.page_elems, p.kv_heads, HD, g, j, false);
     float kr[kPer];
+    if (p.pool8) {
+      const std::uint8_t* k8 = p.pool8 + off;
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) kr[i] = __bfloat162float(k[lane + 32 * i]);
+      for (int i = 0; i < kPer; ++i) kr[i] = e4m3_value(k8[lane + 32 * i]);
+    } else {
+      const bf16* k = p.pool + off;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) kr[i] = __bfloat162float(k[lane + 32 * i]);
+    }
     float prob = 0.0f;
     for (int h = 0; h < group; ++h) {
       float dot = 0.0f;
@@ -122,7 +136,7 @@ __global__ void __launch_bounds__(kUpdateWarps * 32) update_kernel(const DecodeP
       for (int i = 0; i < kPer; ++i) dot += qs[h][lane + 32 * i] * kr[i];
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-      prob += expf(dot * p.scale - lse_s[h]);
+      prob += expf(dot * logit_scale - lse_s[h]);
     }
     if (lane == 0) {
       const std::size_t e = score_elem(table, p.kv_heads, g, j);
@@ -164,7 +178,7 @@ __global__ void __launch_bounds__(kLogitThreads) update_from_logits_kernel(const
 
 cudaError_t launch_scored_resolve(const DecodeParams& p, cudaStream_t stream) {
   if (p.num_seqs <= 0) return cudaSuccess;
-  if (p.head_dim % 8 != 0) return cudaErrorInvalidValue;
+  if (p.head_dim % (p.pool8 ? 16 : 8) != 0) return cudaErrorInvalidValue;
   resolve_kernel<<<dim3(p.kv_heads, p.num_seqs), kResolveThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
@@ -179,6 +193,7 @@ cudaError_t launch_scored_update(const DecodeParams& p, cudaStream_t stream) {
     update_from_logits_kernel<<<grid, kLogitThreads, 0, stream>>>(p);
     return cudaGetLastError();
   }
+  if (p.pool8 && !p.kv_scales) return cudaErrorInvalidValue;  // e4m3 codes need the scales
   const dim3 grid((p.max_slots + kUpdateSlots - 1) / kUpdateSlots, p.kv_heads, p.num_seqs);
   switch (p.head_dim) {
     case 64:

@@ -16,6 +16,16 @@
 // them the original token position of each slot in an int32 pool of the same shape (the admin
 // console's census of kept positions, SeqStep::report_kept). Every kernel that moves or writes
 // a sparse slot's K/V writes its position too; a null positions pointer skips those writes.
+//
+// An FP8 KV cache (cache.kv_dtype fp8, docs/kv-fp8.md "Sparse layers"): the `*pool8` fields
+// point at e4m3 codes (same layout and page_elems, 1 byte per element, so the element offsets
+// above are byte offsets) and the bf16 pool pointers are unused; kv_scales holds this layer's
+// fixed scales [kv_heads][2] (K, V). Kernels that only move slots (compaction, shrink, the ring
+// resolve) copy the codes as they are; kernels that compute q . k (SnapKV scoring, the score
+// update without the attention's logits) read the codes exactly (e4m3 -> bf16 / fp32) and fold
+// the K scale into the softmax scale: logit = (scale * s_k) * sum_d q_d code_d, the CPU
+// oracle's scale * sum_d q_d (code_d * s_k) up to the sum's rounding (exact scales for a power
+// of two s_k). Not yet run on a GPU.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -57,6 +67,12 @@ struct PrefillParams {
   float* pooled = nullptr;           // S'    same indexing; only [sinks, L - alpha) used
   std::int32_t* kept_idx = nullptr;  // kept source positions, ascending per head
   float* kept_score = nullptr;       // initial score of each kept slot
+  // FP8 KV (see the top): set dst_pool8 and the pools are these (src_pool8 / scratch_pool8 as
+  // src_pool / scratch_pool); kv_scales is required by the scoring kernel then.
+  const std::uint8_t* src_pool8 = nullptr;
+  const std::uint8_t* scratch_pool8 = nullptr;
+  std::uint8_t* dst_pool8 = nullptr;
+  const float* kv_scales = nullptr;  // this layer's [kv_heads][2] (K, V)
 };
 
 // Select mode: S[g][i] = sum over window queries q >= i and heads h of group g of
@@ -93,6 +109,10 @@ struct ShrinkParams {
   bf16* stage_kv = nullptr;           // [slots][2][head_dim]
   float* stage_score = nullptr;       // [slots]
   std::int32_t* stage_pos = nullptr;  // [slots] (with positions)
+  // FP8 KV (see the top): set, the pool is these codes (pool unused) and the staging buffer of
+  // K/V is stage_kv8 ([slots][2][head_dim] codes; stage_kv unused). Codes move as they are.
+  std::uint8_t* pool8 = nullptr;
+  std::uint8_t* stage_kv8 = nullptr;
 };
 
 // Per (sequence, KV head): the new slot order of snapkv::shrink_order (sinks, the
@@ -125,6 +145,11 @@ struct DecodeParams {
   // instead of recomputing q . k (no pass over the kept K).
   const float* logits = nullptr;
   int logits_stride = 0;  // >= max_slots
+  // FP8 KV (see the top): set, the pool is these codes (pool unused): the resolve moves codes,
+  // the update without `logits` reads them with kv_scales (required then; with `logits` it
+  // reads no K: the attention kernel's logits already carry the K scale).
+  std::uint8_t* pool8 = nullptr;
+  const float* kv_scales = nullptr;  // this layer's [kv_heads][2] (K, V)
 };
 
 // Before the new token's K/V is written: when the ring is full, the token in the ring's
@@ -137,7 +162,8 @@ cudaError_t launch_scored_resolve(const DecodeParams& p, cudaStream_t stream);
 // sum_{h in g} p_h(j) (heads summed in index order); the new token's slot starts at
 // sum_{h in g} p_h(new), and its position is DecodeSeq::position. logit_h(j) = q_h . k_j * scale is
 // read from p.logits when set (the attention kernel's own values: one coalesced fp32 read per head
-// and slot), else recomputed from q and the kept K (one pass over K with 2-byte loads).
+// and slot), else recomputed from q and the kept K (one pass over K with 2-byte loads; 1-byte
+// codes with pool8, logit = q_h . code_j * (scale * s_k)).
 cudaError_t launch_scored_update(const DecodeParams& p, cudaStream_t stream);
 
 // ---- census of kept positions (SeqStep::report_kept) -----------------------------------------

@@ -6,6 +6,8 @@
 // fp32 accumulate) gives the 64 x 32 logits, and each thread adds exp(logit * scale - lse)
 // of its key into a register. Every key is owned by one block, so there is no cross-block
 // reduction; the cost is alpha * group * L * head_dim per KV head instead of L^2.
+// FP8 KV (PrefillParams::dst_pool8): the keys' e4m3 codes become exact bf16 tile values and
+// the K scale joins the softmax scale (exp(q . code * scale * s_k - lse)).
 #include <mma.h>
 
 #include "cuda/sparse/sparse_common.cuh"
@@ -49,14 +51,34 @@ __global__ void __launch_bounds__(kThreads) score_kernel(const PrefillParams p) 
   const int tid = threadIdx.x;
   const std::int32_t* table = direct ? p.dst_pages + s.dst_table : p.src_pages + s.src_table;
   const bf16* src = direct ? p.dst_pool : (s.src_scratch ? p.scratch_pool : p.src_pool);
-  constexpr int kVec = HD / 8;  // uint4 per row
+  // FP8 KV: the codes converted exactly to bf16 (an e4m3 value has 4 significant bits), the K
+  // scale folded into the softmax scale below (1 for bf16: the same bits as before).
+  const bool e4m3 = p.dst_pool8 != nullptr;
+  const std::uint8_t* src8 = direct ? p.dst_pool8 : (s.src_scratch ? p.scratch_pool8 : p.src_pool8);
+  const float logit_scale = e4m3 ? p.scale * p.kv_scales[g * 2] : p.scale;
+  constexpr int kVec = HD / 8;  // 8 elements (a uint4 of bf16, a uint2 of codes) per step
   for (int e = tid; e < kKeys * kVec; e += kThreads) {
     const int r = e / kVec, c = e % kVec;
     const int key = key0 + r;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (key < L) {
       const std::size_t off = kv_elem(table, p.page_elems, p.kv_heads, HD, g, key, false);
-      v = reinterpret_cast<const uint4*>(src + off)[c];
+      if (e4m3) {
+        const uint2 codes = reinterpret_cast<const uint2*>(src8 + off)[c];
+        const std::uint32_t w[2] = {codes.x, codes.y};
+        std::uint32_t out[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const std::uint32_t two = (w[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+          const float lo = e4m3_value(static_cast<std::uint8_t>(two & 0xFFu));
+          const float hi = e4m3_value(static_cast<std::uint8_t>(two >> 8));
+          const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);  // exact
+          out[i] = *reinterpret_cast<const std::uint32_t*>(&b);
+        }
+        v = make_uint4(out[0], out[1], out[2], out[3]);
+      } else {
+        v = reinterpret_cast<const uint4*>(src + off)[c];
+      }
     }
     *reinterpret_cast<uint4*>(&ks[r][c * 8]) = v;
   }
@@ -117,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) score_kernel(const PrefillParams p) 
       const int row = r0 + r;
       const int pos = first_q + row / group;  // the query's position
       if (row < rows && key_pos <= pos) {
-        float e = expf(logits[my_key][r] * p.scale - lse_s[r]);
+        float e = expf(logits[my_key][r] * logit_scale - lse_s[r]);
         if (direct) e *= weight_s[r] * (key_pos == pos ? 1.0f : 1.0f - keep);
         acc += e;
       }
@@ -142,6 +164,7 @@ __global__ void __launch_bounds__(kThreads) score_kernel(const PrefillParams p) 
 cudaError_t launch_sparse_score(const PrefillParams& p, cudaStream_t stream) {
   if (p.num_seqs <= 0 || p.max_len <= 0) return cudaSuccess;
   if (p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0) return cudaErrorInvalidValue;
+  if (p.dst_pool8 && !p.kv_scales) return cudaErrorInvalidValue;  // e4m3 codes need the scales
   const dim3 grid((p.max_len + kKeys - 1) / kKeys, p.kv_heads, p.num_seqs);
   switch (p.head_dim) {
     case 64:

@@ -108,11 +108,15 @@ __global__ void __launch_bounds__(kCompactWarps * 32) compact_kernel(const Prefi
   const std::int32_t* src_table = p.src_pages + s.src_table;
   const bf16* src_pool = s.src_scratch ? p.scratch_pool : p.src_pool;
   const int hd = p.head_dim;
-  // Lanes 0-15 copy K, 16-31 copy V.
+  // Lanes 0-15 copy K, 16-31 copy V. FP8 KV: the e4m3 codes as they are (fixed scales).
   const bool v = lane >= 16;
-  copy_row(p.dst_pool + kv_elem(dst_table, p.page_elems, p.kv_heads, hd, g, j, v),
-           src_pool + kv_elem(src_table, p.page_elems, p.kv_heads, hd, g, src, v), hd, lane % 16,
-           16);
+  const std::size_t dst_off = kv_elem(dst_table, p.page_elems, p.kv_heads, hd, g, j, v);
+  const std::size_t src_off = kv_elem(src_table, p.page_elems, p.kv_heads, hd, g, src, v);
+  if (p.dst_pool8)
+    copy_row8(p.dst_pool8 + dst_off, (s.src_scratch ? p.scratch_pool8 : p.src_pool8) + src_off, hd,
+              lane % 16, 16);
+  else
+    copy_row(p.dst_pool + dst_off, src_pool + src_off, hd, lane % 16, 16);
   if (lane == 0) {
     const std::size_t e = score_elem(dst_table, p.kv_heads, g, j);
     p.dst_scores[e] = p.kept_score[at];
@@ -130,7 +134,7 @@ cudaError_t launch_sparse_select(const PrefillParams& p, cudaStream_t stream) {
 
 cudaError_t launch_sparse_compact(const PrefillParams& p, cudaStream_t stream) {
   if (p.num_seqs <= 0 || p.max_kept <= 0) return cudaSuccess;
-  if (p.head_dim % 8 != 0) return cudaErrorInvalidValue;
+  if (p.head_dim % (p.dst_pool8 ? 16 : 8) != 0) return cudaErrorInvalidValue;
   const dim3 grid((p.max_kept + kCompactWarps - 1) / kCompactWarps, p.kv_heads, p.num_seqs);
   compact_kernel<<<grid, kCompactWarps * 32, 0, stream>>>(p);
   return cudaGetLastError();

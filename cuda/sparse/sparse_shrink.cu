@@ -1,7 +1,8 @@
 // Live shrink of sparse layers (LayerAction::kShrink), the GPU twin of snapkv::shrink_order.
 // One block per (KV head, sequence): the kept order is computed with the same exact radix
 // select as the prompt selection, the kept K/V and scores are staged in a scratch buffer and
-// written back to slots [0, n) (each block touches only its own head's slots).
+// written back to slots [0, n) (each block touches only its own head's slots). FP8 KV
+// (ShrinkParams::pool8): the e4m3 codes are staged and written back as they are.
 #include "cuda/sparse/sparse_common.cuh"
 #include "cuda/sparse/sparse_kernels.h"
 #include "cuda/sparse/sparse_radix.cuh"
@@ -70,7 +71,23 @@ __global__ void __launch_bounds__(kSelectThreads) shrink_kernel(const ShrinkPara
   // Stage, then write back (one warp per slot; lanes 0-15 K, 16-31 V).
   const int warp = tid / 32, lane = tid % 32, warps = kSelectThreads / 32;
   const bool v = lane >= 16;
-  bf16* stage = p.stage_kv + (s.stage_off + static_cast<std::int64_t>(g) * s.shrink_to) * 2 * hd;
+  const std::int64_t stage_row0 = (s.stage_off + static_cast<std::int64_t>(g) * s.shrink_to) * 2;
+  bf16* stage = p.pool8 ? nullptr : p.stage_kv + stage_row0 * hd;
+  std::uint8_t* stage8 = p.pool8 ? p.stage_kv8 + stage_row0 * hd : nullptr;  // FP8 KV: codes
+  auto copy = [&](bool to_stage, int j, int slot) {  // K (lanes 0-15) or V (16-31) of one slot
+    const std::size_t pool_off = kv_elem(table, p.page_elems, p.kv_heads, hd, g, slot, v);
+    const std::size_t stage_off = (static_cast<std::size_t>(j) * 2 + v) * hd;
+    if (p.pool8) {
+      if (to_stage)
+        copy_row8(stage8 + stage_off, p.pool8 + pool_off, hd, lane % 16, 16);
+      else
+        copy_row8(p.pool8 + pool_off, stage8 + stage_off, hd, lane % 16, 16);
+    } else if (to_stage) {
+      copy_row(stage + stage_off, p.pool + pool_off, hd, lane % 16, 16);
+    } else {
+      copy_row(p.pool + pool_off, stage + stage_off, hd, lane % 16, 16);
+    }
+  };
   float* stage_score = p.stage_score + s.stage_off + static_cast<std::int64_t>(g) * s.shrink_to;
   const bool positions = p.positions && p.stage_pos;
   std::int32_t* stage_pos =
@@ -80,8 +97,7 @@ __global__ void __launch_bounds__(kSelectThreads) shrink_kernel(const ShrinkPara
   };
   for (int j = warp; j < n; j += warps) {
     const int from = order[j];
-    copy_row(stage + (static_cast<std::size_t>(j) * 2 + v) * hd,
-             p.pool + kv_elem(table, p.page_elems, p.kv_heads, hd, g, from, v), hd, lane % 16, 16);
+    copy(true, j, from);
     if (lane == 0) {
       stage_score[j] = score_of(from);
       if (positions) stage_pos[j] = pos_of(from);
@@ -89,8 +105,7 @@ __global__ void __launch_bounds__(kSelectThreads) shrink_kernel(const ShrinkPara
   }
   __syncthreads();
   for (int j = warp; j < n; j += warps) {
-    copy_row(p.pool + kv_elem(table, p.page_elems, p.kv_heads, hd, g, j, v),
-             stage + (static_cast<std::size_t>(j) * 2 + v) * hd, hd, lane % 16, 16);
+    copy(false, j, j);
     if (lane == 0) {
       score_of(j) = stage_score[j];
       if (positions) pos_of(j) = stage_pos[j];
@@ -103,6 +118,7 @@ __global__ void __launch_bounds__(kSelectThreads) shrink_kernel(const ShrinkPara
 cudaError_t launch_sparse_shrink(const ShrinkParams& p, cudaStream_t stream) {
   if (p.num_seqs <= 0) return cudaSuccess;
   if (p.head_dim % 8 != 0 || p.head_dim > 256) return cudaErrorInvalidValue;
+  if (p.pool8 && (p.head_dim % 16 != 0 || !p.stage_kv8)) return cudaErrorInvalidValue;
   shrink_kernel<<<dim3(p.kv_heads, p.num_seqs), kSelectThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "cuda/cuda_backend.h"
 #include "runtime/error.h"
 
@@ -40,6 +42,7 @@ TEST(CudaDispatch, UnsupportedHeadDimNamesValueAndSupported) {
 // the CUDA backend before it touches a device, with the key and what is missing (never run with
 // codes read as bf16).
 TEST(CudaDispatch, Fp8KvCacheRefusesWhatIsMissingBeforeAnyDeviceWork) {
+  unsetenv("STRATA_KV_FP8_SPARSE");  // the default: sparse layers on e4m3 pages refused
   EXPECT_NO_THROW(check_kv_dtype(KvDtype::kBf16, true, true, 2));   // bf16: nothing to refuse
   EXPECT_NO_THROW(check_kv_dtype(KvDtype::kFp8, false, false, 1));  // the full cache, one GPU
   auto refused = [](const Config& c, const char* names) {
@@ -73,6 +76,25 @@ TEST(CudaDispatch, Fp8KvCacheRefusesWhatIsMissingBeforeAnyDeviceWork) {
   // engine refuses sparse profiles with it on fp8, accepts them on bf16.
   EXPECT_TRUE(kv_sparse_refusal(KvDtype::kBf16).empty());
   EXPECT_NE(kv_sparse_refusal(KvDtype::kFp8).find("cuda/sparse/"), std::string::npos);
+  // The refusal says the kernels exist but are unvalidated and names the variable that enables
+  // them; STRATA_KV_FP8_SPARSE=1 runs sparse layers on e4m3 pages (per-request profiles and
+  // tensor parallelism stay refused).
+  EXPECT_NE(kv_sparse_refusal(KvDtype::kFp8).find("STRATA_KV_FP8_SPARSE=1"), std::string::npos);
+  EXPECT_NE(kv_sparse_refusal(KvDtype::kFp8).find("not validated on a GPU"), std::string::npos);
+  EXPECT_THROW(check_kv_dtype(KvDtype::kFp8, true, false, 1), ConfigError);
+  setenv("STRATA_KV_FP8_SPARSE", "1", 1);
+  EXPECT_TRUE(kv_sparse_refusal(KvDtype::kFp8).empty());
+  EXPECT_NO_THROW(check_kv_dtype(KvDtype::kFp8, true, false, 1));
+  EXPECT_THROW(check_kv_dtype(KvDtype::kFp8, true, true, 1), ConfigError);   // per request
+  EXPECT_THROW(check_kv_dtype(KvDtype::kFp8, true, false, 2), ConfigError);  // tp
+  c.sparsity.enabled = true;
+  c.backend.tp_size = 1;
+  c.sparsity_request_override = RequestOverride::kAny;
+  refused(c, "sparsity.request_override: off");
+  setenv("STRATA_KV_FP8_SPARSE", "0", 1);  // only "1" enables
+  EXPECT_FALSE(kv_sparse_refusal(KvDtype::kFp8).empty());
+  unsetenv("STRATA_KV_FP8_SPARSE");
+  EXPECT_FALSE(kv_sparse_refusal(KvDtype::kFp8).empty());
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "cuda/attention.h"
 #include "cuda/sparse/sparse_plan.h"
 #include "runtime/kv_layout.h"
+#include "runtime/kv_scales.h"
 #include "runtime/snapkv.h"
 #include "runtime/sparsity_profile.h"
 #include "runtime/step_plan.h"
@@ -107,14 +108,43 @@ struct Pool {
   std::size_t s_at(int page, int head, int slot) const {
     return page * layout.score_elems() + static_cast<std::size_t>(head) * kBlockSize + slot;
   }
-  // Key of (head, token slot) under `table`, as floats.
+  // An FP8 KV cache's view of the same pool (docs/kv-fp8.md): every element as its e4m3 code,
+  // kv_quantize(value, s) with the head's K or V scale (scales: [kv_heads][2], K then V),
+  // same layout and element offsets (1 byte each).
+  std::vector<std::uint8_t> kv8;
+  std::vector<float> scales;
+  void make_fp8(const std::vector<float>& s) {
+    scales = s;
+    kv8.resize(kv.size());
+    const std::size_t head_elems = static_cast<std::size_t>(kBlockSize) * layout.head_dim;
+    for (std::size_t i = 0; i < kv.size(); ++i) {
+      const std::size_t in_page = i % layout.page_elems();
+      const std::size_t part = in_page / (layout.kv_heads * head_elems);  // 0 K, 1 V
+      const std::size_t head = (in_page / head_elems) % layout.kv_heads;
+      kv8[i] = kv_quantize(from_bf16(kv[i]), scales[head * 2 + part]);
+    }
+  }
+  // Key of (head, token slot) under `table`, as floats (fp8: the dequantized codes, what the CPU
+  // backend reads).
   std::vector<float> key(const std::vector<std::int32_t>& table, int head, int slot) const {
     const std::size_t o = k_at(table[slot / kBlockSize], head, slot % kBlockSize);
     std::vector<float> k(layout.head_dim);
-    for (int d = 0; d < layout.head_dim; ++d) k[d] = from_bf16(kv[o + d]);
+    for (int d = 0; d < layout.head_dim; ++d)
+      k[d] = kv8.empty() ? from_bf16(kv[o + d]) : kv_dequantize(kv8[o + d], scales[head * 2]);
     return k;
   }
 };
+
+// Power-of-two K/V scales per KV head for the e4m3 cases (the calibration's kind: exact folding).
+// N(0, 1) elements reach |x| ~ 5: 448 s >= 7 keeps them unsaturated but for the far tail.
+std::vector<float> fp8_scales(int kv_heads) {
+  std::vector<float> s(static_cast<std::size_t>(kv_heads) * 2);
+  for (int g = 0; g < kv_heads; ++g) {
+    s[g * 2] = std::ldexp(1.0f, -6 + g % 3);  // K: 2^-6, 2^-5, 2^-4
+    s[g * 2 + 1] = std::ldexp(1.0f, -5 - g % 2);
+  }
+  return s;
+}
 
 double dot(const float* a, const float* b, int n) {
   double s = 0.0;
@@ -150,6 +180,7 @@ struct SelectCase {
   PoolKind pool;
   int kernel;
   int sinks = 4, window = 32;
+  bool fp8 = false;  // e4m3 pages (PrefillParams::*pool8, kv_scales)
 };
 
 struct Figures {
@@ -187,6 +218,11 @@ void run_select_case(const SelectCase& c, unsigned seed, Figures& fig) {
   const PrefillPlan plan = plan_sparse_prefill(inputs, c.kv_heads);
   // Scratch: its own random bf16 pages.
   Pool scratch(c.kv_heads, hd, std::max(plan.scratch_pages, 1), rng);
+  const std::vector<float> kv_scales = fp8_scales(c.kv_heads);
+  if (c.fp8) {  // the same values as e4m3 codes: the reference reads their dequantized values
+    pool.make_fp8(kv_scales);
+    scratch.make_fp8(kv_scales);
+  }
   for (int s = 0; s < n; ++s) {
     const PrefillSeq& ps = plan.seqs[s];
     src_tables[s].assign(plan.src_pages.begin() + ps.src_table,
@@ -260,6 +296,13 @@ void run_select_case(const SelectCase& c, unsigned seed, Figures& fig) {
   d_pooled.poison();
   d_kscore.poison();
   d_kidx.poison();
+  Dev<std::uint8_t> d_pool8(pool.kv8.size()), d_scratch8(scratch.kv8.size());
+  Dev<float> d_kvs(kv_scales.size());
+  if (c.fp8) {
+    d_pool8.up(pool.kv8);
+    d_scratch8.up(scratch.kv8);
+    d_kvs.up(kv_scales);
+  }
 
   PrefillParams p;
   p.seqs = d_seqs.p;
@@ -283,8 +326,19 @@ void run_select_case(const SelectCase& c, unsigned seed, Figures& fig) {
   p.pooled = d_pooled.p;
   p.kept_idx = d_kidx.p;
   p.kept_score = d_kscore.p;
+  if (c.fp8) {  // the bf16 pools stay set: with dst_pool8 the kernels must not read them
+    p.src_pool8 = d_pool8.p;
+    p.scratch_pool8 = d_scratch8.p;
+    p.dst_pool8 = d_pool8.p;
+    p.kv_scales = d_kvs.p;
+  }
   CK(launch_sparse_prefill(p, nullptr));
   CK(cudaDeviceSynchronize());
+  const auto out_kv8 = c.fp8 ? d_pool8.down() : std::vector<std::uint8_t>();
+  if (c.fp8) {  // the bf16 pool untouched (compaction wrote codes only)
+    const auto bf16_after = d_pool.down();
+    ASSERT_EQ(0, std::memcmp(bf16_after.data(), pool.kv.data(), pool.kv.size() * 2));
+  }
 
   const auto raw = d_raw.down();
   const auto kidx = d_kidx.down();
@@ -365,8 +419,13 @@ void run_select_case(const SelectCase& c, unsigned seed, Figures& fig) {
                           sk = src.k_at(sp, g, pos % kBlockSize);
         const std::size_t dv = pool.v_at(dp, g, j % kBlockSize),
                           sv = src.v_at(sp, g, pos % kBlockSize);
-        ASSERT_EQ(0, std::memcmp(&out_kv[dk], &src.kv[sk], hd * 2)) << "K of slot " << j;
-        ASSERT_EQ(0, std::memcmp(&out_kv[dv], &src.kv[sv], hd * 2)) << "V of slot " << j;
+        if (c.fp8) {  // the codes as they are (fixed scales: never requantized)
+          ASSERT_EQ(0, std::memcmp(&out_kv8[dk], &src.kv8[sk], hd)) << "K codes of slot " << j;
+          ASSERT_EQ(0, std::memcmp(&out_kv8[dv], &src.kv8[sv], hd)) << "V codes of slot " << j;
+        } else {
+          ASSERT_EQ(0, std::memcmp(&out_kv[dk], &src.kv[sk], hd * 2)) << "K of slot " << j;
+          ASSERT_EQ(0, std::memcmp(&out_kv[dv], &src.kv[sv], hd * 2)) << "V of slot " << j;
+        }
         ASSERT_EQ(out_scores[pool.s_at(dp, g, j % kBlockSize)], gpu_init[j]) << "score " << j;
       }
     }
@@ -410,6 +469,35 @@ TEST(SparseSelect, SweepGqaLengthsCapacitiesPools) {
   run_select_case(edge, seed++, fig);
   std::printf(
       "[sparse] select sweep: max score rel err %.3g, kept-set diffs %d (worst margin "
+      "%.3g of the k-th score)\n",
+      fig.max_score_rel, fig.set_diffs, fig.max_diff_margin);
+}
+
+// FP8 KV (cache.kv_dtype fp8, docs/kv-fp8.md "Sparse layers"; NOT YET RUN ON A GPU): the same
+// sweep on e4m3 pages. The scoring kernel reads the codes (exact bf16 tile values, the K scale
+// folded into the softmax scale) against the fp64 reference on the dequantized codes (the CPU
+// backend's K): the same criteria as bf16 (S within 1e-2 relative, the CPU selector on the GPU's
+// scores gives the GPU's set, set differences only within 1e-2 of the k-th score), and the
+// compaction copies the kept slots' codes bit for bit.
+TEST(SparseSelect, E4m3PagesScoreSelectAndCompactLikeTheCpu) {
+  Figures fig;
+  unsigned seed = 101;
+  const std::vector<Policy> mix = {Policy::kScored, Policy::kSnapKv, Policy::kWindow,
+                                   Policy::kScored};
+  for (int group : {1, 4, 8}) {
+    for (int hd : {64, 128}) {
+      const PoolKind pk = hd == 64 ? PoolKind::kMax : PoolKind::kAvg;
+      SelectCase c{
+          group, group == 8 ? 2 : 4,          hd, {513, 1000, 700, 2000}, {512, 256, 101, 512}, mix,
+          pk,    pk == PoolKind::kMax ? 7 : 5};
+      c.fp8 = true;
+      SCOPED_TRACE("e4m3 group " + std::to_string(group) + " hd " + std::to_string(hd));
+      run_select_case(c, seed++, fig);
+      if (HasFatalFailure()) return;
+    }
+  }
+  std::printf(
+      "[sparse] e4m3 select sweep: max score rel err %.3g, kept-set diffs %d (worst margin "
       "%.3g of the k-th score)\n",
       fig.max_score_rel, fig.set_diffs, fig.max_diff_margin);
 }
@@ -509,9 +597,14 @@ TEST(SparseDirect, ChunkScoreAveragesMatchSequentialEma) {
 
 // ---- decode: resolve + score update -----------------------------------------------------------
 
-TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
-  std::mt19937 rng(99);
+// fp8: e4m3 pages (DecodeParams::pool8, kv_scales; NOT YET RUN ON A GPU): the resolve moves the
+// codes bit for bit, the update recomputes q . k from the codes (or reads the logits) against
+// the fp64 reference on the dequantized codes (the CPU backend's K), and the fused path runs the
+// decode attention on the same e4m3 pages.
+void resolve_and_update(bool fp8) {
+  std::mt19937 rng(fp8 ? 98 : 99);
   const int kv_heads = 4, hd = 128;
+  const std::vector<float> kv_scales = fp8_scales(kv_heads);
   for (int group : {1, 4, 8}) {
     const int q_heads = group * kv_heads;
     struct Case {
@@ -527,6 +620,7 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
     int pages = 0;
     for (const auto& c : cases) pages += pages_for_slots(std::max(c.C, c.valid + 1));
     Pool pool(kv_heads, hd, pages + 1, rng);
+    if (fp8) pool.make_fp8(kv_scales);
     // Make ties: a few equal lowest scores per head in the first case.
     std::vector<std::int32_t> free_pages(pool.pages);
     std::iota(free_pages.begin(), free_pages.end(), 0);
@@ -565,6 +659,12 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
                     &want.kv[want.k_at(t[leaver / 16], g, leaver % 16)], hd * 2);
         std::memcpy(&want.kv[want.v_at(t[dst / 16], g, dst % 16)],
                     &want.kv[want.v_at(t[leaver / 16], g, leaver % 16)], hd * 2);
+        if (fp8) {  // the codes move as they are
+          std::memcpy(&want.kv8[want.k_at(t[dst / 16], g, dst % 16)],
+                      &want.kv8[want.k_at(t[leaver / 16], g, leaver % 16)], hd);
+          std::memcpy(&want.kv8[want.v_at(t[dst / 16], g, dst % 16)],
+                      &want.kv8[want.v_at(t[leaver / 16], g, leaver % 16)], hd);
+        }
         want.scores[want.s_at(t[dst / 16], g, dst % 16)] = sc[leaver];
       }
     }
@@ -576,6 +676,12 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
     d_pool.up(pool.kv);
     Dev<float> d_scores(pool.scores.size());
     d_scores.up(pool.scores);
+    Dev<std::uint8_t> d_pool8(pool.kv8.size());
+    Dev<float> d_kvs(kv_scales.size());
+    if (fp8) {
+      d_pool8.up(pool.kv8);
+      d_kvs.up(kv_scales);
+    }
     DecodeParams p;
     p.seqs = d_seqs.p;
     p.num_seqs = n;
@@ -587,9 +693,16 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
     p.scores = d_scores.p;
     p.pages = d_pages.p;
     p.page_elems = pool.layout.page_elems();
+    if (fp8) {
+      p.pool8 = d_pool8.p;
+      p.kv_scales = d_kvs.p;
+    }
     CK(launch_scored_resolve(p, nullptr));
     CK(cudaDeviceSynchronize());
-    ASSERT_EQ(d_pool.down(), want.kv) << "group " << group;
+    ASSERT_EQ(d_pool.down(), want.kv) << "group " << group;  // fp8: the bf16 pool untouched
+    if (fp8) {
+      ASSERT_EQ(d_pool8.down(), want.kv8) << "e4m3 codes, group " << group;
+    }
     ASSERT_EQ(d_scores.down(), want.scores) << "group " << group;
 
     // New token into decode_slot, then attention (LSE, fp64 here) and the update.
@@ -614,8 +727,14 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
       const auto& t = tables[s];
       for (int g = 0; g < kv_heads; ++g) {
         for (int d = 0; d < hd; ++d) {
-          want.kv[want.k_at(t[slot / 16], g, slot % 16) + d] = to_bf16(nd(rng));
-          want.kv[want.v_at(t[slot / 16], g, slot % 16) + d] = to_bf16(nd(rng));
+          const std::size_t ko = want.k_at(t[slot / 16], g, slot % 16) + d,
+                            vo = want.v_at(t[slot / 16], g, slot % 16) + d;
+          want.kv[ko] = to_bf16(nd(rng));
+          want.kv[vo] = to_bf16(nd(rng));
+          if (fp8) {  // the new token's codes, as the e4m3 RoPE + K/V write stores them
+            want.kv8[ko] = kv_quantize(from_bf16(want.kv[ko]), kv_scales[g * 2]);
+            want.kv8[vo] = kv_quantize(from_bf16(want.kv[vo]), kv_scales[g * 2 + 1]);
+          }
         }
         std::vector<double> prob(visible, 0.0);
         for (int h = 0; h < group; ++h) {
@@ -643,6 +762,7 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
       }
     }
     d_pool.up(want.kv);
+    if (fp8) d_pool8.up(want.kv8);
     Dev<std::uint16_t> d_q(q.size());
     d_q.up(q);
     Dev<float> d_lse(lse.size());
@@ -660,7 +780,8 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
         ASSERT_LE(rel, kRelTol) << what << " score " << i << " gpu " << got[i] << " ref "
                                 << expect[i];
       }
-      std::printf("[sparse] decode update (%s) group %d: max rel err %.3g\n", what, group, worst);
+      std::printf("[sparse] decode update (%s%s) group %d: max rel err %.3g\n", fp8 ? "e4m3, " : "",
+                  what, group, worst);
     };
     // 1. Recomputed from q and K.
     CK(launch_scored_update(p, nullptr));
@@ -721,7 +842,9 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
                                          .heads = q_heads,
                                          .kv_heads = kv_heads,
                                          .head_dim = hd,
-                                         .scale = p.scale};
+                                         .scale = p.scale,
+                                         .kv_pool8 = fp8 ? d_pool8.p : nullptr,
+                                         .kv_scales = fp8 ? d_kvs.p : nullptr};
     cuda::launch_decode_attention(ap, nullptr);
     CK(launch_scored_update(p, nullptr));
     CK(cudaDeviceSynchronize());
@@ -730,11 +853,21 @@ TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
   }
 }
 
+TEST(SparseDecode, ResolveAndUpdateMatchCpuRules) {
+  resolve_and_update(false);
+}
+
+TEST(SparseDecode, E4m3PagesResolveMovesCodesAndUpdateMatchesCpuRules) {
+  resolve_and_update(true);
+}
+
 // ---- live shrink
 // ---------------------------------------------------------------------------------
 
-TEST(SparseShrink, MatchesShrinkOrderBitExact) {
-  std::mt19937 rng(123);
+// fp8: e4m3 pages (ShrinkParams::pool8, stage_kv8; NOT YET RUN ON A GPU): the kept slots' codes
+// move bit for bit, the bf16 pool is not touched.
+void shrink_case(bool fp8) {
+  std::mt19937 rng(fp8 ? 124 : 123);
   const int kv_heads = 4, hd = 128;
   struct Case {
     Policy policy;
@@ -749,6 +882,7 @@ TEST(SparseShrink, MatchesShrinkOrderBitExact) {
   int pages = 0;
   for (const auto& c : cases) pages += pages_for_slots(std::max(c.C, c.valid));
   Pool pool(kv_heads, hd, pages, rng);
+  if (fp8) pool.make_fp8(fp8_scales(kv_heads));
   std::vector<std::int32_t> free_pages(pool.pages);
   std::iota(free_pages.begin(), free_pages.end(), 0);
   std::shuffle(free_pages.begin(), free_pages.end(), rng);
@@ -779,10 +913,17 @@ TEST(SparseShrink, MatchesShrinkOrderBitExact) {
       const auto order = snapkv::shrink_order(sc, c.valid, c.ring_pos, rules[s], c.shrink_to);
       for (std::size_t j = 0; j < order.size(); ++j) {
         const int from = order[j], to = static_cast<int>(j);
-        std::memcpy(&want.kv[want.k_at(t[to / 16], g, to % 16)],
-                    &pool.kv[pool.k_at(t[from / 16], g, from % 16)], hd * 2);
-        std::memcpy(&want.kv[want.v_at(t[to / 16], g, to % 16)],
-                    &pool.kv[pool.v_at(t[from / 16], g, from % 16)], hd * 2);
+        if (fp8) {  // only the codes move (the bf16 pool is not touched)
+          std::memcpy(&want.kv8[want.k_at(t[to / 16], g, to % 16)],
+                      &pool.kv8[pool.k_at(t[from / 16], g, from % 16)], hd);
+          std::memcpy(&want.kv8[want.v_at(t[to / 16], g, to % 16)],
+                      &pool.kv8[pool.v_at(t[from / 16], g, from % 16)], hd);
+        } else {
+          std::memcpy(&want.kv[want.k_at(t[to / 16], g, to % 16)],
+                      &pool.kv[pool.k_at(t[from / 16], g, from % 16)], hd * 2);
+          std::memcpy(&want.kv[want.v_at(t[to / 16], g, to % 16)],
+                      &pool.kv[pool.v_at(t[from / 16], g, from % 16)], hd * 2);
+        }
         want.scores[want.s_at(t[to / 16], g, to % 16)] = sc[from];
       }
     }
@@ -807,11 +948,28 @@ TEST(SparseShrink, MatchesShrinkOrderBitExact) {
   p.stage_idx = d_idx.p;
   p.stage_kv = reinterpret_cast<bf16*>(d_stage.p);
   p.stage_score = d_sscore.p;
+  Dev<std::uint8_t> d_pool8(pool.kv8.size()), d_stage8(fp8 ? stage * 2 * hd : 0);
+  if (fp8) {
+    d_pool8.up(pool.kv8);
+    p.pool8 = d_pool8.p;
+    p.stage_kv8 = d_stage8.p;
+  }
   CK(launch_sparse_shrink(p, nullptr));
   CK(cudaDeviceSynchronize());
   // Slots [0, n) must match; slots past n keep their old bytes (both sides start equal).
   ASSERT_EQ(d_pool.down(), want.kv);
+  if (fp8) {
+    ASSERT_EQ(d_pool8.down(), want.kv8);
+  }
   ASSERT_EQ(d_scores.down(), want.scores);
+}
+
+TEST(SparseShrink, MatchesShrinkOrderBitExact) {
+  shrink_case(false);
+}
+
+TEST(SparseShrink, E4m3PagesMoveCodesBitExact) {
+  shrink_case(true);
 }
 
 // ---- microbenchmark (not an assertion on time) -------------------------------------------------

@@ -655,15 +655,16 @@ void resolve_and_update(bool fp8) {
         const int leaver = rules[s].capacity - rules[s].ring + ls.ring_pos;
         if (dst < 0) continue;
         const auto& t = tables[s];
-        std::memcpy(&want.kv[want.k_at(t[dst / 16], g, dst % 16)],
-                    &want.kv[want.k_at(t[leaver / 16], g, leaver % 16)], hd * 2);
-        std::memcpy(&want.kv[want.v_at(t[dst / 16], g, dst % 16)],
-                    &want.kv[want.v_at(t[leaver / 16], g, leaver % 16)], hd * 2);
-        if (fp8) {  // the codes move as they are
+        if (fp8) {  // the codes move as they are (the bf16 pool is not touched)
           std::memcpy(&want.kv8[want.k_at(t[dst / 16], g, dst % 16)],
                       &want.kv8[want.k_at(t[leaver / 16], g, leaver % 16)], hd);
           std::memcpy(&want.kv8[want.v_at(t[dst / 16], g, dst % 16)],
                       &want.kv8[want.v_at(t[leaver / 16], g, leaver % 16)], hd);
+        } else {
+          std::memcpy(&want.kv[want.k_at(t[dst / 16], g, dst % 16)],
+                      &want.kv[want.k_at(t[leaver / 16], g, leaver % 16)], hd * 2);
+          std::memcpy(&want.kv[want.v_at(t[dst / 16], g, dst % 16)],
+                      &want.kv[want.v_at(t[leaver / 16], g, leaver % 16)], hd * 2);
         }
         want.scores[want.s_at(t[dst / 16], g, dst % 16)] = sc[leaver];
       }

@@ -1,5 +1,16 @@
 // The Hopper decode GEMM (cuda/gemm_decode.h; sm_90a only, built in the strata_cuda_sm90a object
-// library, cuda/CMakeLists.txt): y[T, N] = x[T, K] . W[N, K]^T for T <= 256.
+// library, cuda/CMakeLists.txt): y[T, N] = x[T, K] . W[N, K]^T for T <= 256, bf16, and its FP8
+// (W8A8, e4m3) variant (kF8: the same pipeline and stream-K fixup over 1-byte codes; a k-tile is
+// then 128 codes in the same 128-byte swizzled rows, wgmma m64nNk32 e4m3 instead of m64nNk16
+// bf16, each k-tile's products summed into a fresh fp32 accumulator and added into the running
+// one on the CUDA cores, the per-token and per-channel scales applied when y is written; at most
+// 128 rows per launch; not yet run on a GPU).
+//
+// Stream-K determinism (the H200's GridsAgreeAndGraphReplayEqualsEager failure of 2026-12-02):
+// the failure was the test's cross-stream race (inputs filled on the legacy stream, the first
+// call on a non-blocking stream: tests/gpu/gemm_decode_test.cpp says how), not this fixup; the
+// fixup's publication is now formally release / acquire (the fences around thread 0's counter
+// atomic below).
 //
 // Why this shape (docs/benchmarks.md "A decode GEMM of our own, first attempt"): an mma.sync
 // kernel with 8 warps per SM each waiting on ldmatrix -> mma chains read the weights at 46 % of
@@ -52,11 +63,14 @@ using namespace sm90;
 constexpr int kConsumers = 2;                       // consumer warpgroups
 constexpr int kConsumerThreads = kConsumers * 128;  // 256
 constexpr int kThreads = kConsumerThreads + 128;    // + the producer warpgroup
-constexpr int kBK = 64;                             // k per stage: one 128-byte row of bf16
-constexpr std::uint32_t kRowBytes = 128;
+constexpr std::uint32_t kRowBytes = 128;    // one k-tile of a row: 64 bf16 or 128 e4m3 elements
 constexpr std::uint32_t kSmemMax = 232448;  // 227 KB per block on sm_90
 constexpr int kMaxStages = 8;
 constexpr int kPartialFloatsPerSlot = 128 * 256;  // BM * TN <= 32768 for every TN
+
+// Elements per k-tile (one 128-byte swizzled row) and per wgmma k step (32 bytes either way).
+template <bool kF8>
+constexpr int kBK = kF8 ? 128 : 64;
 
 template <int TN, int kMW>
 struct Cfg {
@@ -78,13 +92,15 @@ struct Cfg {
 };
 
 struct DecodeParams {
-  CUtensorMap w_map;   // W [N][K] bf16, boxes of BM rows x 64
-  CUtensorMap x_map;   // x [T][K] bf16, boxes of TN rows x 64
-  void* y;             // [T][N] bf16 or fp32
+  CUtensorMap w_map;   // W [N][K] bf16 / e4m3, boxes of BM rows x 128 bytes
+  CUtensorMap x_map;   // x [T][K] bf16 / e4m3, boxes of TN rows x 128 bytes
+  void* y;             // [T][N] bf16 or fp32 (e4m3: bf16)
+  const float* xs;     // e4m3 only: per-token scales [T]
+  const float* ws;     // e4m3 only: per-channel scales [N]
   float* partial;      // [2 * grid][BM * TN]
   unsigned* counters;  // [tiles]
   int T, N, K;
-  int tiles, kt;    // output tiles (of BM rows), k-tiles (of 64)
+  int tiles, kt;    // output tiles (of BM rows), k-tiles (of kBK elements)
   long long units;  // tiles * kt
   int grid;
   int f32out;
@@ -98,16 +114,21 @@ __device__ __forceinline__ int block_of(long long u, const DecodeParams& p) {
   return static_cast<int>(((u + 1) * p.grid - 1) / p.units);
 }
 
+// e4m3: y = bf16(acc * xs[t] * ws[n]), the multiplications in the order of the other FP8 paths
+// (cuda/gemm_fp8.cu) and the CPU oracle, on the fp32 sum of the whole K range.
+template <bool kF8>
 __device__ __forceinline__ void store_y(const DecodeParams& p, int n, int t, float v) {
   if (n >= p.N || t >= p.T) return;
   const long long i = static_cast<long long>(t) * p.N + n;
-  if (p.f32out)
+  if constexpr (kF8)
+    static_cast<bf16*>(p.y)[i] = __float2bfloat16_rn(v * __ldg(p.xs + t) * __ldg(p.ws + n));
+  else if (p.f32out)
     static_cast<float*>(p.y)[i] = v;
   else
     static_cast<bf16*>(p.y)[i] = __float2bfloat16_rn(v);
 }
 
-template <int TN, int MW>
+template <int TN, int MW, bool kF8>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_gemm_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -141,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int stage = 0;
     std::uint32_t round = 0;
     for (long long u = u_begin; u < u_end; ++u) {
-      const int tile = static_cast<int>(u / p.kt), k0 = static_cast<int>(u % p.kt) * kBK;
+      const int tile = static_cast<int>(u / p.kt), k0 = static_cast<int>(u % p.kt) * kBK<kF8>;
       if (round > 0) mbar_wait_or_trap(empty(stage), (round - 1) & 1);
       mbar_arrive_expect_tx(full(stage), C::kStage);
       const std::uint32_t dst = base + static_cast<std::uint32_t>(stage) * C::kStage;
@@ -168,32 +189,71 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int tile = static_cast<int>(u / p.kt);
     const long long seg_begin = u;
     const long long seg_end = std::min<long long>(u_end, static_cast<long long>(tile + 1) * p.kt);
-    int pending = -1;  // stage of the last committed wgmma group, not yet released
-    for (; u < seg_end; ++u) {
-      mbar_wait(full(stage), round & 1);
-      const std::uint32_t sw = base + static_cast<std::uint32_t>(stage) * C::kStage +
-                               static_cast<std::uint32_t>(wg * C::MW * 64) * kRowBytes;
-      const std::uint32_t sx = base + static_cast<std::uint32_t>(stage) * C::kStage + C::kW;
-      wgmma_fence();
+    if constexpr (kF8) {
+      // e4m3: Hopper's tensor cores keep only about 14 bits of the running sum inside an FP8
+      // wgmma chain (DeepSeek-V3 report 3.3.2; cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM off
+      // promotes for the same reason), so every k-tile (128 codes, 4 wgmma k32) goes to a fresh
+      // fp32 accumulator `part` (scale_d = 0 on its first step) and is added into `acc` on the
+      // CUDA cores: the sum over k-tiles is an fp32 sum. The group is awaited before the add
+      // (wait_group 0), so the tensor cores do not overlap the next stage; the TMA ring keeps the
+      // weight stream in flight meanwhile.
+      float part[C::MW][C::kAcc];
+      for (; u < seg_end; ++u) {
+        mbar_wait(full(stage), round & 1);
+        const std::uint32_t sw = base + static_cast<std::uint32_t>(stage) * C::kStage +
+                                 static_cast<std::uint32_t>(wg * C::MW * 64) * kRowBytes;
+        const std::uint32_t sx = base + static_cast<std::uint32_t>(stage) * C::kStage + C::kW;
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {
-        const std::uint64_t db = desc_sw128(sx + 32u * kk, 16, 1024);
+        for (int kk = 0; kk < 4; ++kk) {
+          const std::uint64_t db = desc_sw128(sx + 32u * kk, 16, 1024);
 #pragma unroll
-        for (int m = 0; m < C::MW; ++m) {
-          const std::uint64_t da = desc_sw128(sw + 64u * kRowBytes * m + 32u * kk, 16, 1024);
-          wgmma_m64k16_ss(acc[m], da, db, (u != seg_begin || kk > 0) ? 1 : 0);
+          for (int m = 0; m < C::MW; ++m) {
+            const std::uint64_t da = desc_sw128(sw + 64u * kRowBytes * m + 32u * kk, 16, 1024);
+            wgmma_m64k32_ss_e4m3(part[m], da, db, kk > 0 ? 1 : 0);
+          }
         }
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous stage's group is done: hand its stage back
-      if (pending >= 0) mbar_arrive(empty(pending));
-      pending = stage;
-      if (++stage == C::kStages) stage = 0, ++round;
-    }
-    wgmma_wait<0>();
+        wgmma_commit();
+        wgmma_wait<0>();
 #pragma unroll
-    for (int m = 0; m < C::MW; ++m) fence_operands(acc[m]);
-    mbar_arrive(empty(pending));
+        for (int m = 0; m < C::MW; ++m) fence_operands(part[m]);
+        mbar_arrive(empty(stage));
+        if (++stage == C::kStages) stage = 0, ++round;
+#pragma unroll
+        for (int m = 0; m < C::MW; ++m)
+#pragma unroll
+          for (int i = 0; i < C::kAcc; ++i)
+            acc[m][i] = u == seg_begin ? part[m][i] : acc[m][i] + part[m][i];
+      }
+    } else {
+      int pending = -1;  // stage of the last committed wgmma group, not yet released
+      for (; u < seg_end; ++u) {
+        mbar_wait(full(stage), round & 1);
+        const std::uint32_t sw = base + static_cast<std::uint32_t>(stage) * C::kStage +
+                                 static_cast<std::uint32_t>(wg * C::MW * 64) * kRowBytes;
+        const std::uint32_t sx = base + static_cast<std::uint32_t>(stage) * C::kStage + C::kW;
+        wgmma_fence();
+        // 4 wgmma k16 steps of 32 bytes each.
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const std::uint64_t db = desc_sw128(sx + 32u * kk, 16, 1024);
+#pragma unroll
+          for (int m = 0; m < C::MW; ++m) {
+            const std::uint64_t da = desc_sw128(sw + 64u * kRowBytes * m + 32u * kk, 16, 1024);
+            wgmma_m64k16_ss(acc[m], da, db, (u != seg_begin || kk > 0) ? 1 : 0);
+          }
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous stage's group is done: hand its stage back
+        if (pending >= 0) mbar_arrive(empty(pending));
+        pending = stage;
+        if (++stage == C::kStages) stage = 0, ++round;
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int m = 0; m < C::MW; ++m) fence_operands(acc[m]);
+      mbar_arrive(empty(pending));
+    }
 
     // ---- epilogue of this segment ----
     // Accumulator d[i] of sub-tile m: weight row n = tile * BM + (wg * MW + m) * 64 + 16 wq + g +
@@ -204,8 +264,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int m = 0; m < C::MW; ++m)
 #pragma unroll
         for (int i = 0; i < C::kAcc; ++i)
-          store_y(p, n_base + 64 * m + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * c4 + (i & 1),
-                  acc[m][i]);
+          store_y<kF8>(p, n_base + 64 * m + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * c4 + (i & 1),
+                       acc[m][i]);
     };
     const long long tile_u0 = static_cast<long long>(tile) * p.kt;
     if (seg_begin == tile_u0 && seg_end == tile_u0 + p.kt) {
@@ -229,13 +289,23 @@ __global__ void __launch_bounds__(kThreads, 1)
           dst[((m * C::kAcc + i) / 4) * kConsumerThreads + tid] =
               make_float4(acc[m][i], acc[m][i + 1], acc[m][i + 2], acc[m][i + 3]);
     }
+    // Publication (PTX memory model): each thread's partial stores, its fence.gpu, the CTA
+    // barrier, then thread 0's fence.gpu + counter atomic: a release pattern whose
+    // cumulativity covers every consumer thread's stores (they precede thread 0's fence in
+    // causality order through the barrier). The per-thread fence alone (the CUDA sample's
+    // threadFenceReduction idiom, all that stood here before) relies on the barrier being
+    // cumulative at gpu scope, which the model does not promise; the second fence costs one
+    // instruction per split segment.
     __threadfence();
     named_bar_sync(1, kConsumerThreads);
     const int b_first = block_of(tile_u0, p), b_last = block_of(tile_u0 + p.kt - 1, p);
     if (tid == 0) {
+      __threadfence();
       const unsigned done = atomicAdd(&p.counters[tile], 1u);
       const int last = done == static_cast<unsigned>(b_last - b_first) ? 1 : 0;
-      if (last) p.counters[tile] = 0;  // every piece is in: nobody else touches it this launch
+      // Acquire: the fence after the atomic that observed every other piece's release orders
+      // the reads below (other threads: through the barrier that follows) after those stores.
+      if (last) __threadfence(), p.counters[tile] = 0;  // nobody else touches it this launch
       *flag = last;
     }
     named_bar_sync(1, kConsumerThreads);
@@ -309,18 +379,20 @@ int device_sms(int device) {
   return known[device] = n;
 }
 
-// W's map depends only on (device, pointer, N, K, box rows): weights keep their addresses, so it is
-// encoded once. A pointer reused for another matrix of the same shape gets the same map.
-CUtensorMap weight_map(int device, const bf16* w, int N, int K, int bm) {
+// W's map depends only on (device, pointer, element size, N, K, box rows): weights keep their
+// addresses, so it is encoded once. A pointer reused for another matrix of the same shape gets the
+// same map.
+CUtensorMap weight_map(int device, const void* w, bool f8, int N, int K, int bm) {
   static std::mutex mu;
-  static std::map<std::tuple<int, const void*, int, int, int>, CUtensorMap> cache;
-  const auto key = std::make_tuple(device, static_cast<const void*>(w), N, K, bm);
+  static std::map<std::tuple<int, const void*, bool, int, int, int>, CUtensorMap> cache;
+  const auto key = std::make_tuple(device, w, f8, N, K, bm);
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   CUtensorMap m;
-  const CUresult r = encode_tensor_map_2d(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, w, K, N, 2ull * K,
-                                          kBK, static_cast<std::uint32_t>(bm));
+  const CUresult r = encode_tensor_map_2d(
+      &m, f8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, w, K, N,
+      (f8 ? 1ull : 2ull) * K, f8 ? kBK<true> : kBK<false>, static_cast<std::uint32_t>(bm));
   if (r != CUDA_SUCCESS)
     throw InternalError("decode GEMM: cuTensorMapEncodeTiled (W) failed (" +
                         std::to_string(static_cast<int>(r)) + ")");
@@ -328,7 +400,7 @@ CUtensorMap weight_map(int device, const bf16* w, int N, int K, int bm) {
   return cache[key] = m;
 }
 
-template <int TN, int MW>
+template <int TN, int MW, bool kF8>
 void launch_tn(const DecodeParams& p, int device, cudaStream_t s) {
   using C = Cfg<TN, MW>;
   static std::mutex mu;
@@ -336,29 +408,43 @@ void launch_tn(const DecodeParams& p, int device, cudaStream_t s) {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (std::find(ready.begin(), ready.end(), device) == ready.end()) {
-      CUDA_CHECK(cudaFuncSetAttribute(decode_gemm_kernel<TN, MW>,
+      CUDA_CHECK(cudaFuncSetAttribute(decode_gemm_kernel<TN, MW, kF8>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(C::kAlloc)));
       ready.push_back(device);
     }
   }
-  decode_gemm_kernel<TN, MW><<<p.grid, kThreads, C::kAlloc, s>>>(p);
+  decode_gemm_kernel<TN, MW, kF8><<<p.grid, kThreads, C::kAlloc, s>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace
-
-std::size_t decode_gemm_partial_floats(int grid) {
-  return 2ull * static_cast<std::size_t>(std::max(grid, 1)) * kPartialFloatsPerSlot;
+template <bool kF8>
+void launch_any(const DecodeParams& p, int tn, int mw, int device, cudaStream_t s) {
+  if (mw == 2)
+    launch_tn<64, 2, kF8>(p, device, s);
+  else if (tn == 8)
+    launch_tn<8, 1, kF8>(p, device, s);
+  else if (tn == 16)
+    launch_tn<16, 1, kF8>(p, device, s);
+  else if (tn == 32)
+    launch_tn<32, 1, kF8>(p, device, s);
+  else if (tn == 64)
+    launch_tn<64, 1, kF8>(p, device, s);
+  else if (tn == 128 || kF8)  // e4m3: T <= 128 per launch (launch() splits the rows)
+    launch_tn<128, 1, kF8>(p, device, s);
+  else if constexpr (!kF8)
+    launch_tn<256, 1, kF8>(p, device, s);
 }
 
-bool decode_gemm_applies(const void* x, const void* w, int T, int N, int K, std::string* why) {
+bool applies(bool f8, const void* x, const void* w, int T, int N, int K, std::string* why) {
   const auto fail = [&](const char* m) {
     if (why) *why = m;
     return false;
   };
+  const int bk = f8 ? kBK<true> : kBK<false>;
   if (T < 1 || T > kDecodeGemmMaxRows) return fail("rows outside 1..256");
-  if (N < 1 || K < kBK || K % kBK != 0) return fail("K is not a positive multiple of 64");
+  if (N < 1 || K < bk || K % bk != 0)
+    return fail(f8 ? "K is not a positive multiple of 128" : "K is not a positive multiple of 64");
   if ((reinterpret_cast<std::uintptr_t>(x) | reinterpret_cast<std::uintptr_t>(w)) % 16 != 0)
     return fail("x or w is not 16-byte aligned (TMA)");
   if ((N + 127) / 128 > kDecodeGemmMaxTiles) return fail("more output tiles than the counters");
@@ -368,41 +454,80 @@ bool decode_gemm_applies(const void* x, const void* w, int T, int N, int K, std:
   return true;
 }
 
-void launch_decode_gemm(const bf16* x, const bf16* w, void* y, bool f32out, int T, int N, int K,
-                        const DecodeGemmWorkspace& ws, int grid, cudaStream_t s) {
+constexpr int kF8MaxTn = 128;  // e4m3: rows per launch (two accumulator sets per thread)
+
+// The host side of both element types: maps, split, checks of the workspace.
+void launch(bool f8, const void* x, const void* w, const float* xs, const float* ws, void* y,
+            bool f32out, int T, int N, int K, const DecodeGemmWorkspace& wsp, int grid,
+            cudaStream_t s) {
   std::string why;
-  if (!decode_gemm_applies(x, w, T, N, K, &why)) throw InternalError("launch_decode_gemm: " + why);
+  if (!applies(f8, x, w, T, N, K, &why))
+    throw InternalError(std::string(f8 ? "launch_decode_gemm_fp8: " : "launch_decode_gemm: ") +
+                        why);
+  if (f8 && T > kF8MaxTn) {
+    // e4m3 needs a second accumulator set per thread for the promotion (the consumer loop):
+    // 128 + 128 registers at TN 256 do not fit, so 129..256 rows are two launches of <= 128
+    // rows (the weights are streamed twice; autotune_fp8 keeps it only where it wins).
+    launch(f8, x, w, xs, ws, y, f32out, kF8MaxTn, N, K, wsp, grid, s);
+    launch(f8, static_cast<const std::uint8_t*>(x) + static_cast<std::size_t>(kF8MaxTn) * K, w,
+           xs + kF8MaxTn, ws, static_cast<bf16*>(y) + static_cast<std::size_t>(kF8MaxTn) * N,
+           f32out, T - kF8MaxTn, N, K, wsp, grid, s);
+    return;
+  }
   const int device = current_device();
   if (grid <= 0) grid = device_sms(device);
   const int tn = tn_for(T), mw = mw_for(tn, N, grid), bm = 64 * mw * kConsumers;
+  const int bk = f8 ? kBK<true> : kBK<false>;
   DecodeParams p{};
-  p.w_map = weight_map(device, w, N, K, bm);
-  const CUresult r = encode_tensor_map_2d(&p.x_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, T,
-                                          2ull * K, kBK, static_cast<std::uint32_t>(tn));
+  p.kt = K / bk;
+  p.tiles = (N + bm - 1) / bm;
+  p.units = static_cast<long long>(p.tiles) * p.kt;
+  p.grid = static_cast<int>(std::min<long long>(grid, p.units));
+  // Every block may write two partial slots: a workspace sized for fewer blocks would be
+  // overrun (grid > the SMs the caller sized it for).
+  if (wsp.partial_floats != 0 && decode_gemm_partial_floats(p.grid) > wsp.partial_floats)
+    throw InternalError("decode GEMM: grid " + std::to_string(p.grid) +
+                        " needs more partial slots than the workspace holds");
+  p.w_map = weight_map(device, w, f8, N, K, bm);
+  const CUresult r = encode_tensor_map_2d(
+      &p.x_map, f8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, T,
+      (f8 ? 1ull : 2ull) * K, bk, static_cast<std::uint32_t>(tn));
   if (r != CUDA_SUCCESS)
     throw InternalError("decode GEMM: cuTensorMapEncodeTiled (x) failed (" +
                         std::to_string(static_cast<int>(r)) + ")");
-  p.y = y, p.partial = ws.partial, p.counters = ws.counters;
+  p.y = y, p.xs = xs, p.ws = ws, p.partial = wsp.partial, p.counters = wsp.counters;
   p.T = T, p.N = N, p.K = K;
-  p.tiles = (N + bm - 1) / bm;
-  p.kt = K / kBK;
-  p.units = static_cast<long long>(p.tiles) * p.kt;
-  p.grid = static_cast<int>(std::min<long long>(grid, p.units));
   p.f32out = f32out ? 1 : 0;
-  if (mw == 2)
-    launch_tn<64, 2>(p, device, s);
-  else if (tn == 8)
-    launch_tn<8, 1>(p, device, s);
-  else if (tn == 16)
-    launch_tn<16, 1>(p, device, s);
-  else if (tn == 32)
-    launch_tn<32, 1>(p, device, s);
-  else if (tn == 64)
-    launch_tn<64, 1>(p, device, s);
-  else if (tn == 128)
-    launch_tn<128, 1>(p, device, s);
+  if (f8)
+    launch_any<true>(p, tn, mw, device, s);
   else
-    launch_tn<256, 1>(p, device, s);
+    launch_any<false>(p, tn, mw, device, s);
+}
+
+}  // namespace
+
+std::size_t decode_gemm_partial_floats(int grid) {
+  return 2ull * static_cast<std::size_t>(std::max(grid, 1)) * kPartialFloatsPerSlot;
+}
+
+bool decode_gemm_applies(const void* x, const void* w, int T, int N, int K, std::string* why) {
+  return applies(false, x, w, T, N, K, why);
+}
+
+bool decode_gemm_fp8_applies(const void* x, const void* w, int T, int N, int K, std::string* why) {
+  return applies(true, x, w, T, N, K, why);
+}
+
+void launch_decode_gemm(const bf16* x, const bf16* w, void* y, bool f32out, int T, int N, int K,
+                        const DecodeGemmWorkspace& ws, int grid, cudaStream_t s) {
+  launch(false, x, w, nullptr, nullptr, y, f32out, T, N, K, ws, grid, s);
+}
+
+void launch_decode_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
+                            const float* ws, bf16* y, int T, int N, int K,
+                            const DecodeGemmWorkspace& wsp, int grid, cudaStream_t s) {
+  if (xs == nullptr || ws == nullptr) throw InternalError("launch_decode_gemm_fp8: missing scales");
+  launch(true, x, w, xs, ws, y, false, T, N, K, wsp, grid, s);
 }
 
 }  // namespace strata::cuda

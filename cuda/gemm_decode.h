@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace strata::cuda {
@@ -25,10 +26,12 @@ inline constexpr int kDecodeGemmMaxTiles = 4096;
 
 // Device scratch of one caller (one stream: calls must not overlap). partial: the split tiles'
 // fp32 partials, decode_gemm_partial_floats(grid) floats. counters: kDecodeGemmMaxTiles
-// unsigned, zero before the first call; every call leaves them zero again.
+// unsigned, zero before the first call; every call leaves them zero again. partial_floats: the
+// size of `partial` (0 = not stated, unchecked); a call whose grid needs more slots throws.
 struct DecodeGemmWorkspace {
   float* partial = nullptr;
   unsigned* counters = nullptr;
+  std::size_t partial_floats = 0;
 };
 std::size_t decode_gemm_partial_floats(int grid);
 
@@ -43,5 +46,18 @@ bool decode_gemm_applies(const void* x, const void* w, int T, int N, int K,
 // call, W's cached per pointer, and passed by value as kernel parameters).
 void launch_decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, bool f32out, int T,
                         int N, int K, const DecodeGemmWorkspace& ws, int grid, cudaStream_t s);
+
+// The FP8 (W8A8) variant, the same kernel over e4m3 codes (issue 20 item 2; not yet run on a GPU):
+// y[t][n] = bf16(acc[t][n] * xs[t] * ws[n]) with acc = sum_k x8[t][k] w8[n][k] in fp32 (wgmma
+// m64nNk32 e4m3: the products are exact, the sums fp32), the scales applied in the order of the
+// other FP8 paths (cuda/fp8.h) after the whole K range is summed. x8 [T][K] and w8 [N][K] e4m3
+// codes, xs [T] and ws [N] fp32 scales, y [T][N] bf16. A k-tile is 128 codes (128 bytes, the
+// bf16 kernel's byte layout), so K % 128 == 0; the workspace is the bf16 kernel's (one caller's
+// calls never overlap, whichever type they are).
+bool decode_gemm_fp8_applies(const void* x, const void* w, int T, int N, int K,
+                             std::string* why = nullptr);
+void launch_decode_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
+                            const float* ws, __nv_bfloat16* y, int T, int N, int K,
+                            const DecodeGemmWorkspace& scratch, int grid, cudaStream_t s);
 
 }  // namespace strata::cuda

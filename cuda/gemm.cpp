@@ -126,7 +126,8 @@ bool Gemm::run_decode(const void* x, const __nv_bfloat16* w, void* y, bool f32ou
     return false;
   if (!decode_gemm_applies(x, w, T, N, K)) return false;
   launch_decode_gemm(static_cast<const __nv_bfloat16*>(x), w, y, f32out, T, N, K,
-                     {decode_partial_.get(), decode_counters_.get()}, num_sms_, stream_);
+                     {decode_partial_.get(), decode_counters_.get(), decode_partial_.size()},
+                     num_sms_, stream_);
   return true;
 }
 
@@ -288,6 +289,8 @@ bool Gemm::fp8_path_applies(Fp8Path p, const void* x, const void* w, int T, int 
     case Fp8Path::kMma:
     case Fp8Path::kMmaWide:
       return small_fp8_applies(x, w, T, N, K, p == Fp8Path::kMmaWide);
+    case Fp8Path::kWgmma:
+      return decode_gemm_fp8_applies(x, w, T, N, K);
     default:
       return true;  // cuBLASLt (K % 16 is checked by linear_fp8)
   }
@@ -303,6 +306,11 @@ void Gemm::linear_fp8(Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int 
     path = it != fp8_tuned_.end() ? it->second : fp8_default_path(T);
   }
   if (!skinny_) path = Fp8Path::kLt;
+  // The Hopper kernel needs its workspace (set_fp8_path / autotune_fp8 allocate it) and its
+  // shapes; otherwise the default rule's kernel runs.
+  if (path == Fp8Path::kWgmma &&
+      (decode_counters_.size() == 0 || !fp8_path_applies(path, x.codes, w.codes, T, N, K)))
+    path = fp8_default_path(T);
   // A kernel that does not apply to the call falls back: CUDA cores and the wide shape to the
   // 16-row tensor-core shape, that one to cuBLASLt.
   if ((path == Fp8Path::kCores || path == Fp8Path::kMmaWide) &&
@@ -313,6 +321,12 @@ void Gemm::linear_fp8(Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int 
 }
 
 void Gemm::run_fp8(Fp8Path path, Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int K) {
+  if (path == Fp8Path::kWgmma) {
+    launch_decode_gemm_fp8(x.codes, x.scale, w.codes, w.scale, y, T, N, K,
+                           {decode_partial_.get(), decode_counters_.get(), decode_partial_.size()},
+                           num_sms_, stream_);
+    return;
+  }
   if (path == Fp8Path::kCores) {
     launch_skinny_gemm_fp8(x.codes, x.scale, w.codes, w.scale, y, T, N, K, stream_);
     return;
@@ -378,6 +392,13 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
   DeviceArray<__nv_bfloat16> xb(static_cast<std::size_t>(max_t) * max_k),
       y(static_cast<std::size_t>(max_t) * max_n);
   DeviceArray<std::uint8_t> xc(xb.size());
+  // The Hopper decode GEMM's e4m3 variant: a candidate only on request until it has run on a GPU
+  // (2026-12-02), checked against the default rule's output (y_ref) like autotune()'s candidates.
+  const char* wg_env = std::getenv("STRATA_DECODE_GEMM_FP8");
+  const bool wgmma_ok = wg_env && std::string(wg_env) == "auto";
+  DeviceArray<__nv_bfloat16> y_ref(wgmma_ok ? y.size() : 0);
+  DeviceArray<double> sums(wgmma_ok ? 2 : 0);
+  if (wgmma_ok) enable_decode_workspace();
   DeviceArray<float> xs(static_cast<std::size_t>(max_t));
   launch_random_fill(
       {xb.get(), static_cast<long long>(xb.size()), 0x7e58ull, 0x9e3779b9ull, 1.0f, 0.0f}, stream_);
@@ -398,12 +419,22 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
     std::sort(ms.begin(), ms.end());
     return 1e3 * ms[1];
   };
+  const auto rel_l2 = [&](long long n) {
+    CUDA_CHECK(cudaMemsetAsync(sums.get(), 0, 2 * sizeof(double), stream_));
+    launch_diff_norms(y.get(), y_ref.get(), false, n, sums.get(), stream_);
+    double h[2] = {0, 0};
+    CUDA_CHECK(cudaMemcpyAsync(h, sums.get(), sizeof(h), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (!std::isfinite(h[0]) || !std::isfinite(h[1]) || h[1] <= 0) return 1.0;
+    return std::sqrt(h[0] / h[1]);
+  };
   const char* wide_env = std::getenv("STRATA_FP8_WIDE");
   const bool wide_ok = wide_env && std::string(wide_env) == "1";
   const auto name = [](Fp8Path p) {
     return p == Fp8Path::kCores     ? "cores"
            : p == Fp8Path::kMma     ? "mma"
            : p == Fp8Path::kMmaWide ? "mma-wide"
+           : p == Fp8Path::kWgmma   ? "decode-wgmma"
                                     : "lt";
   };
   try {
@@ -424,6 +455,20 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
           ++r.candidates;
           if (p == dflt) r.default_us = us;
           if (us < best) best = us, choice = p;
+        }
+        if (wgmma_ok && fp8_path_applies(Fp8Path::kWgmma, xc.get(), sh.w.codes, T, sh.N, sh.K)) {
+          const Fp8Rows x{xc.get(), xs.get()};
+          // The reference: the kernel linear_fp8 would run for this call untuned.
+          Fp8Path ref = dflt;
+          if (!fp8_path_applies(ref, xc.get(), sh.w.codes, T, sh.N, sh.K)) ref = Fp8Path::kMma;
+          if (!fp8_path_applies(ref, xc.get(), sh.w.codes, T, sh.N, sh.K)) ref = Fp8Path::kLt;
+          run_fp8(ref, x, sh.w, y_ref.get(), T, sh.N, sh.K);
+          r.decode_us = time_us(Fp8Path::kWgmma, sh, T);  // leaves its output in y
+          ++r.candidates;
+          if (rel_l2(static_cast<long long>(T) * sh.N) > 1e-2)
+            ++r.rejected;
+          else if (r.decode_us < best)
+            best = r.decode_us, choice = Fp8Path::kWgmma;
         }
         r.best_us = best;
         r.chosen = name(choice);
@@ -630,7 +675,8 @@ std::vector<GemmTuneResult> Gemm::autotune(const std::vector<GemmShape>& shapes,
       decode_keys_.erase(key);
       if (decode_path_ != DecodePath::kOff && decode_gemm_applies(x.get(), s.w, T, s.N, s.K)) {
         enable_decode_workspace();
-        const DecodeGemmWorkspace dws{decode_partial_.get(), decode_counters_.get()};
+        const DecodeGemmWorkspace dws{decode_partial_.get(), decode_counters_.get(),
+                                      decode_partial_.size()};
         r.decode_us = time_us([&] {
           launch_decode_gemm(x.get(), s.w, y_try.get(), s.f32out, T, s.N, s.K, dws, num_sms_,
                              stream_);

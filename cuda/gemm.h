@@ -98,11 +98,20 @@ class Gemm {
   // Test hook: force the fallback (scalar-scaled cuBLASLt into fp32, then launch_scale_outer).
   // Which kernel runs an FP8 call: kAuto = autotune_fp8()'s choice for that (N, K, T), else the
   // default rule (1 row: CUDA cores; up to kSmallFp8MaxRows: tensor cores; more: cuBLASLt).
-  // The others force a path where it applies (benchmarks and tests).
-  enum class Fp8Path { kAuto, kCores, kMma, kMmaWide, kLt };
-  void set_fp8_path(Fp8Path p) { fp8_path_ = p; }
+  // The others force a path where it applies (benchmarks and tests). kWgmma: the Hopper decode
+  // GEMM's e4m3 variant (launch_decode_gemm_fp8, 1..256 rows, K % 128 == 0; not yet run on a
+  // GPU): autotune_fp8 offers it as a candidate only with STRATA_DECODE_GEMM_FP8=auto; forcing it
+  // allocates the decode GEMM's workspace here (never inside a call). Where it does not apply a
+  // call takes the default rule's path.
+  enum class Fp8Path { kAuto, kCores, kMma, kMmaWide, kLt, kWgmma };
+  void set_fp8_path(Fp8Path p) {
+    fp8_path_ = p;
+    if (p == Fp8Path::kWgmma) enable_decode_workspace();
+  }
   // Times every applicable path per shape and row count on the given weights (outside graph
-  // capture; synchronises the stream) and keeps the fastest for later kAuto calls.
+  // capture; synchronises the stream) and keeps the fastest for later kAuto calls. The kWgmma
+  // candidate (STRATA_DECODE_GEMM_FP8=auto only) must also agree with the default rule's output
+  // (rel L2 <= 1e-2, GemmTuneResult::decode_us, rejected counted) to be kept.
   struct Fp8Shape {
     std::string name;
     int N = 0, K = 0;

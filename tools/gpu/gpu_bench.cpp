@@ -397,13 +397,19 @@ void bench_gemm_fp8() {
     double best = 1e30;
     for (auto [path, label] :
          {std::pair{Gemm::Fp8Path::kCores, "cores"}, std::pair{Gemm::Fp8Path::kMma, "mma"},
-          std::pair{Gemm::Fp8Path::kMmaWide, "mma-wide"},
-          std::pair{Gemm::Fp8Path::kLt, "cublasLt"}}) {
+          std::pair{Gemm::Fp8Path::kMmaWide, "mma-wide"}, std::pair{Gemm::Fp8Path::kLt, "cublasLt"},
+          std::pair{Gemm::Fp8Path::kWgmma, "wgmma"}}) {
       if (path == Gemm::Fp8Path::kCores && T > kSkinnyFp8MaxRows) continue;
+      // The Hopper decode GEMM's e4m3 variant (1..256 rows; not yet run on a GPU when written):
+      // its own line and figure, kept out of `best` until it has been validated.
+      const bool wg = path == Gemm::Fp8Path::kWgmma;
+      if (wg && (T > kDecodeGemmMaxRows ||
+                 !decode_gemm_fp8_applies(xc.get(), wc[0].get(), T, shapes[0].N, shapes[0].K)))
+        continue;
       if ((path == Gemm::Fp8Path::kMma || path == Gemm::Fp8Path::kMmaWide) && T > kSmallFp8MaxRows)
         continue;
       const double ms8 = time4(T, path);
-      best = std::min(best, ms8);
+      if (!wg) best = std::min(best, ms8);
       const double bw8 = bytes8 / (ms8 * 1e-3), tf8 = 2.0 * T * nk / (ms8 * 1e-3);
       std::printf(
           "layer GEMMs T=%d fp8 %-8s: %.3f ms, weights %.2f TB/s = %.1f%% of 4.27, %.0f TFLOP/s, "

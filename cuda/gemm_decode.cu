@@ -198,6 +198,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       // (wait_group 0), so the tensor cores do not overlap the next stage; the TMA ring keeps the
       // weight stream in flight meanwhile.
       float part[C::MW][C::kAcc];
+#pragma unroll
+      for (int m = 0; m < C::MW; ++m)
+#pragma unroll
+        for (int i = 0; i < C::kAcc; ++i) part[m][i] = 0.0f;  // never read (scale_d = 0), defined
       for (; u < seg_end; ++u) {
         mbar_wait(full(stage), round & 1);
         const std::uint32_t sw = base + static_cast<std::uint32_t>(stage) * C::kStage +

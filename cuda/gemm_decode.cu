@@ -3,8 +3,9 @@
 // (W8A8, e4m3) variant (kF8: the same pipeline and stream-K fixup over 1-byte codes; a k-tile is
 // then 128 codes in the same 128-byte swizzled rows, wgmma m64nNk32 e4m3 instead of m64nNk16
 // bf16, each k-tile's products summed into a fresh fp32 accumulator and added into the running
-// one on the CUDA cores, the per-token and per-channel scales applied when y is written; at most
-// 128 rows per launch; not yet run on a GPU).
+// one on the CUDA cores, the per-token and per-channel scales applied when y is written; at TN
+// 256 the tokens in two n128 halves so that one promotion accumulator serves both; not yet run on
+// a GPU).
 //
 // Stream-K determinism (the H200's GridsAgreeAndGraphReplayEqualsEager failure of 2026-12-02):
 // the failure was the test's cross-stream race (inputs filled on the legacy stream, the first
@@ -72,11 +73,16 @@ constexpr int kPartialFloatsPerSlot = 128 * 256;  // BM * TN <= 32768 for every 
 template <bool kF8>
 constexpr int kBK = kF8 ? 128 : 64;
 
-template <int TN, int kMW>
+template <int TN, int kMW, bool kF8 = false>
 struct Cfg {
   static constexpr int MW = kMW;                   // m64 sub-tiles per consumer warpgroup
   static constexpr int BM = 64 * MW * kConsumers;  // weight rows per tile
-  static constexpr int kAcc = TN / 2;              // fp32 accumulators per sub-tile per thread
+  // e4m3 at TN 256: the tokens in NS = 2 halves of TW = 128 columns (one wgmma n128 each), so
+  // that one promotion accumulator of TW / 2 registers serves both (see the consumer loop).
+  static constexpr int NS = kF8 && TN == 256 ? 2 : 1;
+  static constexpr int TW = TN / NS;
+  static constexpr int kAcc = TW / 2;   // fp32 accumulators per (sub-tile, half) per thread
+  static constexpr int kSub = MW * NS;  // accumulator sets: j = m * NS + h
   static constexpr std::uint32_t kW = BM * kRowBytes;
   static constexpr std::uint32_t kX = TN * kRowBytes;
   static constexpr std::uint32_t kStage = kW + kX;
@@ -87,7 +93,7 @@ struct Cfg {
   static_assert(kAlloc <= kSmemMax);
   static_assert(kW % 1024 == 0 && kX % 1024 == 0, "1024-aligned swizzle atoms");
   static_assert(BM * TN <= kPartialFloatsPerSlot);
-  static_assert((MW * kAcc) % 4 == 0, "partials move as float4");
+  static_assert((kSub * kAcc) % 4 == 0, "partials move as float4");
   static_assert(MW == 1 || TN <= 128, "at most 128 accumulators per thread");
 };
 
@@ -132,7 +138,7 @@ template <int TN, int MW, bool kF8>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_gemm_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using C = Cfg<TN, MW>;
+  using C = Cfg<TN, MW, kF8>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const std::uint32_t raw = smem_u32(smem_raw);
   const std::uint32_t base = (raw + 1023u) & ~1023u;
@@ -176,11 +182,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ---- consumers ----
   setmaxnreg_inc<232>();  // 128 x 40 + 256 x 232 = 64,512 of the SM's 65,536 registers
   const int wg = warp / 4, wq = warp % 4, lane = tid % 32, g = lane / 4, c4 = lane % 4;
-  float acc[C::MW][C::kAcc];
+  float acc[C::kSub][C::kAcc];
 #pragma unroll
-  for (int m = 0; m < C::MW; ++m)
+  for (int j = 0; j < C::kSub; ++j)
 #pragma unroll
-    for (int i = 0; i < C::kAcc; ++i) acc[m][i] = 0.0f;
+    for (int i = 0; i < C::kAcc; ++i) acc[j][i] = 0.0f;
 
   int stage = 0;
   std::uint32_t round = 0;
@@ -207,27 +213,33 @@ __global__ void __launch_bounds__(kThreads, 1)
         const std::uint32_t sw = base + static_cast<std::uint32_t>(stage) * C::kStage +
                                  static_cast<std::uint32_t>(wg * C::MW * 64) * kRowBytes;
         const std::uint32_t sx = base + static_cast<std::uint32_t>(stage) * C::kStage + C::kW;
-        wgmma_fence();
+        // Token half h (NS = 2 at TN 256 only): B rows [h TW, (h + 1) TW) of the x tile.
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const std::uint64_t db = desc_sw128(sx + 32u * kk, 16, 1024);
+        for (int h = 0; h < C::NS; ++h) {
+          wgmma_fence();
 #pragma unroll
-          for (int m = 0; m < C::MW; ++m) {
-            const std::uint64_t da = desc_sw128(sw + 64u * kRowBytes * m + 32u * kk, 16, 1024);
-            wgmma_m64k32_ss_e4m3(part[m], da, db, kk > 0 ? 1 : 0);
+          for (int kk = 0; kk < 4; ++kk) {
+            const std::uint64_t db = desc_sw128(
+                sx + static_cast<std::uint32_t>(h * C::TW) * kRowBytes + 32u * kk, 16, 1024);
+#pragma unroll
+            for (int m = 0; m < C::MW; ++m) {
+              const std::uint64_t da = desc_sw128(sw + 64u * kRowBytes * m + 32u * kk, 16, 1024);
+              wgmma_m64k32_ss_e4m3(part[m], da, db, kk > 0 ? 1 : 0);
+            }
           }
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
+          wgmma_commit();
+          wgmma_wait<0>();
 #pragma unroll
-        for (int m = 0; m < C::MW; ++m) fence_operands(part[m]);
+          for (int m = 0; m < C::MW; ++m) fence_operands(part[m]);
+#pragma unroll
+          for (int m = 0; m < C::MW; ++m)
+#pragma unroll
+            for (int i = 0; i < C::kAcc; ++i)
+              acc[m * C::NS + h][i] =
+                  u == seg_begin ? part[m][i] : acc[m * C::NS + h][i] + part[m][i];
+        }
         mbar_arrive(empty(stage));
         if (++stage == C::kStages) stage = 0, ++round;
-#pragma unroll
-        for (int m = 0; m < C::MW; ++m)
-#pragma unroll
-          for (int i = 0; i < C::kAcc; ++i)
-            acc[m][i] = u == seg_begin ? part[m][i] : acc[m][i] + part[m][i];
       }
     } else {
       int pending = -1;  // stage of the last committed wgmma group, not yet released
@@ -255,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       wgmma_wait<0>();
 #pragma unroll
-      for (int m = 0; m < C::MW; ++m) fence_operands(acc[m]);
+      for (int j = 0; j < C::kSub; ++j) fence_operands(acc[j]);
       mbar_arrive(empty(pending));
     }
 
@@ -265,11 +277,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int n_base = tile * C::BM + wg * C::MW * 64 + 16 * wq + g;
     const auto write_y = [&] {
 #pragma unroll
-      for (int m = 0; m < C::MW; ++m)
+      for (int j = 0; j < C::kSub; ++j)
 #pragma unroll
         for (int i = 0; i < C::kAcc; ++i)
-          store_y<kF8>(p, n_base + 64 * m + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * c4 + (i & 1),
-                       acc[m][i]);
+          store_y<kF8>(p, n_base + 64 * (j / C::NS) + 8 * ((i >> 1) & 1),
+                       C::TW * (j % C::NS) + 8 * (i >> 2) + 2 * c4 + (i & 1), acc[j][i]);
     };
     const long long tile_u0 = static_cast<long long>(tile) * p.kt;
     if (seg_begin == tile_u0 && seg_end == tile_u0 + p.kt) {
@@ -287,11 +299,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     {
       float4* dst = piece(b);
 #pragma unroll
-      for (int m = 0; m < C::MW; ++m)
+      for (int j = 0; j < C::kSub; ++j)
 #pragma unroll
         for (int i = 0; i < C::kAcc; i += 4)
-          dst[((m * C::kAcc + i) / 4) * kConsumerThreads + tid] =
-              make_float4(acc[m][i], acc[m][i + 1], acc[m][i + 2], acc[m][i + 3]);
+          dst[((j * C::kAcc + i) / 4) * kConsumerThreads + tid] =
+              make_float4(acc[j][i], acc[j][i + 1], acc[j][i + 2], acc[j][i + 3]);
     }
     // Publication (PTX memory model): each thread's partial stores, its fence.gpu, the CTA
     // barrier, then thread 0's fence.gpu + counter atomic: a release pattern whose
@@ -322,14 +334,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int blk = b_first; blk <= b_last; ++blk) {
       const float4* src = piece(blk);
 #pragma unroll
-      for (int m = 0; m < C::MW; ++m)
+      for (int j = 0; j < C::kSub; ++j)
 #pragma unroll
         for (int i = 0; i < C::kAcc; i += 4) {
-          const float4 v = __ldcg(src + ((m * C::kAcc + i) / 4) * kConsumerThreads + tid);
+          const float4 v = __ldcg(src + ((j * C::kAcc + i) / 4) * kConsumerThreads + tid);
           if (blk == b_first)
-            acc[m][i] = v.x, acc[m][i + 1] = v.y, acc[m][i + 2] = v.z, acc[m][i + 3] = v.w;
+            acc[j][i] = v.x, acc[j][i + 1] = v.y, acc[j][i + 2] = v.z, acc[j][i + 3] = v.w;
           else
-            acc[m][i] += v.x, acc[m][i + 1] += v.y, acc[m][i + 2] += v.z, acc[m][i + 3] += v.w;
+            acc[j][i] += v.x, acc[j][i + 1] += v.y, acc[j][i + 2] += v.z, acc[j][i + 3] += v.w;
         }
     }
     write_y();
@@ -406,7 +418,7 @@ CUtensorMap weight_map(int device, const void* w, bool f8, int N, int K, int bm)
 
 template <int TN, int MW, bool kF8>
 void launch_tn(const DecodeParams& p, int device, cudaStream_t s) {
-  using C = Cfg<TN, MW>;
+  using C = Cfg<TN, MW, kF8>;
   static std::mutex mu;
   static std::vector<int> ready;  // devices whose attribute is set
   {
@@ -434,9 +446,9 @@ void launch_any(const DecodeParams& p, int tn, int mw, int device, cudaStream_t 
     launch_tn<32, 1, kF8>(p, device, s);
   else if (tn == 64)
     launch_tn<64, 1, kF8>(p, device, s);
-  else if (tn == 128 || kF8)  // e4m3: T <= 128 per launch (launch() splits the rows)
+  else if (tn == 128)
     launch_tn<128, 1, kF8>(p, device, s);
-  else if constexpr (!kF8)
+  else
     launch_tn<256, 1, kF8>(p, device, s);
 }
 
@@ -458,8 +470,6 @@ bool applies(bool f8, const void* x, const void* w, int T, int N, int K, std::st
   return true;
 }
 
-constexpr int kF8MaxTn = 128;  // e4m3: rows per launch (two accumulator sets per thread)
-
 // The host side of both element types: maps, split, checks of the workspace.
 void launch(bool f8, const void* x, const void* w, const float* xs, const float* ws, void* y,
             bool f32out, int T, int N, int K, const DecodeGemmWorkspace& wsp, int grid,
@@ -468,16 +478,6 @@ void launch(bool f8, const void* x, const void* w, const float* xs, const float*
   if (!applies(f8, x, w, T, N, K, &why))
     throw InternalError(std::string(f8 ? "launch_decode_gemm_fp8: " : "launch_decode_gemm: ") +
                         why);
-  if (f8 && T > kF8MaxTn) {
-    // e4m3 needs a second accumulator set per thread for the promotion (the consumer loop):
-    // 128 + 128 registers at TN 256 do not fit, so 129..256 rows are two launches of <= 128
-    // rows (the weights are streamed twice; autotune_fp8 keeps it only where it wins).
-    launch(f8, x, w, xs, ws, y, f32out, kF8MaxTn, N, K, wsp, grid, s);
-    launch(f8, static_cast<const std::uint8_t*>(x) + static_cast<std::size_t>(kF8MaxTn) * K, w,
-           xs + kF8MaxTn, ws, static_cast<bf16*>(y) + static_cast<std::size_t>(kF8MaxTn) * N,
-           f32out, T - kF8MaxTn, N, K, wsp, grid, s);
-    return;
-  }
   const int device = current_device();
   if (grid <= 0) grid = device_sms(device);
   const int tn = tn_for(T), mw = mw_for(tn, N, grid), bm = 64 * mw * kConsumers;

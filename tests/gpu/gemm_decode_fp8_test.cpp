@@ -222,7 +222,7 @@ TEST(GpuGemmDecodeFp8, MatchesFp64ReferenceEveryShapeAndRowCount) {
 
 // Other grids (1: no split; 20: blocks holding pieces of three tiles; 37: uneven pieces; SMs - 1;
 // 2 x SMs: more blocks than fit at once) each within the bound; graph replay == eager bitwise;
-// T = 200 runs as two launches (128 + 72 rows).
+// T = 200 is TN 256: two n128 token halves per k-tile.
 TEST(GpuGemmDecodeFp8, GridsAgreeAndGraphReplayEqualsEager) {
   REQUIRE_GPU();
   require_kernel();

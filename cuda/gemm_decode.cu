@@ -83,6 +83,9 @@ struct Cfg {
   static constexpr int TW = TN / NS;
   static constexpr int kAcc = TW / 2;   // fp32 accumulators per (sub-tile, half) per thread
   static constexpr int kSub = MW * NS;  // accumulator sets: j = m * NS + h
+  // e4m3 with registers for two promotion accumulators (TN <= 64, one sub-tile): k-tile j's
+  // group runs while k-tile j - 1's is added (wait_group 1), as the bf16 loop overlaps stages.
+  static constexpr bool kOverlap = kF8 && NS == 1 && MW == 1 && TN <= 64;
   static constexpr std::uint32_t kW = BM * kRowBytes;
   static constexpr std::uint32_t kX = TN * kRowBytes;
   static constexpr std::uint32_t kStage = kW + kX;
@@ -195,14 +198,66 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int tile = static_cast<int>(u / p.kt);
     const long long seg_begin = u;
     const long long seg_end = std::min<long long>(u_end, static_cast<long long>(tile + 1) * p.kt);
-    if constexpr (kF8) {
+    if constexpr (C::kOverlap) {
+      // The promotion below (kF8) with two accumulators in turn, the loop unrolled by two so
+      // that every wgmma's accumulator is fixed in the code: k-tiles 0, 2, ... go to pa, 1, 3,
+      // ... to pb; after a commit, wait_group 1 means the previous k-tile's group is done, which
+      // is then added into acc (the same additions in the same order as the one-accumulator
+      // loop) and its stage released.
+      float pa[C::kAcc], pb[C::kAcc];
+#pragma unroll
+      for (int i = 0; i < C::kAcc; ++i) pa[i] = pb[i] = 0.0f;  // never read (scale_d = 0)
+      const auto issue = [&](float(&d)[C::kAcc]) {
+        mbar_wait(full(stage), round & 1);
+        const std::uint32_t sw = base + static_cast<std::uint32_t>(stage) * C::kStage +
+                                 static_cast<std::uint32_t>(wg * 64) * kRowBytes;
+        const std::uint32_t sx = base + static_cast<std::uint32_t>(stage) * C::kStage + C::kW;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_m64k32_ss_e4m3(d, desc_sw128(sw + 32u * kk, 16, 1024),
+                               desc_sw128(sx + 32u * kk, 16, 1024), kk > 0 ? 1 : 0);
+        wgmma_commit();
+        const int issued = stage;
+        if (++stage == C::kStages) stage = 0, ++round;
+        ++u;
+        return issued;
+      };
+      const auto add = [&](float(&d)[C::kAcc], bool first, int st) {
+        fence_operands(d);
+#pragma unroll
+        for (int i = 0; i < C::kAcc; ++i) acc[0][i] = first ? d[i] : acc[0][i] + d[i];
+        mbar_arrive(empty(st));
+      };
+      int st_a = issue(pa), st_b = 0;
+      bool first = true;
+      while (true) {
+        if (u == seg_end) {
+          wgmma_wait<0>();
+          add(pa, first, st_a);
+          break;
+        }
+        st_b = issue(pb);
+        wgmma_wait<1>();
+        add(pa, first, st_a);
+        first = false;
+        if (u == seg_end) {
+          wgmma_wait<0>();
+          add(pb, false, st_b);
+          break;
+        }
+        st_a = issue(pa);
+        wgmma_wait<1>();
+        add(pb, false, st_b);
+      }
+    } else if constexpr (kF8) {
       // e4m3: Hopper's tensor cores keep only about 14 bits of the running sum inside an FP8
       // wgmma chain (DeepSeek-V3 report 3.3.2; cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM off
       // promotes for the same reason), so every k-tile (128 codes, 4 wgmma k32) goes to a fresh
       // fp32 accumulator `part` (scale_d = 0 on its first step) and is added into `acc` on the
       // CUDA cores: the sum over k-tiles is an fp32 sum. The group is awaited before the add
       // (wait_group 0), so the tensor cores do not overlap the next stage; the TMA ring keeps the
-      // weight stream in flight meanwhile.
+      // weight stream in flight meanwhile (no registers for a second `part` here: kOverlap above).
       float part[C::MW][C::kAcc];
 #pragma unroll
       for (int m = 0; m < C::MW; ++m)

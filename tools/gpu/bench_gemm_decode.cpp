@@ -2,7 +2,9 @@
 // cuBLAS's default and the autotuned choice (Gemm::autotune, which has the decode kernel among its
 // candidates) over the Llama-3-8B layer shapes at 1..256 rows, as % of the 4.27 TB/s copy
 // ceiling with bytes = W + x + y (bf16 out). Per shape and rows, then one layer's four GEMMs.
-// Timing: CUDA events around single calls after warm-up, median of the runs.
+// Timing: CUDA events around single calls after warm-up, median of the runs. Then the FP8 (e4m3)
+// variant (launch_decode_gemm_fp8) beside Gemm::linear_fp8's untuned rule per shape and rows,
+// bytes = the e4m3 W + its fp32 scales + x codes + y (bf16).
 #include "tools/gpu/bench_gemm_decode.h"
 
 #include <cuda_bf16.h>
@@ -17,6 +19,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
+#include "cuda/fp8.h"
 #include "cuda/gemm.h"
 #include "cuda/gemm_decode.h"
 #include "cuda/kernels.h"
@@ -140,6 +143,67 @@ void bench_gemm_decode() {
     figure(key + "_wgmma_frac_copy_bw", pct(layer_new[T]) / 100);
     figure(key + "_cublas_frac_copy_bw", pct(layer_lib[T]) / 100);
     figure(key + "_tuned_frac_copy_bw", pct(layer_tuned[T]) / 100);
+  }
+
+  // FP8 (W8A8): the e4m3 variant beside the untuned rule (CUDA cores / mma.sync / cuBLASLt).
+  std::vector<cuda::DeviceArray<std::uint8_t>> wc;
+  std::vector<cuda::DeviceArray<float>> wsc;
+  for (const auto& sh : shapes) {
+    const auto& w = ws[static_cast<std::size_t>(&sh - shapes)];
+    wc.emplace_back(static_cast<std::size_t>(sh.N) * sh.K);
+    wsc.emplace_back(static_cast<std::size_t>(sh.N));
+    cuda::launch_quantize_rows(w.get(), sh.K, sh.N, sh.K, {wc.back().get(), wsc.back().get()}, s);
+  }
+  cuda::DeviceArray<std::uint8_t> xc(static_cast<std::size_t>(256) * I);
+  cuda::DeviceArray<float> xs(256);
+  cuda::launch_quantize_rows(x.get(), I, 256, I, {xc.get(), xs.get()}, s);
+  cuda::Gemm lib8(s);
+  lib8.enable_fp8();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::map<int, double> l8_new, l8_lib, l8_bytes;
+  for (const auto& sh : shapes) {
+    const std::size_t i8 = static_cast<std::size_t>(&sh - shapes);
+    for (const int T : rows) {
+      const double bytes = 1.0 * sh.N * sh.K + 4.0 * sh.N + 1.0 * T * sh.K + 2.0 * T * sh.N;
+      const double us_new =
+          cuda::decode_gemm_fp8_applies(xc.get(), wc[i8].get(), T, sh.N, sh.K)
+              ? median_us(
+                    s,
+                    [&] {
+                      cuda::launch_decode_gemm_fp8(xc.get(), xs.get(), wc[i8].get(), wsc[i8].get(),
+                                                   y.get(), T, sh.N, sh.K, dws, sms, s);
+                    },
+                    kWarm, kRuns)
+              : 0.0;
+      const double us_lib = median_us(
+          s,
+          [&] {
+            lib8.linear_fp8({xc.get(), xs.get()}, {wc[i8].get(), wsc[i8].get()}, y.get(), T, sh.N,
+                            sh.K);
+          },
+          kWarm, kRuns);
+      const auto pct = [&](double us) {
+        return us > 0 ? 100.0 * bytes / (us * 1e-6) / kCopyBw : 0;
+      };
+      std::printf(
+          "fp8 %-8s N=%-6d K=%-6d T=%-4d  wgmma %7.1f us %5.1f%%  default %7.1f us %5.1f%%\n",
+          sh.name, sh.N, sh.K, T, us_new, pct(us_new), us_lib, pct(us_lib));
+      const std::string key =
+          std::string("bench_gemm_decode_fp8_") + sh.name + "_t" + std::to_string(T);
+      figure(key + "_wgmma_us", us_new);
+      figure(key + "_wgmma_frac_copy_bw", pct(us_new) / 100);
+      figure(key + "_default_us", us_lib);
+      figure(key + "_default_frac_copy_bw", pct(us_lib) / 100);
+      l8_new[T] += us_new, l8_lib[T] += us_lib, l8_bytes[T] += bytes;
+    }
+  }
+  for (const int T : rows) {
+    const auto pct = [&](double us) { return 100.0 * l8_bytes[T] / (us * 1e-6) / kCopyBw; };
+    std::printf("fp8 layer (4 GEMMs) T=%-4d  wgmma %7.1f us %5.1f%%  default %7.1f us %5.1f%%\n", T,
+                l8_new[T], pct(l8_new[T]), l8_lib[T], pct(l8_lib[T]));
+    const std::string key = "bench_gemm_decode_fp8_layer_t" + std::to_string(T);
+    figure(key + "_wgmma_frac_copy_bw", pct(l8_new[T]) / 100);
+    figure(key + "_default_frac_copy_bw", pct(l8_lib[T]) / 100);
   }
 }
 

@@ -87,6 +87,9 @@ inline std::vector<double> to_host_bf16(const bf16* d, std::size_t n) {
 template <typename T>
 void poison(DeviceArray<T>& d) {
   CUDA_CHECK(cudaMemset(d.get(), 0xFF, d.bytes()));
+  // The memset runs on the legacy default stream, which the kernels under test on non-blocking
+  // streams do not wait for: finish it here (a launch racing it read stale or half-poisoned data).
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 struct ErrStats {

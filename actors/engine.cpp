@@ -81,9 +81,7 @@ class EngineImpl final : public Engine {
     const std::string backends_name = backends[0]->info().name;
     for (const auto& b : backends)
       if (sparse_refusal_.empty()) sparse_refusal_ = b->info().sparse_refusal;
-    if (config_.sparsity.enabled && !sparse_refusal_.empty())
-      throw ConfigError("sparsity.enabled",
-                        "this backend cannot run sparse layers: " + sparse_refusal_);
+    check_runnable(config_.sparsity);
     weights.reset();  // the backends keep what they need
 
     std::int64_t max_len = config_.model.max_model_len > 0 ? config_.model.max_model_len
@@ -206,11 +204,8 @@ class EngineImpl final : public Engine {
   }
 
   std::uint64_t update_sparsity(const SparsityProfile& profile) override {
-    profile.resolve(model_.num_hidden_layers);        // throws ConfigError, nothing changes
-    if (profile.enabled && !sparse_refusal_.empty())  // its steps would fail: nothing changes
-      throw ConfigError("sparsity.enabled",
-                        "this server cannot run sparse layers: " + sparse_refusal_ +
-                            " (a profile with enabled: false is accepted)");
+    profile.resolve(model_.num_hidden_layers);  // throws ConfigError, nothing changes
+    check_runnable(profile);                    // its steps would fail: nothing changes
     auto done = std::make_shared<std::promise<std::uint64_t>>();
     auto fut = done->get_future();
     if (!admin_->tell(UpdateSparsityMsg{profile, config_.cache.shrink_running, done})) {
@@ -247,6 +242,13 @@ class EngineImpl final : public Engine {
   Config config_;
   ModelConfig model_;
   std::string sparse_refusal_;  // BackendInfo::sparse_refusal of the first backend that has one
+  // ConfigError("sparsity.enabled") for a profile with sparse layers the backends cannot run.
+  void check_runnable(const SparsityProfile& p) const {
+    if (p.enabled && !sparse_refusal_.empty())
+      throw ConfigError("sparsity.enabled",
+                        "this backend cannot run sparse layers: " + sparse_refusal_ +
+                            " (a profile with enabled: false is accepted)");
+  }
   std::unique_ptr<Tokenizer> tokenizer_;
   std::shared_ptr<const ChatTemplate> chat_;
   boost::asio::io_context io_;

@@ -127,13 +127,17 @@ net::awaitable<bool> handle_admin_profile(Conn& c, Req& req, const RouteArgs&) {
   }
   const json::value body = parse_json_body(req.body());  // PUT or POST
   const auto current = srv.engine->stats().profile;
+  // A profile refused by the parser, the depth checks or the engine: logged, 400 naming the key.
+  const auto rejected = [&](const ConfigError& e) {
+    srv.log("strata serve: sparsity profile change by " + who(c, req) + " rejected: " + e.what());
+    return bad_request(e.key(), e.what());
+  };
   SparsityProfile p;
   try {
     p = parse_sparsity_json(body, current, "sparsity");
     (void)p.resolve(srv.engine->model().num_hidden_layers);  // depth-dependent checks
   } catch (const ConfigError& e) {
-    srv.log("strata serve: sparsity profile change by " + who(c, req) + " rejected: " + e.what());
-    throw bad_request(e.key(), e.what());
+    throw rejected(e);
   }
   // A PUT that changes nothing publishes nothing (no new version, no re-plan).
   const auto running = srv.engine->stats();
@@ -148,8 +152,7 @@ net::awaitable<bool> handle_admin_profile(Conn& c, Req& req, const RouteArgs&) {
     try {
       v = srv.engine->update_sparsity(p);  // the engine's own checks (the backend's kernels)
     } catch (const ConfigError& e) {
-      srv.log("strata serve: sparsity profile change by " + who(c, req) + " rejected: " + e.what());
-      throw bad_request(e.key(), e.what());
+      throw rejected(e);
     }
     srv.log("strata serve: sparsity profile v" + std::to_string(running.profile_version) + " -> v" +
             std::to_string(v) + " published by " + who(c, req) + ": " +

@@ -17,8 +17,7 @@ namespace strata::cuda {
 namespace {
 // cache.kv_dtype fp8: what the CUDA backend does not run yet, refused before any device work.
 void check_kv(const Config& config) {
-  check_kv_dtype(config.cache.kv_dtype, config.sparsity.enabled,
-                 config.sparsity_request_override != RequestOverride::kOff, config.backend.tp_size);
+  check_kv_dtype(config.cache.kv_dtype, config.backend.tp_size);
 }
 const Config& checked(const Config& config) {
   check_kv(config);

@@ -278,8 +278,12 @@ Gemm::Fp8Plan& Gemm::fp8_plan(int T, int N, int K) {
   return fp8_plans_.emplace(key, p).first->second;
 }
 
+// Measured on the H200 (gpu_bench gemm-fp8, one 8B layer's four GEMMs, 2026-12-02 ninth session):
+// the 16-row tensor-core kernel leads cuBLASLt up to 16 rows (0.093 vs 0.124 ms) and trails it
+// from 32 (0.138 vs 0.123; 0.192 vs 0.116 at 64), so the untuned rule hands 17+ rows to
+// cuBLASLt (autotune_fp8 still times the small-row kernel up to kSmallFp8MaxRows).
 Gemm::Fp8Path Gemm::fp8_default_path(int T) {
-  return T == 1 ? Fp8Path::kCores : T <= kSmallFp8MaxRows ? Fp8Path::kMma : Fp8Path::kLt;
+  return T == 1 ? Fp8Path::kCores : T <= kFp8MmaDefaultMaxRows ? Fp8Path::kMma : Fp8Path::kLt;
 }
 
 bool Gemm::fp8_path_applies(Fp8Path p, const void* x, const void* w, int T, int N, int K) {
@@ -392,10 +396,11 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
   DeviceArray<__nv_bfloat16> xb(static_cast<std::size_t>(max_t) * max_k),
       y(static_cast<std::size_t>(max_t) * max_n);
   DeviceArray<std::uint8_t> xc(xb.size());
-  // The Hopper decode GEMM's e4m3 variant: a candidate only on request until it has run on a GPU
-  // (2026-12-02), checked against the default rule's output (y_ref) like autotune()'s candidates.
+  // The Hopper decode GEMM's e4m3 variant (passed on the H200 on 2026-12-02; fastest of the four
+  // at 32-48 rows there): a candidate unless STRATA_DECODE_GEMM_FP8=off, checked against the
+  // default rule's output (y_ref) like autotune()'s candidates.
   const char* wg_env = std::getenv("STRATA_DECODE_GEMM_FP8");
-  const bool wgmma_ok = wg_env && std::string(wg_env) == "auto";
+  const bool wgmma_ok = !(wg_env && std::string(wg_env) == "off");
   DeviceArray<__nv_bfloat16> y_ref(wgmma_ok ? y.size() : 0);
   DeviceArray<double> sums(wgmma_ok ? 2 : 0);
   if (wgmma_ok) enable_decode_workspace();

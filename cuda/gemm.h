@@ -97,12 +97,12 @@ class Gemm {
   bool fp8_outer_vec() const { return fp8_outer_vec_; }
   // Test hook: force the fallback (scalar-scaled cuBLASLt into fp32, then launch_scale_outer).
   // Which kernel runs an FP8 call: kAuto = autotune_fp8()'s choice for that (N, K, T), else the
-  // default rule (1 row: CUDA cores; up to kSmallFp8MaxRows: tensor cores; more: cuBLASLt).
+  // default rule (1 row: CUDA cores; up to kFp8MmaDefaultMaxRows: tensor cores; more: cuBLASLt).
   // The others force a path where it applies (benchmarks and tests). kWgmma: the Hopper decode
-  // GEMM's e4m3 variant (launch_decode_gemm_fp8, 1..256 rows, K % 128 == 0; not yet run on a
-  // GPU): autotune_fp8 offers it as a candidate only with STRATA_DECODE_GEMM_FP8=auto; forcing it
-  // allocates the decode GEMM's workspace here (never inside a call). Where it does not apply a
-  // call takes the default rule's path.
+  // GEMM's e4m3 variant (launch_decode_gemm_fp8, 1..256 rows, K % 128 == 0; passed on the H200
+  // on 2026-12-02): autotune_fp8 offers it as a candidate unless STRATA_DECODE_GEMM_FP8=off;
+  // forcing it allocates the decode GEMM's workspace here (never inside a call). Where it does not
+  // apply a call takes the default rule's path.
   enum class Fp8Path { kAuto, kCores, kMma, kMmaWide, kLt, kWgmma };
   void set_fp8_path(Fp8Path p) {
     fp8_path_ = p;
@@ -110,7 +110,7 @@ class Gemm {
   }
   // Times every applicable path per shape and row count on the given weights (outside graph
   // capture; synchronises the stream) and keeps the fastest for later kAuto calls. The kWgmma
-  // candidate (STRATA_DECODE_GEMM_FP8=auto only) must also agree with the default rule's output
+  // candidate (unless STRATA_DECODE_GEMM_FP8=off) must also agree with the default rule's output
   // (rel L2 <= 1e-2, GemmTuneResult::decode_us, rejected counted) to be kept.
   struct Fp8Shape {
     std::string name;
@@ -169,7 +169,8 @@ class Gemm {
   Fp8Path fp8_path_ = Fp8Path::kAuto;
   std::map<Key3, Fp8Path> fp8_tuned_;  // autotune_fp8's choices
   void run_fp8(Fp8Path path, Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int K);
-  // Without tuning: 1 row CUDA cores, up to kSmallFp8MaxRows tensor cores, more cuBLASLt.
+  // Without tuning: 1 row CUDA cores, up to kFp8MmaDefaultMaxRows tensor cores, more cuBLASLt.
+  static constexpr int kFp8MmaDefaultMaxRows = 16;
   static Fp8Path fp8_default_path(int T);
   static bool fp8_path_applies(Fp8Path p, const void* x, const void* w, int T, int N, int K);
   int num_sms_ = 132;

@@ -25,7 +25,8 @@ struct BackendInfo {
   std::size_t weight_bytes = 0;  // per rank
   // Why this backend cannot run sparse layers; empty when it can. The engine refuses a profile
   // that enables sparsity (Engine::update_sparsity, the admin API) with this text rather than
-  // publish one whose steps would fail (the CUDA backend with cache.kv_dtype fp8).
+  // publish one whose steps would fail. No backend sets it today (the CUDA backend's fp8 KV cache
+  // did until its sparse kernels on e4m3 pages passed on the H200, 2026-12-02).
   std::string sparse_refusal;
 };
 

@@ -180,11 +180,6 @@ struct CudaBackendImpl {
   // path, amax of the K/V rows read back from the pool pages; then the bf16 pool is released,
   // kv8 set and the e4m3 pool planned in its place (scales source "calibrated on the device").
   void calibrate_kv_on_device();
-  // fp8: throws ConfigError("cache.kv_dtype") when the plan has a sparse layer, unless
-  // STRATA_KV_FP8_SPARSE=1 (the cuda/sparse/ kernels read e4m3 pages but are not validated on a
-  // GPU yet; dispatch.h check_kv_dtype refuses sparsity.enabled up front, this catches a
-  // request's own kv_sparsity and an admin profile).
-  void check_kv_plan(const StepPlan& plan) const;
 
   // Sparse layers (docs/cuda-backend.md "Sparse layers"). Pages [num_pages, num_pages +
   // scratch_pages) of kv_pool are the backend's prefill scratch (never handed out).

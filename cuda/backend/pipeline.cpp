@@ -63,7 +63,6 @@ void CudaBackendImpl::ensure_async() {
 
 void CudaBackendImpl::submit(const StepPlan& plan) {
   CUDA_CHECK(cudaSetDevice(device));
-  check_kv_plan(plan);  // fp8 KV: full-cache layers only, before anything is queued
   ensure_async();
   const SyncReason why =
       pipeline_blocker_of_plan(plan, mc.vocab_size, tp.comm != nullptr, profile != nullptr);

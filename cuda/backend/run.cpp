@@ -127,7 +127,6 @@ StepResult CudaBackendImpl::step(const StepPlan& plan) {
   StepResult result;
   result.step_id = plan.step_id;
   result.seqs.resize(plan.seqs.size());
-  check_kv_plan(plan);  // fp8 KV: full-cache layers only, before anything is staged
   planner->build(plan,
                  StepOptions{.graphs = use_graphs,
                              .sparse_graphs = sparse_graphs,

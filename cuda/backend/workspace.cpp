@@ -136,11 +136,9 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank,
     : cfg(c), device(dev), tp(tp_rank) {
   fp8 = c.model.quantization == Quantization::kFp8;  // W8A8 linear layers (cuda/fp8.h)
   kv8 = c.cache.kv_dtype == KvDtype::kFp8;           // e4m3 KV pool (docs/kv-fp8.md)
-  // What the fp8 pool does not run yet (sparse layers, tensor parallelism): refused before any
-  // device work (CudaBackend checks the config too; this covers a rank built directly).
-  check_kv_dtype(c.cache.kv_dtype, c.sparsity.enabled,
-                 c.sparsity_request_override != RequestOverride::kOff,
-                 std::max(tp.size, c.backend.tp_size));
+  // What the fp8 pool does not run yet (tensor parallelism): refused before any device work
+  // (CudaBackend checks the config too; this covers a rank built directly).
+  check_kv_dtype(c.cache.kv_dtype, std::max(tp.size, c.backend.tp_size));
   int n = 0;
   CUDA_CHECK(cudaGetDeviceCount(&n));
   if (dev < 0 || dev >= n)
@@ -189,7 +187,6 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank,
   binfo.name = tp.size == 1 ? "cuda" : "cuda-tp" + std::to_string(tp.size);
   binfo.layout = KvLayout{mc.num_key_value_heads, mc.head_dim, kv8 ? 1 : 2};  // local KV heads
   binfo.tp_size = tp.size;
-  binfo.sparse_refusal = kv_sparse_refusal(c.cache.kv_dtype);
   // fp8 KV of a `random:` model without given scales: built so far with a bf16 pool, which runs
   // the calibration prompts; then the e4m3 pool replaces it (kv_calibration.cpp).
   if (kv_calibrate_on_device) calibrate_kv_on_device();
@@ -387,20 +384,6 @@ void CudaBackendImpl::upload_kv_scales() {
                         cudaMemcpyHostToDevice));
   std::fprintf(stderr, "strata cuda: fp8 KV cache, scales %s (%d layers x %d KV heads)\n",
                kv_scales.source.c_str(), L, G);
-}
-
-void CudaBackendImpl::check_kv_plan(const StepPlan& plan) const {
-  // STRATA_KV_FP8_SPARSE=1: the cuda/sparse/ kernels on e4m3 pages (not validated on a GPU yet).
-  if (!kv8 || kv_fp8_sparse_enabled()) return;
-  for (const SeqStep& s : plan.seqs)
-    for (const LayerSlots& ls : s.layers)
-      if (ls.rule.sparse())
-        throw ConfigError("cache.kv_dtype",
-                          "fp8 KV on the CUDA backend: sequence " + std::to_string(s.seq_id) +
-                              " has a sparse layer (" + to_string(ls.rule.policy) + "); " +
-                              kv_fp8_sparse_why() +
-                              " (full-cache layers only otherwise; the CPU backend runs sparse "
-                              "fp8: backend.kind: cpu)");
 }
 
 void CudaBackendImpl::plan_kv_pool() {

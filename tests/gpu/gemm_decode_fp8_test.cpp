@@ -284,7 +284,7 @@ TEST(GpuGemmDecodeFp8, GridsAgreeAndGraphReplayEqualsEager) {
 
 // Gemm: set_fp8_path(kWgmma) routes applicable calls to the kernel (== a direct launch, bitwise;
 // graph == eager), others to the default rule's kernel (K % 128 != 0, T > 256); autotune_fp8
-// times it only with STRATA_DECODE_GEMM_FP8=auto.
+// times it unless STRATA_DECODE_GEMM_FP8=off.
 TEST(GpuGemmDecodeFp8, GemmRoutesAndAutotuneGate) {
   REQUIRE_GPU();
   require_kernel();
@@ -334,20 +334,19 @@ TEST(GpuGemmDecodeFp8, GemmRoutesAndAutotuneGate) {
     EXPECT_EQ(raw(y1, m), raw(y4, m)) << "not the default kernel's result";
   }
 
-  // autotune_fp8: not a candidate without the variable; with it, timed, checked and kept only
-  // where it wins (whatever is chosen agrees with the default kernel).
-  unsetenv("STRATA_DECODE_GEMM_FP8");
+  // autotune_fp8: not a candidate with STRATA_DECODE_GEMM_FP8=off; by default timed, checked and
+  // kept only where it wins (whatever is chosen agrees with the default kernel).
+  setenv("STRATA_DECODE_GEMM_FP8", "off", 1);
   {
     cuda::Gemm t(st);
     t.enable_fp8();
     const auto res = t.autotune_fp8({{"o", N, K, pb.w()}}, {1, 64});
-    for (const auto& r : res) EXPECT_EQ(r.decode_us, 0.0) << "timed without the opt-in";
+    for (const auto& r : res) EXPECT_EQ(r.decode_us, 0.0) << "timed though switched off";
   }
-  setenv("STRATA_DECODE_GEMM_FP8", "auto", 1);
+  unsetenv("STRATA_DECODE_GEMM_FP8");
   cuda::Gemm t(st);
   t.enable_fp8();
   const auto res = t.autotune_fp8({{"o", N, K, pb.w()}}, {1, 8, 64, 128, 256});
-  unsetenv("STRATA_DECODE_GEMM_FP8");
   ASSERT_EQ(res.size(), 5u);
   for (const auto& r : res) {
     SCOPED_TRACE(named("T", r.T, " chose " + r.chosen));

@@ -254,9 +254,8 @@ TEST(Config, RepoConfigsParse) {
     const std::string path = std::string(STRATA_SOURCE_DIR) + "/configs/" + f;
     EXPECT_NO_THROW(load_config_file(path)) << path;
   }
-  // Every serving-benchmark config; the fp8-KV ones as the CUDA backend accepts them (no
-  // per-request profiles; sparse layers only in the *sparse* ones, which need
-  // STRATA_KV_FP8_SPARSE=1 until validated).
+  // Every serving-benchmark config; the fp8-KV ones are their bf16-KV twins with kv_dtype fp8
+  // (sparse layers only in the *sparse* ones).
   int bench = 0;
   for (const auto& e :
        std::filesystem::directory_iterator(std::string(STRATA_SOURCE_DIR) + "/configs/bench")) {
@@ -268,10 +267,9 @@ TEST(Config, RepoConfigsParse) {
       EXPECT_EQ(c.cache.kv_dtype, KvDtype::kFp8) << e.path();
       const bool sparse = e.path().filename().string().find("sparse") != std::string::npos;
       EXPECT_EQ(c.sparsity.enabled, sparse) << e.path();
-      EXPECT_EQ(c.sparsity_request_override, RequestOverride::kOff) << e.path();
     }
   }
-  EXPECT_GE(bench, 7);
+  EXPECT_GE(bench, 9);
   for (const char* f : {"sparsity-default.yaml", "sparsity-tiny.yaml", "sparsity-pyramid.yaml"}) {
     const std::string path = std::string(STRATA_SOURCE_DIR) + "/configs/" + f;
     EXPECT_NO_THROW(load_sparsity_file(path)) << path;

@@ -736,8 +736,7 @@ int run(int argc, char** argv) {
   cfg.backend.cuda_graphs = false;
   cfg.model.quantization = q;  // fp8: W8A8, quantized at load (docs/cuda-backend.md "FP8")
   cfg.cache.kv_dtype = kv_dtype;
-  // The profiles travel in the step plans; no request sets its own (the CUDA backend refuses fp8
-  // KV while requests may).
+  // The profiles travel in the step plans; no request sets its own.
   cfg.sparsity_request_override = RequestOverride::kOff;
   // The shared prefill runs the longest context's prefix as one step.
   const auto backend = eval_backend(kind, weights, o, cfg, longest);

@@ -394,7 +394,8 @@ bool BatcherActor::on_step_done(RankCompletion c) {
     if (ss.table_bytes >= 0) table_bytes_total_ += ss.table_bytes, ++table_steps_;
   }
   const auto end = Clock::now();
-  wall_ms_total_ += ms_between(done.started, end);
+  inflight_.add(ms_between(epoch_, done.started), ms_between(epoch_, end));
+  tm.inflight_ms = inflight_.total();
   tm.wall_ms += ms_between(done.started, end);
   tm.finish_ms += ms_between(now, end);
   ++tm.steps;
@@ -752,7 +753,7 @@ void BatcherActor::publish(const CacheStats& cs) {
   st->compression_ratio = cs.compression;
   st->mean_batch = stats_.steps > 0 ? static_cast<double>(batch_seqs_total_) / stats_.steps : 0.0;
   st->host_overhead =
-      wall_ms_total_ > 0 ? std::max(0.0, 1.0 - device_ms_total_ / wall_ms_total_) : 0.0;
+      inflight_.total() > 0 ? std::max(0.0, 1.0 - device_ms_total_ / inflight_.total()) : 0.0;
   st->gpu_idle_steps = gpu_gap_steps_;
   st->gpu_idle_ms = gpu_gap_ms_total_;
   st->table_bytes = table_bytes_total_;

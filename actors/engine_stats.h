@@ -2,6 +2,7 @@
 // scheduling call (Engine::stats(), /metrics, the admin console) and the step loop's timings.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -61,6 +62,29 @@ struct StepTimings {
   double return_ms = 0.0;    // Backend::step returned -> the batcher handles the completion
   double finish_ms = 0.0;    // tokens appended, detokenized, stops checked, events streamed
   double wall_ms = 0.0;      // schedule start -> completion handled
+  // Time with at least one step in flight: the union of the steps' [schedule start, completion
+  // handled] intervals (InflightTime). The same as wall_ms with the synchronous loop; less with
+  // the pipelined one, whose step n + 1 starts before step n's completion is handled (the walls
+  // overlap, and their sum counts that time twice). host_overhead is 1 - device_ms / inflight_ms.
+  double inflight_ms = 0.0;
+};
+
+// The union of intervals fed in order of their ends, each starting no earlier than the previous
+// one started (the step loop's steps start and complete in order): StepTimings::inflight_ms.
+class InflightTime {
+ public:
+  // [start_ms, end_ms] on one clock (ms since any fixed epoch), end_ms >= start_ms.
+  void add(double start_ms, double end_ms) {
+    const double from = any_ ? std::max(start_ms, last_end_) : start_ms;
+    if (end_ms > from) total_ += end_ms - from;
+    last_end_ = any_ ? std::max(last_end_, end_ms) : end_ms;
+    any_ = true;
+  }
+  double total() const { return total_; }
+
+ private:
+  double total_ = 0.0, last_end_ = 0.0;
+  bool any_ = false;
 };
 
 struct EngineStats {
@@ -80,7 +104,8 @@ struct EngineStats {
   std::uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   double compression_ratio = 1.0;  // global: full-cache bytes / bytes held (running sequences)
   double mean_batch = 0.0;         // mean sequences per step since start
-  double host_overhead = 0.0;      // share of step wall time not covered by backend work
+  double host_overhead =
+      0.0;  // share of in-flight step time (inflight_ms) not covered by device work
   // GPU idle between steps on the device timeline (issue 24: the host-overhead ratio means
   // nothing once the host runs ahead): gaps / (gaps + device time) since start, over steps that
   // followed a step with sequences still running. gpu_idle_steps == 0: not measured (the CPU

@@ -253,8 +253,8 @@ std::string render_metrics(const ApiMetrics& m, const MetricsInput& in) {
     w.gauge("strata_sparsity_enabled", "1 when layer-wise KV sparsity is on.",
             s.profile.enabled ? 1 : 0);
     w.gauge("strata_batch_size_mean", "Mean sequences per engine step since start.", s.mean_batch);
-    w.gauge("strata_host_overhead_ratio", "Share of step wall time not covered by backend work.",
-            s.host_overhead);
+    w.gauge("strata_host_overhead_ratio",
+            "Share of the time a step was in flight not covered by device work.", s.host_overhead);
     if (s.gpu_idle_steps > 0)
       w.gauge("strata_gpu_idle_ratio",
               "Share of device time idle between engine steps while sequences ran (device "

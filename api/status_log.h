@@ -13,8 +13,8 @@ namespace strata::api {
 // preempted 0, KV 12.5 % (40/320 pages), compression 3.21x, host overhead 4.2 %, steps 1234
 // (decode 1100, mixed 120, prefill 14), sync 3 of 412 steps (return_logits 3), profile v2".
 // Throughputs, host overhead and the synchronous steps by reason (EngineStats::sync_steps) are
-// over the interval (host overhead: step wall time not covered by device work; the cumulative
-// share when no step ran); the rest is `now`.
+// over the interval (host overhead: the time a step was in flight, StepTimings::inflight_ms, not
+// covered by device work; the cumulative share when no step ran); the rest is `now`.
 std::string status_line(const EngineStats& prev, const EngineStats& now, double seconds);
 
 // Whether the interval saw work (tokens, steps) or requests are in the engine: idle intervals

@@ -87,8 +87,9 @@ serve=$bin/bench_serve.sh
 cfg=$bin/configs/bench
 [ -d "$cfg" ] || cfg=$here/../../configs/bench
 configs=${STRATA_KVFP8_CONFIGS:-"$cfg/llama3-8b-full.yaml $cfg/llama3-8b-full-kvfp8.yaml"}
-sweep() {  # name input levels
+sweep() {  # name input levels (STRATA_KVFP8_SWEEPS=0 skips them)
   local name=$1 input=$2 levels=$3 share
+  [ "${STRATA_KVFP8_SWEEPS:-1}" = 0 ] && { note "$name skipped: STRATA_KVFP8_SWEEPS=0"; return 0; }
   share=$(($(left) - 20))
   [ "$share" -gt 60 ] || { note "$name skipped: $(left) s left"; return 1; }
   [ "$name" = sweep_4k ] && share=$((share * 55 / 100))  # leave the 16k sweep its part

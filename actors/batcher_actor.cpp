@@ -373,7 +373,6 @@ bool BatcherActor::on_step_done(RankCompletion c) {
   }
   if (error.empty()) {
     const StepStats& ss = rank0->result.stats;
-    device_ms_total_ += ss.device_ms;
     tm.device_ms += ss.device_ms;
     // GPU idle (issue 24 item 4): the device gap before this step counts when the previous
     // step left sequences running (the engine had work and the device waited for the host);
@@ -752,8 +751,8 @@ void BatcherActor::publish(const CacheStats& cs) {
   st->kv_usage = cs.pages_total > 0 ? static_cast<double>(st->pages_used) / cs.pages_total : 0.0;
   st->compression_ratio = cs.compression;
   st->mean_batch = stats_.steps > 0 ? static_cast<double>(batch_seqs_total_) / stats_.steps : 0.0;
-  st->host_overhead =
-      inflight_.total() > 0 ? std::max(0.0, 1.0 - device_ms_total_ / inflight_.total()) : 0.0;
+  const StepTimings& tm = stats_.timings;
+  st->host_overhead = tm.inflight_ms > 0 ? std::max(0.0, 1.0 - tm.device_ms / tm.inflight_ms) : 0.0;
   st->gpu_idle_steps = gpu_gap_steps_;
   st->gpu_idle_ms = gpu_gap_ms_total_;
   st->table_bytes = table_bytes_total_;

@@ -240,7 +240,6 @@ class BatcherActor final : public Actor<BatcherMsg> {
   // Statistics.
   EngineStats stats_;
   std::uint64_t batch_seqs_total_ = 0;
-  double device_ms_total_ = 0.0;
   InflightTime inflight_;  // StepTimings::inflight_ms (ms since epoch_)
   Clock::time_point epoch_ = Clock::now();
   // GPU idle between steps (StepStats::device_gap_ms), counted while work was running.

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -75,16 +76,14 @@ class InflightTime {
  public:
   // [start_ms, end_ms] on one clock (ms since any fixed epoch), end_ms >= start_ms.
   void add(double start_ms, double end_ms) {
-    const double from = any_ ? std::max(start_ms, last_end_) : start_ms;
+    const double from = std::max(start_ms, last_end_);
     if (end_ms > from) total_ += end_ms - from;
-    last_end_ = any_ ? std::max(last_end_, end_ms) : end_ms;
-    any_ = true;
+    last_end_ = std::max(last_end_, end_ms);
   }
   double total() const { return total_; }
 
  private:
-  double total_ = 0.0, last_end_ = 0.0;
-  bool any_ = false;
+  double total_ = 0.0, last_end_ = -std::numeric_limits<double>::infinity();
 };
 
 struct EngineStats {
@@ -104,8 +103,8 @@ struct EngineStats {
   std::uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   double compression_ratio = 1.0;  // global: full-cache bytes / bytes held (running sequences)
   double mean_batch = 0.0;         // mean sequences per step since start
-  double host_overhead =
-      0.0;  // share of in-flight step time (inflight_ms) not covered by device work
+  // Share of the time a step was in flight (StepTimings::inflight_ms) not covered by device work.
+  double host_overhead = 0.0;
   // GPU idle between steps on the device timeline (issue 24: the host-overhead ratio means
   // nothing once the host runs ahead): gaps / (gaps + device time) since start, over steps that
   // followed a step with sequences still running. gpu_idle_steps == 0: not measured (the CPU

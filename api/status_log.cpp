@@ -12,9 +12,9 @@ std::string status_line(const EngineStats& prev, const EngineStats& now, double 
       static_cast<double>(now.prompt_tokens_total - prev.prompt_tokens_total) / dt;
   const double gen_tps =
       static_cast<double>(now.generation_tokens_total - prev.generation_tokens_total) / dt;
-  const double wall = now.timings.inflight_ms - prev.timings.inflight_ms;
+  const double inflight = now.timings.inflight_ms - prev.timings.inflight_ms;
   const double device = now.timings.device_ms - prev.timings.device_ms;
-  const double overhead = wall > 0 ? std::max(0.0, 1.0 - device / wall) : now.host_overhead;
+  const double overhead = inflight > 0 ? std::max(0.0, 1.0 - device / inflight) : now.host_overhead;
   // Synchronous steps of the interval, by reason (the pipelined loop's, docs/actors.md "Sync
   // steps"; every step is sync_loop with scheduler.async_steps off).
   std::uint64_t sync = 0;

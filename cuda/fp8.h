@@ -49,6 +49,18 @@ void launch_small_gemm_fp8(const std::uint8_t* x, const float* xs, const std::ui
                            const float* ws, __nv_bfloat16* y, int T, int N, int K, float* partial,
                            int splits, bool wide, cudaStream_t s);
 
+// FP8 GEMMs with K split across the 8 warps of a block (cuda/gemm_fp8.cu, Gemm's kWarpK path):
+// the same y for T <= kWarpKFp8MaxRows, 16 output channels per block, the small-row kernel's
+// m16n8k32 fragments fed from 16-byte weight loads, each warp's fp32 sum over its share of K
+// added in warp order in shared memory (one kernel, no partials, deterministic). `pdl`: launched
+// with programmatic stream serialization, the weight loads issued before the dependency wait
+// (capturable in graphs). Applies when K is a multiple of 256 and x, w are 16-byte aligned.
+inline constexpr int kWarpKFp8MaxRows = 32;
+bool warpk_fp8_applies(const void* x, const void* w, int T, int N, int K);
+void launch_warpk_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
+                           const float* ws, __nv_bfloat16* y, int T, int N, int K, bool pdl,
+                           cudaStream_t s);
+
 // y[t][n] = bf16(acc[t][n] * xs[t] * ws[n]) (acc fp32 [T][N]): the outer scaling where cuBLASLt
 // cannot apply per-row scales itself (Gemm::linear_fp8's fallback).
 void launch_scale_outer(const float* acc, const float* xs, const float* ws, __nv_bfloat16* y, int T,

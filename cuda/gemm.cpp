@@ -33,6 +33,8 @@ Gemm::Gemm(cudaStream_t stream, std::size_t workspace_bytes)
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
+  const char* pdl = std::getenv("STRATA_FP8_PDL");
+  fp8_pdl_ = !(pdl && std::string(pdl) == "0");
 }
 
 void Gemm::destroy(LtPlan& p) {
@@ -295,6 +297,8 @@ bool Gemm::fp8_path_applies(Fp8Path p, const void* x, const void* w, int T, int 
       return small_fp8_applies(x, w, T, N, K, p == Fp8Path::kMmaWide);
     case Fp8Path::kWgmma:
       return decode_gemm_fp8_applies(x, w, T, N, K);
+    case Fp8Path::kWarpK:
+      return warpk_fp8_applies(x, w, T, N, K);
     default:
       return true;  // cuBLASLt (K % 16 is checked by linear_fp8)
   }
@@ -315,9 +319,9 @@ void Gemm::linear_fp8(Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int 
   if (path == Fp8Path::kWgmma &&
       (decode_counters_.size() == 0 || !fp8_path_applies(path, x.codes, w.codes, T, N, K)))
     path = fp8_default_path(T);
-  // A kernel that does not apply to the call falls back: CUDA cores and the wide shape to the
-  // 16-row tensor-core shape, that one to cuBLASLt.
-  if ((path == Fp8Path::kCores || path == Fp8Path::kMmaWide) &&
+  // A kernel that does not apply to the call falls back: CUDA cores, the wide shape and the
+  // split-K-in-block kernel to the 16-row tensor-core shape, that one to cuBLASLt.
+  if ((path == Fp8Path::kCores || path == Fp8Path::kMmaWide || path == Fp8Path::kWarpK) &&
       !fp8_path_applies(path, x.codes, w.codes, T, N, K))
     path = Fp8Path::kMma;
   if (!fp8_path_applies(path, x.codes, w.codes, T, N, K)) path = Fp8Path::kLt;
@@ -329,6 +333,10 @@ void Gemm::run_fp8(Fp8Path path, Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, 
     launch_decode_gemm_fp8(x.codes, x.scale, w.codes, w.scale, y, T, N, K,
                            {decode_partial_.get(), decode_counters_.get(), decode_partial_.size()},
                            num_sms_, stream_);
+    return;
+  }
+  if (path == Fp8Path::kWarpK) {
+    launch_warpk_gemm_fp8(x.codes, x.scale, w.codes, w.scale, y, T, N, K, fp8_pdl_, stream_);
     return;
   }
   if (path == Fp8Path::kCores) {
@@ -401,8 +409,13 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
   // default rule's output (y_ref) like autotune()'s candidates.
   const char* wg_env = std::getenv("STRATA_DECODE_GEMM_FP8");
   const bool wgmma_ok = !(wg_env && std::string(wg_env) == "off");
-  DeviceArray<__nv_bfloat16> y_ref(wgmma_ok ? y.size() : 0);
-  DeviceArray<double> sums(wgmma_ok ? 2 : 0);
+  // The split-K-in-block kernel (first written 2026-12-02, tenth session): checked the same way
+  // unless STRATA_FP8_WARPK=off.
+  const char* wk_env = std::getenv("STRATA_FP8_WARPK");
+  const bool warpk_ok = !(wk_env && std::string(wk_env) == "off");
+  const bool checked = wgmma_ok || warpk_ok;
+  DeviceArray<__nv_bfloat16> y_ref(checked ? y.size() : 0);
+  DeviceArray<double> sums(checked ? 2 : 0);
   if (wgmma_ok) enable_decode_workspace();
   DeviceArray<float> xs(static_cast<std::size_t>(max_t));
   launch_random_fill(
@@ -440,6 +453,7 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
            : p == Fp8Path::kMma     ? "mma"
            : p == Fp8Path::kMmaWide ? "mma-wide"
            : p == Fp8Path::kWgmma   ? "decode-wgmma"
+           : p == Fp8Path::kWarpK   ? "warpk"
                                     : "lt";
   };
   try {
@@ -461,19 +475,27 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
           if (p == dflt) r.default_us = us;
           if (us < best) best = us, choice = p;
         }
-        if (wgmma_ok && fp8_path_applies(Fp8Path::kWgmma, xc.get(), sh.w.codes, T, sh.N, sh.K)) {
+        // Candidates kept only where they agree with the kernel linear_fp8 would run for this
+        // call untuned (rel L2 <= 1e-2); decode_us reports the Hopper decode GEMM's time.
+        bool ref_made = false;
+        for (Fp8Path p : {Fp8Path::kWgmma, Fp8Path::kWarpK}) {
+          if (!(p == Fp8Path::kWgmma ? wgmma_ok : warpk_ok)) continue;
+          if (!fp8_path_applies(p, xc.get(), sh.w.codes, T, sh.N, sh.K)) continue;
           const Fp8Rows x{xc.get(), xs.get()};
-          // The reference: the kernel linear_fp8 would run for this call untuned.
-          Fp8Path ref = dflt;
-          if (!fp8_path_applies(ref, xc.get(), sh.w.codes, T, sh.N, sh.K)) ref = Fp8Path::kMma;
-          if (!fp8_path_applies(ref, xc.get(), sh.w.codes, T, sh.N, sh.K)) ref = Fp8Path::kLt;
-          run_fp8(ref, x, sh.w, y_ref.get(), T, sh.N, sh.K);
-          r.decode_us = time_us(Fp8Path::kWgmma, sh, T);  // leaves its output in y
+          if (!ref_made) {
+            Fp8Path ref = dflt;
+            if (!fp8_path_applies(ref, xc.get(), sh.w.codes, T, sh.N, sh.K)) ref = Fp8Path::kMma;
+            if (!fp8_path_applies(ref, xc.get(), sh.w.codes, T, sh.N, sh.K)) ref = Fp8Path::kLt;
+            run_fp8(ref, x, sh.w, y_ref.get(), T, sh.N, sh.K);
+            ref_made = true;
+          }
+          const double us = time_us(p, sh, T);  // leaves its output in y
+          if (p == Fp8Path::kWgmma) r.decode_us = us;
           ++r.candidates;
           if (rel_l2(static_cast<long long>(T) * sh.N) > 1e-2)
             ++r.rejected;
-          else if (r.decode_us < best)
-            best = r.decode_us, choice = Fp8Path::kWgmma;
+          else if (us < best)
+            best = us, choice = p;
         }
         r.best_us = best;
         r.chosen = name(choice);

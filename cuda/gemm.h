@@ -102,8 +102,13 @@ class Gemm {
   // GEMM's e4m3 variant (launch_decode_gemm_fp8, 1..256 rows, K % 128 == 0; passed on the H200
   // on 2026-12-02): autotune_fp8 offers it as a candidate unless STRATA_DECODE_GEMM_FP8=off;
   // forcing it allocates the decode GEMM's workspace here (never inside a call). Where it does not
-  // apply a call takes the default rule's path.
-  enum class Fp8Path { kAuto, kCores, kMma, kMmaWide, kLt, kWgmma };
+  // apply a call takes the default rule's path. kWarpK: K split across the warps of a block
+  // (launch_warpk_gemm_fp8, 1..kWarpKFp8MaxRows = 32 rows, K % 256 == 0; first written 2026-12-02,
+  // tenth session), launched with programmatic dependent launch unless set_fp8_pdl(false) or
+  // STRATA_FP8_PDL=0; an autotune_fp8 candidate unless STRATA_FP8_WARPK=off, checked like kWgmma.
+  enum class Fp8Path { kAuto, kCores, kMma, kMmaWide, kLt, kWgmma, kWarpK };
+  void set_fp8_pdl(bool on) { fp8_pdl_ = on; }
+  bool fp8_pdl() const { return fp8_pdl_; }
   void set_fp8_path(Fp8Path p) {
     fp8_path_ = p;
     if (p == Fp8Path::kWgmma) enable_decode_workspace();
@@ -166,6 +171,8 @@ class Gemm {
   DeviceArray<float> fp8_acc_;  // fallback accumulator (enable_fp8)
   DeviceArray<float> fp8_one_;  // 1.0f (the fallback's scalar scales)
   bool fp8_outer_vec_ = true, fp8_force_fallback_ = false;
+  bool fp8_pdl_ =
+      true;  // kWarpK's programmatic dependent launch (the constructor reads STRATA_FP8_PDL)
   Fp8Path fp8_path_ = Fp8Path::kAuto;
   std::map<Key3, Fp8Path> fp8_tuned_;  // autotune_fp8's choices
   void run_fp8(Fp8Path path, Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int K);

@@ -298,6 +298,129 @@ void launch_small_nt(const std::uint8_t* x, const float* xs, const std::uint8_t*
   }
 }
 
+// ---- FP8 GEMMs with K split across the warps of one block (kWarpK; up to kWarpKFp8MaxRows) ----
+// The small-row kernel's fragments (the same permuted k order, lane (g, t) holding bytes
+// [16t, 16t + 16) of each 64-byte chunk of rows g and g + 8) without its two costs measured on
+// the H200 (docs/benchmarks.md, ninth session: 13.6 us for o_proj's 16.8 MB at 8 rows, 29 % of
+// the ceiling): the split-K partials and their second kernel, and the per-stage block barriers of
+// the shared token tile. A block of kWkWarps warps owns 16 output channels and the whole K; warp w
+// takes the contiguous stages [w S / W, (w + 1) S / W) (S = K / 256) and keeps two stages of
+// weights in registers in flight (8 KB per warp; at K = 4096 each warp's whole share, issued at
+// its start). The tokens' codes are read per warp straight from L1/L2 (16-byte __ldg: x is small
+// and shared by every block). The warps' fp32 sums meet in shared memory and are added in warp
+// order: one kernel, deterministic, no atomics. Up to 32 rows: two blocks of 256 threads per SM
+// fit in 128 registers per thread (ptxas: no spill at 1-2 tiles of 8 tokens, 4 bytes at 3-4);
+// 5-8 tiles needed 236-255 registers and spilled up to 136 bytes (one block per SM), so T > 32
+// is left to the other kernels. With `pdl` the launch may start while the
+// previous kernel on the stream drains (programmatic dependent launch): the weight loads (W is
+// never written by a kernel) are issued before griddepcontrol.wait, the tokens' codes and scales
+// read and y written after it.
+constexpr int kWkWarps = 8, kWkStage = 256, kWkSC = kWkStage / kChunk;
+
+template <int NT, bool kPdl>
+__global__ void __launch_bounds__(32 * kWkWarps, 2)
+    warpk_fp8_kernel(const std::uint8_t* __restrict__ x, const float* __restrict__ xs,
+                     const std::uint8_t* __restrict__ w, const float* __restrict__ ws,
+                     __nv_bfloat16* __restrict__ y, int T, int N, int K) {
+  __shared__ float red[kWkWarps][NT * 4][32];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int row0 = static_cast<int>(blockIdx.x) * 16;
+  const int stages = K / kWkStage;
+  const int s_begin = warp * stages / kWkWarps, s_end = (warp + 1) * stages / kWkWarps;
+  // Rows past N re-read the last row; their sums are dropped.
+  const std::uint8_t* const w0 = w + static_cast<long long>(min(row0 + g, N - 1)) * K + 16 * t;
+  const std::uint8_t* const w1 = w + static_cast<long long>(min(row0 + 8 + g, N - 1)) * K + 16 * t;
+  uint4 buf[2][2][kWkSC];
+  const auto load_w = [&](int st, uint4(&r)[2][kWkSC]) {
+#pragma unroll
+    for (int u = 0; u < kWkSC; ++u) {
+      const long long off = static_cast<long long>(st) * kWkStage + u * kChunk;
+      r[0][u] = load_stream(w0 + off);
+      r[1][u] = load_stream(w1 + off);
+    }
+  };
+  if (s_begin < s_end) load_w(s_begin, buf[0]);
+  if (s_begin + 1 < s_end) load_w(s_begin + 1, buf[1]);
+  if constexpr (kPdl) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  }
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  // Token rows 8j + g (rows >= T read as zeros: their columns of the product are dropped).
+  const std::uint8_t* xr[NT];
+  bool xok[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int tok = 8 * j + g;
+    xok[j] = tok < T;
+    xr[j] = x + static_cast<long long>(xok[j] ? tok : 0) * K + 16 * t;
+  }
+  const auto compute = [&](const uint4(&r)[2][kWkSC], int st) {
+#pragma unroll
+    for (int u = 0; u < kWkSC; ++u) {
+      const long long off = static_cast<long long>(st) * kWkStage + u * kChunk;
+      uint4 xv[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        xv[j] =
+            xok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + off)) : make_uint4(0, 0, 0, 0);
+      const uint4 a = r[0][u], b = r[1][u];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        mma::mma_e4m3(acc[j], a.x, b.x, a.y, b.y, xv[j].x, xv[j].y);
+        mma::mma_e4m3(acc[j], a.z, b.z, a.w, b.w, xv[j].z, xv[j].w);
+      }
+    }
+  };
+  for (int s = s_begin; s < s_end; s += 2) {
+#pragma unroll
+    for (int d = 0; d < 2; ++d) {
+      const int st = s + d;
+      if (st < s_end) {
+        compute(buf[d], st);
+        if (st + 2 < s_end) load_w(st + 2, buf[d]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[warp][j * 4 + e][lane] = acc[j][e];
+  __syncthreads();
+  // c0, c1: row g, tokens 8j + 2t, + 1; c2, c3: row g + 8 (the mma's D layout).
+  for (int i = tid; i < NT * 4 * 32; i += 32 * kWkWarps) {
+    const int je = i / 32, ln = i % 32, j = je / 4, e = je % 4;
+    float v = red[0][je][ln];
+#pragma unroll
+    for (int k = 1; k < kWkWarps; ++k) v += red[k][je][ln];
+    const int n = row0 + (ln >> 2) + 8 * (e >> 1), tok = 8 * j + 2 * (ln & 3) + (e & 1);
+    if (n < N && tok < T)
+      y[static_cast<long long>(tok) * N + n] = __float2bfloat16_rn(v * xs[tok] * ws[n]);
+  }
+}
+
+template <int NT>
+void launch_warpk(const std::uint8_t* x, const float* xs, const std::uint8_t* w, const float* ws,
+                  __nv_bfloat16* y, int T, int N, int K, bool pdl, cudaStream_t s) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16));
+  cfg.blockDim = dim3(32 * kWkWarps);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  if (pdl) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, warpk_fp8_kernel<NT, true>, x, xs, w, ws, y, T, N, K));
+  } else {
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, warpk_fp8_kernel<NT, false>, x, xs, w, ws, y, T, N, K));
+  }
+}
+
 template <int T>
 void launch_t(const std::uint8_t* x, const float* xs, const std::uint8_t* w, const float* ws,
               __nv_bfloat16* y, int N, int K, cudaStream_t s) {
@@ -350,6 +473,38 @@ void launch_small_gemm_fp8(const std::uint8_t* x, const float* xs, const std::ui
     launch_small_nt<2, 2>(x, xs, w, ws, y, partial, splits, T, N, K, s);
   else
     launch_small_nt<1, 4>(x, xs, w, ws, y, partial, splits, T, N, K, s);
+}
+
+bool warpk_fp8_applies(const void* x, const void* w, int T, int N, int K) {
+  const auto a16 = [](const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15) == 0; };
+  return T >= 1 && T <= kWarpKFp8MaxRows && N >= 1 && K >= kWkStage && K % kWkStage == 0 &&
+         a16(x) && a16(w);
+}
+
+void launch_warpk_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
+                           const float* ws, __nv_bfloat16* y, int T, int N, int K, bool pdl,
+                           cudaStream_t s) {
+  if (!warpk_fp8_applies(x, w, T, N, K))
+    throw InternalError("split-K-in-block FP8 GEMM: T=" + std::to_string(T) +
+                        " N=" + std::to_string(N) + " K=" + std::to_string(K) + " (needs T in 1.." +
+                        std::to_string(kWarpKFp8MaxRows) + ", K a multiple of " +
+                        std::to_string(kWkStage) + ", 16-byte aligned x and w)");
+  static_assert(kWarpKFp8MaxRows == 32, "instantiate every n8 tile count up to 4");
+  switch ((T + 7) / 8) {
+    case 1:
+      launch_warpk<1>(x, xs, w, ws, y, T, N, K, pdl, s);
+      break;
+    case 2:
+      launch_warpk<2>(x, xs, w, ws, y, T, N, K, pdl, s);
+      break;
+    case 3:
+      launch_warpk<3>(x, xs, w, ws, y, T, N, K, pdl, s);
+      break;
+    default:
+      launch_warpk<4>(x, xs, w, ws, y, T, N, K, pdl, s);
+      break;
+  }
+  CUDA_CHECK_LAUNCH();
 }
 
 void launch_skinny_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,

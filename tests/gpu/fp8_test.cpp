@@ -265,6 +265,23 @@ TEST(GpuFp8, GemmsMatchOracle) {
       gemm_vs_oracle(40, 200, 384, gemm, true, false, &worst);
     }
     figure("fp8_gemm_small_mma_worst_acc_err", worst);
+    // The split-K-in-block kernel, with and without programmatic dependent launch (N = 1000: a
+    // partial block; K = 14336: 56 stages over 8 warps, 7 each; T = 33 and 64 fall back to the
+    // small-row kernel, K = 384 to cuBLASLt).
+    for (const bool pdl : {true, false}) {
+      worst = 0;
+      gemm.set_fp8_pdl(pdl);
+      gemm.set_fp8_path(cuda::Gemm::Fp8Path::kWarpK);
+      for (int T : {1, 2, 3, 5, 8, 9, 16, 25, 32, 33, 64})
+        gemm_vs_oracle(T, 1000, 4096, gemm, true, false, &worst);
+      gemm_vs_oracle(32, 4096, 14336, gemm, true, false, &worst);
+      gemm_vs_oracle(64, 4096, 14336, gemm, true, false, &worst);
+      gemm_vs_oracle(7, 6144, 4096, gemm, true, false, &worst);
+      gemm_vs_oracle(3, 200, 256, gemm, true, false, &worst);  // one stage: 7 warps idle
+      gemm_vs_oracle(40, 200, 384, gemm, true, false, &worst);
+      figure(pdl ? "fp8_gemm_warpk_worst_acc_err" : "fp8_gemm_warpk_nopdl_worst_acc_err", worst);
+    }
+    gemm.set_fp8_pdl(true);
     gemm.set_fp8_path(cuda::Gemm::Fp8Path::kAuto);
     worst = 0;
     for (int T : {1, 4, 5, 16, 64, 256, 300})
@@ -278,6 +295,76 @@ TEST(GpuFp8, GemmsMatchOracle) {
     figure("fp8_gemm_fallback_worst_acc_err", worst);
   }
   CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+// The split-K-in-block kernel launched with programmatic dependent launch: a chain of GEMMs on
+// one stream writing the same y (each may start while the previous drains; none may write y
+// before the previous has finished) ends with the last GEMM's result, bitwise equal to it alone
+// and to the kernel without PDL; the chain captured in a graph replays to the same bits.
+TEST(GpuFp8, WarpKChainWithPdlEqualsEagerAndGraph) {
+  REQUIRE_GPU();
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int T = 8, N = 4096, K = 4096, kChain = 6;
+  std::mt19937_64 rng(77);
+  const auto xf = random_f32(static_cast<std::size_t>(T) * K, 1.0, rng);
+  cpu::ThreadPool pool(0);
+  const cpu::Fp8Rows xq = cpu::quantize_rows_e4m3(xf.data(), T, K, &pool);
+  auto dxc = to_device(xq.codes);
+  auto dxs = to_device(xq.scale);
+  std::vector<DeviceArray<std::uint8_t>> wc;
+  std::vector<DeviceArray<float>> ws;
+  for (int i = 0; i < kChain; ++i) {
+    const auto wf = random_f32(static_cast<std::size_t>(N) * K, 0.02 * (i + 1), rng);
+    const cpu::Fp8Rows wq = cpu::quantize_rows_e4m3(wf.data(), N, K, &pool);
+    wc.push_back(to_device(wq.codes));
+    ws.push_back(to_device(wq.scale));
+  }
+  const std::size_t n = static_cast<std::size_t>(T) * N;
+  DeviceArray<bf16> y(n), alone(n), plain(n), graphed(n);
+  cuda::Gemm g(s);
+  g.enable_fp8();
+  g.set_fp8_path(cuda::Gemm::Fp8Path::kWarpK);
+  const auto chain = [&](bf16* out) {
+    for (int i = 0; i < kChain; ++i)
+      g.linear_fp8({dxc.get(), dxs.get()}, {wc[i].get(), ws[i].get()}, out, T, N, K);
+  };
+  const auto host = [&](const DeviceArray<bf16>& d) {
+    std::vector<std::uint16_t> h(n);
+    CUDA_CHECK(cudaMemcpy(h.data(), d.get(), n * 2, cudaMemcpyDeviceToHost));
+    return h;
+  };
+  g.set_fp8_pdl(false);
+  g.linear_fp8({dxc.get(), dxs.get()}, {wc[kChain - 1].get(), ws[kChain - 1].get()}, alone.get(), T,
+               N, K);
+  chain(plain.get());
+  g.set_fp8_pdl(true);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  const auto want = host(alone);
+  EXPECT_EQ(host(plain), want) << "the chain without PDL";
+  for (int rep = 0; rep < 20; ++rep) {
+    poison(y);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    chain(y.get());
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    ASSERT_EQ(host(y), want) << "PDL chain, repeat " << rep;
+  }
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  chain(graphed.get());
+  CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t ex = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&ex, graph, 0));
+  for (int rep = 0; rep < 5; ++rep) {
+    poison(graphed);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaGraphLaunch(ex, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    EXPECT_EQ(host(graphed), want) << "graph replay " << rep;
+  }
+  cudaGraphExecDestroy(ex);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
 }
 
 std::string model_dir(const std::string& preset, int layers) {

@@ -160,7 +160,7 @@ void bench_gemm_decode() {
   cuda::Gemm lib8(s);
   lib8.enable_fp8();
   CUDA_CHECK(cudaDeviceSynchronize());
-  std::map<int, double> l8_new, l8_lib, l8_bytes;
+  std::map<int, double> l8_new, l8_lib, l8_bytes, l8_wk;
   for (const auto& sh : shapes) {
     const std::size_t i8 = static_cast<std::size_t>(&sh - shapes);
     for (const int T : rows) {
@@ -182,12 +182,30 @@ void bench_gemm_decode() {
                             sh.K);
           },
           kWarm, kRuns);
+      // The split-K-in-block kernel (kWarpK, 1..64 rows), with programmatic dependent launch.
+      double us_wk = 0.0;
+      if (cuda::warpk_fp8_applies(xc.get(), wc[i8].get(), T, sh.N, sh.K)) {
+        lib8.set_fp8_path(cuda::Gemm::Fp8Path::kWarpK);
+        us_wk = median_us(
+            s,
+            [&] {
+              lib8.linear_fp8({xc.get(), xs.get()}, {wc[i8].get(), wsc[i8].get()}, y.get(), T, sh.N,
+                              sh.K);
+            },
+            kWarm, kRuns);
+        lib8.set_fp8_path(cuda::Gemm::Fp8Path::kAuto);
+      }
       const auto pct = [&](double us) {
         return us > 0 ? 100.0 * bytes / (us * 1e-6) / kCopyBw : 0;
       };
       std::printf(
-          "fp8 %-8s N=%-6d K=%-6d T=%-4d  wgmma %7.1f us %5.1f%%  default %7.1f us %5.1f%%\n",
-          sh.name, sh.N, sh.K, T, us_new, pct(us_new), us_lib, pct(us_lib));
+          "fp8 %-8s N=%-6d K=%-6d T=%-4d  wgmma %7.1f us %5.1f%%  default %7.1f us %5.1f%%  "
+          "warpk %7.1f us %5.1f%%\n",
+          sh.name, sh.N, sh.K, T, us_new, pct(us_new), us_lib, pct(us_lib), us_wk, pct(us_wk));
+      figure(std::string("bench_gemm_decode_fp8_") + sh.name + "_t" + std::to_string(T) +
+                 "_warpk_frac_copy_bw",
+             pct(us_wk) / 100);
+      l8_wk[T] += us_wk;
       const std::string key =
           std::string("bench_gemm_decode_fp8_") + sh.name + "_t" + std::to_string(T);
       figure(key + "_wgmma_us", us_new);
@@ -199,8 +217,11 @@ void bench_gemm_decode() {
   }
   for (const int T : rows) {
     const auto pct = [&](double us) { return 100.0 * l8_bytes[T] / (us * 1e-6) / kCopyBw; };
-    std::printf("fp8 layer (4 GEMMs) T=%-4d  wgmma %7.1f us %5.1f%%  default %7.1f us %5.1f%%\n", T,
-                l8_new[T], pct(l8_new[T]), l8_lib[T], pct(l8_lib[T]));
+    std::printf(
+        "fp8 layer (4 GEMMs) T=%-4d  wgmma %7.1f us %5.1f%%  default %7.1f us %5.1f%%  warpk %7.1f "
+        "us %5.1f%%\n",
+        T, l8_new[T], pct(l8_new[T]), l8_lib[T], pct(l8_lib[T]), l8_wk[T],
+        l8_wk[T] > 0 ? pct(l8_wk[T]) : 0.0);
     const std::string key = "bench_gemm_decode_fp8_layer_t" + std::to_string(T);
     figure(key + "_wgmma_frac_copy_bw", pct(l8_new[T]) / 100);
     figure(key + "_default_frac_copy_bw", pct(l8_lib[T]) / 100);

@@ -398,7 +398,16 @@ void bench_gemm_fp8() {
     for (auto [path, label] :
          {std::pair{Gemm::Fp8Path::kCores, "cores"}, std::pair{Gemm::Fp8Path::kMma, "mma"},
           std::pair{Gemm::Fp8Path::kMmaWide, "mma-wide"}, std::pair{Gemm::Fp8Path::kLt, "cublasLt"},
-          std::pair{Gemm::Fp8Path::kWgmma, "wgmma"}}) {
+          std::pair{Gemm::Fp8Path::kWgmma, "wgmma"}, std::pair{Gemm::Fp8Path::kWarpK, "warpk"},
+          std::pair{Gemm::Fp8Path::kAuto, "warpk-nopdl"}}) {
+      // warpk-nopdl: the split-K-in-block kernel launched without programmatic dependent launch
+      // (the A/B of what PDL's overlap of consecutive GEMMs wins); kAuto is only its label here.
+      const bool nopdl = path == Gemm::Fp8Path::kAuto;
+      if (nopdl) path = Gemm::Fp8Path::kWarpK;
+      if (path == Gemm::Fp8Path::kWarpK &&
+          (T > kWarpKFp8MaxRows ||
+           !warpk_fp8_applies(xc.get(), wc[0].get(), T, shapes[0].N, shapes[0].K)))
+        continue;
       if (path == Gemm::Fp8Path::kCores && T > kSkinnyFp8MaxRows) continue;
       // The Hopper decode GEMM's e4m3 variant (1..256 rows; not yet run on a GPU when written):
       // its own line and figure, kept out of `best` until it has been validated.
@@ -408,7 +417,9 @@ void bench_gemm_fp8() {
         continue;
       if ((path == Gemm::Fp8Path::kMma || path == Gemm::Fp8Path::kMmaWide) && T > kSmallFp8MaxRows)
         continue;
+      g.set_fp8_pdl(!nopdl);
       const double ms8 = time4(T, path);
+      g.set_fp8_pdl(true);
       if (!wg) best = std::min(best, ms8);
       const double bw8 = bytes8 / (ms8 * 1e-3), tf8 = 2.0 * T * nk / (ms8 * 1e-3);
       std::printf(

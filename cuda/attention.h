@@ -39,10 +39,27 @@ struct PrefillAttentionParams {
   int head_dim;  // 64 or 128 (dispatch.h)
   float scale;
   // An FP8 KV cache (docs/kv-fp8.md): the pages are e4m3 codes here (kv_pool unused) and
-  // kv_scales holds this layer's [kv_heads][2] (K, V) scales. Only the FA2 kernel reads e4m3:
-  // every PrefillKernel runs FA2 then (not yet run on a GPU).
+  // kv_scales holds this layer's [kv_heads][2] (K, V) scales. The FA2 kernel reads e4m3 tiles
+  // itself; the Hopper kernels read bf16 pages through a tensor map, so for them the K/V slots
+  // this launch reads are first dequantized into a bf16 staging pool (fp8_stage below,
+  // launch_kv_dequant_pages in cuda/kv_fp8.h) and the Hopper kernel runs over its pages. Without
+  // a stage, or when the step's context does not fit it, every PrefillKernel runs FA2 on the codes.
   const std::uint8_t* kv_pool8 = nullptr;
   const float* kv_scales = nullptr;
+  struct Fp8Stage {
+    __nv_bfloat16* pool = nullptr;  // `pages` bf16 pages of page_elems
+    long long pages = 0;
+    int* table = nullptr;  // [num_seqs, stride] written by the dequantization
+    int stride = 0;
+    // Host-side counts of this launch: sequences (rows of block_table, nq, q_pos0), and over
+    // those with nq > 0 the pages of slots 0 .. q_pos0 + nq - 1 (summed, and the largest).
+    int num_seqs = 0;
+    long long ctx_pages = 0;
+    int ctx_max_pages = 0;
+    bool fits() const {
+      return pool && table && num_seqs > 0 && ctx_pages <= pages && ctx_max_pages <= stride;
+    }
+  } fp8_stage;
 };
 // Kernels implementing it (docs/cuda-backend.md): kFa2, FlashAttention-2 style with the
 // fragments in registers (mma.sync m16n8k16, ldmatrix, cp.async double buffering; blocks of

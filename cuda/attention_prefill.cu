@@ -18,6 +18,7 @@
 #include "cuda/attention_prefill_impl.h"
 #include "cuda/cuda_check.h"
 #include "cuda/dispatch.h"
+#include "cuda/kv_fp8.h"
 
 namespace strata::cuda {
 
@@ -259,11 +260,39 @@ void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s, P
                                                  " not a multiple of kv_heads " +
                                                  std::to_string(p.kv_heads));
   if (p.kv_pool8) {
-    // FP8 KV (docs/kv-fp8.md): only the FA2 kernel dequantizes e4m3 tiles into its bf16 shared
-    // memory so far; the Hopper and WMMA kernels read bf16 pages.
+    // FP8 KV (docs/kv-fp8.md): the FA2 kernel dequantizes e4m3 tiles into its bf16 shared
+    // memory; the Hopper kernels read bf16 pages, so they run over the staged copy.
     if (!p.kv_scales)
       throw InternalError("prefill attention: an e4m3 pool (kv_pool8) needs kv_scales");
-    launch_prefill_attention_fa2(p, s, k != PrefillKernel::kFa2Single);
+    const bool hopper = k == PrefillKernel::kHopper || k == PrefillKernel::kHopperV5 ||
+                        k == PrefillKernel::kHopperV6;
+    if (!hopper || !p.fp8_stage.fits()) {
+      launch_prefill_attention_fa2(p, s, k != PrefillKernel::kFa2Single);
+      return;
+    }
+    launch_kv_dequant_pages({.pool8 = p.kv_pool8,
+                             .scales = p.kv_scales,
+                             .page_elems = p.page_elems,
+                             .block_table = p.block_table,
+                             .table_stride = p.table_stride,
+                             .nq = p.nq,
+                             .q_pos0 = p.q_pos0,
+                             .num_seqs = p.fp8_stage.num_seqs,
+                             .max_pages = p.fp8_stage.ctx_max_pages,
+                             .kv_heads = p.kv_heads,
+                             .head_dim = p.head_dim,
+                             .out_pool = p.fp8_stage.pool,
+                             .out_table = p.fp8_stage.table,
+                             .out_stride = p.fp8_stage.stride},
+                            s);
+    PrefillAttentionParams b = p;  // the same launch over the bf16 pages
+    b.kv_pool = p.fp8_stage.pool;
+    b.block_table = p.fp8_stage.table;
+    b.table_stride = p.fp8_stage.stride;
+    b.kv_pool8 = nullptr;
+    b.kv_scales = nullptr;
+    b.fp8_stage = {};
+    launch_prefill_attention(b, s, k);
     return;
   }
   if (k == PrefillKernel::kHopper || k == PrefillKernel::kHopperV5 ||

@@ -35,6 +35,8 @@ Gemm::Gemm(cudaStream_t stream, std::size_t workspace_bytes)
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
   const char* pdl = std::getenv("STRATA_FP8_PDL");
   fp8_pdl_ = !(pdl && std::string(pdl) == "0");
+  const char* warpk = std::getenv("STRATA_FP8_WARPK");
+  fp8_warpk_ = !(warpk && std::string(warpk) == "off");
 }
 
 void Gemm::destroy(LtPlan& p) {
@@ -283,9 +285,17 @@ Gemm::Fp8Plan& Gemm::fp8_plan(int T, int N, int K) {
 // Measured on the H200 (gpu_bench gemm-fp8, one 8B layer's four GEMMs, 2026-12-02 ninth session):
 // the 16-row tensor-core kernel leads cuBLASLt up to 16 rows (0.093 vs 0.124 ms) and trails it
 // from 32 (0.138 vs 0.123; 0.192 vs 0.116 at 64), so the untuned rule hands 17+ rows to
-// cuBLASLt (autotune_fp8 still times the small-row kernel up to kSmallFp8MaxRows).
-Gemm::Fp8Path Gemm::fp8_default_path(int T) {
-  return T == 1 ? Fp8Path::kCores : T <= kFp8MmaDefaultMaxRows ? Fp8Path::kMma : Fp8Path::kLt;
+// cuBLASLt (autotune_fp8 still times the small-row kernel up to kSmallFp8MaxRows). The tenth
+// session's split-K-in-block kernel led every other path at 1-8 rows in the same bench (one
+// layer: 0.063-0.068 ms against 0.069 CUDA cores at 1 row and 0.083-0.085 tensor cores at 2-8;
+// 0.6-0.8 of the tensor-core kernel's time per GEMM in gemm-decode at 8 rows) and trailed the
+// tensor-core kernel at 16 (0.103 vs 0.093 ms), so it is the rule's kernel up to
+// kWarpKDefaultMaxRows; where it does not apply (K % 256 != 0) linear_fp8 falls back to kMma.
+Gemm::Fp8Path Gemm::fp8_default_path(int T) const {
+  if (!fp8_warpk_ && T == 1) return Fp8Path::kCores;  // the rule before kWarpK
+  return T <= kWarpKDefaultMaxRows && fp8_warpk_ ? Fp8Path::kWarpK
+         : T <= kFp8MmaDefaultMaxRows            ? Fp8Path::kMma
+                                                 : Fp8Path::kLt;
 }
 
 bool Gemm::fp8_path_applies(Fp8Path p, const void* x, const void* w, int T, int N, int K) {
@@ -319,8 +329,11 @@ void Gemm::linear_fp8(Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int 
   if (path == Fp8Path::kWgmma &&
       (decode_counters_.size() == 0 || !fp8_path_applies(path, x.codes, w.codes, T, N, K)))
     path = fp8_default_path(T);
-  // A kernel that does not apply to the call falls back: CUDA cores, the wide shape and the
-  // split-K-in-block kernel to the 16-row tensor-core shape, that one to cuBLASLt.
+  // A kernel that does not apply to the call falls back: the split-K-in-block kernel at one row
+  // to CUDA cores; CUDA cores, the wide shape and the split-K-in-block kernel to the 16-row
+  // tensor-core shape, that one to cuBLASLt.
+  if (path == Fp8Path::kWarpK && T == 1 && !fp8_path_applies(path, x.codes, w.codes, T, N, K))
+    path = Fp8Path::kCores;
   if ((path == Fp8Path::kCores || path == Fp8Path::kMmaWide || path == Fp8Path::kWarpK) &&
       !fp8_path_applies(path, x.codes, w.codes, T, N, K))
     path = Fp8Path::kMma;
@@ -410,9 +423,9 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
   const char* wg_env = std::getenv("STRATA_DECODE_GEMM_FP8");
   const bool wgmma_ok = !(wg_env && std::string(wg_env) == "off");
   // The split-K-in-block kernel (first written 2026-12-02, tenth session): checked the same way
-  // unless STRATA_FP8_WARPK=off.
-  const char* wk_env = std::getenv("STRATA_FP8_WARPK");
-  const bool warpk_ok = !(wk_env && std::string(wk_env) == "off");
+  // unless STRATA_FP8_WARPK=off (then the default rule
+  // does not use it either).
+  const bool warpk_ok = fp8_warpk_;
   const bool checked = wgmma_ok || warpk_ok;
   DeviceArray<__nv_bfloat16> y_ref(checked ? y.size() : 0);
   DeviceArray<double> sums(checked ? 2 : 0);

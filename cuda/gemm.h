@@ -97,7 +97,8 @@ class Gemm {
   bool fp8_outer_vec() const { return fp8_outer_vec_; }
   // Test hook: force the fallback (scalar-scaled cuBLASLt into fp32, then launch_scale_outer).
   // Which kernel runs an FP8 call: kAuto = autotune_fp8()'s choice for that (N, K, T), else the
-  // default rule (1 row: CUDA cores; up to kFp8MmaDefaultMaxRows: tensor cores; more: cuBLASLt).
+  // default rule (up to kWarpKDefaultMaxRows: kWarpK; up to kFp8MmaDefaultMaxRows: tensor cores;
+  // more: cuBLASLt).
   // The others force a path where it applies (benchmarks and tests). kWgmma: the Hopper decode
   // GEMM's e4m3 variant (launch_decode_gemm_fp8, 1..256 rows, K % 128 == 0; passed on the H200
   // on 2026-12-02): autotune_fp8 offers it as a candidate unless STRATA_DECODE_GEMM_FP8=off;
@@ -105,7 +106,8 @@ class Gemm {
   // apply a call takes the default rule's path. kWarpK: K split across the warps of a block
   // (launch_warpk_gemm_fp8, 1..kWarpKFp8MaxRows = 32 rows, K % 256 == 0; first written 2026-12-02,
   // tenth session), launched with programmatic dependent launch unless set_fp8_pdl(false) or
-  // STRATA_FP8_PDL=0; an autotune_fp8 candidate unless STRATA_FP8_WARPK=off, checked like kWgmma.
+  // STRATA_FP8_PDL=0; the default rule's kernel up to kWarpKDefaultMaxRows and an autotune_fp8
+  // candidate (checked like kWgmma) unless STRATA_FP8_WARPK=off.
   enum class Fp8Path { kAuto, kCores, kMma, kMmaWide, kLt, kWgmma, kWarpK };
   void set_fp8_pdl(bool on) { fp8_pdl_ = on; }
   bool fp8_pdl() const { return fp8_pdl_; }
@@ -173,12 +175,15 @@ class Gemm {
   bool fp8_outer_vec_ = true, fp8_force_fallback_ = false;
   bool fp8_pdl_ =
       true;  // kWarpK's programmatic dependent launch (the constructor reads STRATA_FP8_PDL)
+  bool fp8_warpk_ = true;  // kWarpK in the default rule and the autotune (STRATA_FP8_WARPK=off: no)
   Fp8Path fp8_path_ = Fp8Path::kAuto;
   std::map<Key3, Fp8Path> fp8_tuned_;  // autotune_fp8's choices
   void run_fp8(Fp8Path path, Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, int N, int K);
-  // Without tuning: 1 row CUDA cores, up to kFp8MmaDefaultMaxRows tensor cores, more cuBLASLt.
+  // Without tuning: up to kWarpKDefaultMaxRows the split-K-in-block kernel, up to
+  // kFp8MmaDefaultMaxRows tensor cores, more cuBLASLt.
+  static constexpr int kWarpKDefaultMaxRows = 8;
   static constexpr int kFp8MmaDefaultMaxRows = 16;
-  static Fp8Path fp8_default_path(int T);
+  Fp8Path fp8_default_path(int T) const;
   static bool fp8_path_applies(Fp8Path p, const void* x, const void* w, int T, int N, int K);
   int num_sms_ = 132;
 

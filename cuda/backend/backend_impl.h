@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda/async_steps.h"
+#include "cuda/attention.h"
 #include "cuda/backend/forward_profile.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
@@ -167,6 +168,26 @@ struct CudaBackendImpl {
   const float* layer_kv_scales(int l) const {
     return kv8 ? d_kv_scales.get() + static_cast<std::size_t>(l) * mc.num_key_value_heads * 2
                : nullptr;
+  }
+  // fp8 KV: the bf16 pages a prefill's context is dequantized into for the Hopper attention
+  // kernels (attention.h fp8_stage; one layer at a time): pmax + max_tokens / 16 + max_seqs pages,
+  // a table of max_seqs x pmax; empty with a bf16 pool or STRATA_FP8_PREFILL_STAGE=0 (then FA2
+  // reads the codes). upload_step counts the step's prefill context (fp8_stage_params).
+  DeviceArray<bf16> fp8_stage_pool;
+  DeviceArray<int> fp8_stage_table;
+  long long fp8_stage_pages = 0;
+  int step_table_rows = 0;
+  long long step_ctx_pages = 0;
+  int step_ctx_max_pages = 0;
+  PrefillAttentionParams::Fp8Stage fp8_stage_params() const {
+    if (!kv8 || fp8_stage_pages == 0) return {};
+    return {.pool = fp8_stage_pool.get(),
+            .pages = fp8_stage_pages,
+            .table = fp8_stage_table.get(),
+            .stride = pmax,
+            .num_seqs = step_table_rows,
+            .ctx_pages = step_ctx_pages,
+            .ctx_max_pages = step_ctx_max_pages};
   }
   // fp8: `given` (the constructor's) or cpu_kv_scales(host weights, cpu_backend_options(cfg))
   // into kv_scales and d_kv_scales. `host`: the checkpoint (null for `random:` models). A

@@ -206,10 +206,11 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                               .kv_heads = mc.num_key_value_heads,
                               .head_dim = mc.head_dim,
                               .scale = scale,
-                              // fp8: FA2 whatever STRATA_PREFILL_ATTN says (the Hopper kernel
-                              // reads bf16 only; attention.h)
+                              // fp8: the Hopper kernels over the bf16 stage of the context
+                              // (attention.h fp8_stage), FA2 on the codes where it does not fit
                               .kv_pool8 = kv_pool8.get(),
-                              .kv_scales = kvs},
+                              .kv_scales = kvs,
+                              .fp8_stage = fp8_stage_params()},
                              stream);
   };
   if (overlap) prefill_attention();

@@ -119,6 +119,18 @@ void CudaBackendImpl::upload_step() {
   upload(d_tile_seq, image.tile_seq(), s.tiles);
   upload(d_tile_q0, image.tile_q0(), s.tiles);
   upload_tables();  // tables.cpp
+  // The prefill context an fp8 stage must hold this step (fp8_stage_params).
+  step_table_rows = s.table_rows;
+  step_ctx_pages = 0;
+  step_ctx_max_pages = 0;
+  if (kv8 && s.tiles > 0)
+    for (int i = 0; i < s.table_rows; ++i) {
+      const int n = image.nq()[i];
+      if (n <= 0) continue;
+      const int pages = (image.qpos0()[i] + n + kBlockSize - 1) / kBlockSize;
+      step_ctx_pages += pages;
+      step_ctx_max_pages = std::max(step_ctx_max_pages, pages);
+    }
 }
 
 StepResult CudaBackendImpl::step(const StepPlan& plan) {

@@ -256,6 +256,16 @@ void CudaBackendImpl::allocate_workspace() {
   dev(d_row_start, max_seqs);
   dev(d_nq, max_seqs);
   dev(d_qpos0, max_seqs);
+  if (kv8 || kv_calibrate_on_device) {  // fp8 KV: the prefill stage (backend_impl.h)
+    const char* env = std::getenv("STRATA_FP8_PREFILL_STAGE");
+    if (!(env && std::string(env) == "0")) {
+      fp8_stage_pages = pmax + (max_tokens + kBlockSize - 1) / kBlockSize + max_seqs;
+      fp8_stage_pool =
+          DeviceArray<bf16>(static_cast<std::size_t>(fp8_stage_pages) *
+                            KvLayout{mc.num_key_value_heads, mc.head_dim, 2}.page_elems());
+      dev(fp8_stage_table, static_cast<std::size_t>(max_seqs) * pmax);
+    }
+  }
   dev(d_tile_seq, max_tiles);
   dev(d_tile_q0, max_tiles);
   dev(d_q_row, max_seqs);

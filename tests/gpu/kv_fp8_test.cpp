@@ -341,11 +341,17 @@ TEST(GpuKvFp8, TwoPassDecodeAttentionEqualsTheCpuOracle) {
   run_case({{3, 33, 130, 1000}, 32, 8, 128, {1, 8}, kDecodeTwoPass}, "two_pass_hd128_g4");
 }
 
-// Chunked prefill over paged prior context (FA2 kernel, whatever STRATA_PREFILL_ATTN says: the
-// Hopper kernel falls back to it for e4m3), against cpu::attend's prefill of the same chunk over
-// the same codes. Bounds of the bf16 prefill test: output rel L2 <= 5e-3, LSE <= 2e-3.
+// Chunked prefill over paged prior context, against cpu::attend's prefill of the same chunk over
+// the same codes. Bounds of the bf16 prefill test: output rel L2 <= 5e-3, LSE <= 2e-3. kernel:
+// the PrefillKernel asked for; stage: none (every kernel runs FA2 on the codes), fits (a Hopper
+// kernel runs over the bf16 stage the context is dequantized into: the stage's pages are checked
+// bit for bit against the CPU's kv_dequantize, zeros past each length, and its table), or
+// one page short (FA2 on the codes again).
+enum class Stage { kNone, kFits, kShort };
 void run_prefill_case(const std::vector<int>& prior, const std::vector<int>& nq, int heads,
-                      int kv_heads, int hd, const std::string& tag) {
+                      int kv_heads, int hd, const std::string& tag,
+                      PrefillKernel kernel = prefill_kernel_from_env(),
+                      Stage stage = Stage::kNone) {
   std::mt19937_64 rng(777 + hd);
   const int S = static_cast<int>(prior.size()), group = heads / kv_heads;
   std::vector<int> lens(static_cast<std::size_t>(S)), row_start(lens.size());
@@ -399,8 +405,66 @@ void run_prefill_case(const std::vector<int>& prior, const std::vector<int>& nq,
   p.scale = scale;
   p.kv_pool8 = d_pool.get();
   p.kv_scales = d_scales.get();
-  launch_prefill_attention(p, nullptr);
+  DeviceArray<bf16> stage_pool;
+  DeviceArray<int> stage_table;
+  long long ctx_pages = 0;
+  if (stage != Stage::kNone) {
+    int max_pages = 0;
+    for (int len : lens) {
+      ctx_pages += pages_for_slots(len);
+      max_pages = std::max(max_pages, pages_for_slots(len));
+    }
+    const long long pages = stage == Stage::kFits ? ctx_pages : ctx_pages - 1;
+    stage_pool = DeviceArray<bf16>(static_cast<std::size_t>(pages) * kv.layout.page_elems());
+    stage_table = DeviceArray<int>(static_cast<std::size_t>(S) * kv.table_stride);
+    poison(stage_pool);
+    poison(stage_table);
+    p.fp8_stage = {.pool = stage_pool.get(),
+                   .pages = pages,
+                   .table = stage_table.get(),
+                   .stride = kv.table_stride,
+                   .num_seqs = S,
+                   .ctx_pages = ctx_pages,
+                   .ctx_max_pages = max_pages};
+    EXPECT_EQ(p.fp8_stage.fits(), stage == Stage::kFits) << tag;
+  }
+  launch_prefill_attention(p, nullptr, kernel);
   CUDA_CHECK(cudaDeviceSynchronize());
+  if (stage == Stage::kFits) {  // the stage itself, bit for bit
+    std::vector<std::uint16_t> bits(stage_pool.size());
+    CUDA_CHECK(
+        cudaMemcpy(bits.data(), stage_pool.get(), stage_pool.bytes(), cudaMemcpyDeviceToHost));
+    const auto table = to_host(stage_table);
+    long long base = 0, wrong = 0;
+    for (int i = 0; i < S; ++i) {
+      const int len = lens[static_cast<std::size_t>(i)];
+      for (int j = 0; j < pages_for_slots(len); ++j) {
+        const int out = table[static_cast<std::size_t>(i) * kv.table_stride + j];
+        EXPECT_EQ(out, base + j) << tag << " seq " << i << " page " << j;
+        if (out != base + j) continue;
+        const int src = kv.table[static_cast<std::size_t>(i) * kv.table_stride + j];
+        const std::uint8_t* codes =
+            kv.pool.data() + static_cast<std::size_t>(src) * kv.layout.page_bytes();
+        const std::uint16_t* got =
+            bits.data() + static_cast<std::size_t>(out) * kv.layout.page_elems();
+        for (int g = 0; g < kv_heads; ++g)
+          for (int slot = 0; slot < kBlockSize; ++slot)
+            for (int part = 0; part < 2; ++part) {
+              const std::size_t off =
+                  part == 0 ? kv.layout.k_offset(g, slot) : kv.layout.v_offset(g, slot);
+              const float sc = kv.scales[static_cast<std::size_t>(g) * 2 + part];
+              for (int d = 0; d < hd; ++d) {
+                const std::uint16_t want = j * kBlockSize + slot < len
+                                               ? float_to_bf16(kv_dequantize(codes[off + d], sc))
+                                               : 0;
+                wrong += got[off + d] != want;
+              }
+            }
+      }
+      base += pages_for_slots(len);
+    }
+    EXPECT_EQ(wrong, 0) << tag << ": stage values that are not bf16(kv_dequantize(code))";
+  }
 
   std::vector<double> ref_o(out.size()), ref_lse(lse.size());
   parallel_for(S * kv_heads, [&](int idx) {
@@ -469,6 +533,21 @@ TEST(GpuKvFp8, PrefillOverPagedPriorContextEqualsTheCpuOracle) {
   run_prefill_case({0, 0, 37}, {1, 100, 64}, 8, 2, 64, "hd64_g4");          // paired heads
   run_prefill_case({0, 200, 1000}, {130, 17, 64}, 32, 8, 128, "hd128_g4");  // prior context
   run_prefill_case({5, 300}, {70, 129}, 12, 4, 128, "hd128_g3");            // odd group
+}
+
+// The Hopper kernels on an e4m3 pool: through the bf16 stage (dequantized context), and FA2 on
+// the codes when the stage is a page short; both against the same CPU oracle and bounds.
+TEST(GpuKvFp8, HopperPrefillThroughTheBf16StageEqualsTheCpuOracle) {
+  REQUIRE_GPU();
+  for (PrefillKernel k : {PrefillKernel::kHopperV5, PrefillKernel::kHopperV6}) {
+    const std::string v = prefill_kernel_name(k);
+    run_prefill_case({0, 0, 37}, {1, 100, 64}, 8, 2, 64, "stage_hd64_g4_" + v, k, Stage::kFits);
+    run_prefill_case({0, 200, 1000}, {130, 17, 64}, 32, 8, 128, "stage_hd128_g4_" + v, k,
+                     Stage::kFits);
+    run_prefill_case({5, 300}, {70, 129}, 12, 4, 128, "stage_hd128_g3_" + v, k, Stage::kFits);
+  }
+  run_prefill_case({0, 200, 1000}, {130, 17, 64}, 32, 8, 128, "stage_short_hd128_g4",
+                   PrefillKernel::kHopperV5, Stage::kShort);
 }
 
 // The e4m3 K/V write (launch_rope_kv_write_fp8) against the bf16 one on the same rows: q and k

@@ -496,7 +496,11 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
           if (!fp8_path_applies(p, xc.get(), sh.w.codes, T, sh.N, sh.K)) continue;
           const Fp8Rows x{xc.get(), xs.get()};
           if (!ref_made) {
-            Fp8Path ref = dflt;
+            // The reference is the rule before kWarpK (CUDA cores at 1 row, else tensor cores or
+            // cuBLASLt), so kWarpK, now the rule's kernel at 1-8 rows, is checked too.
+            Fp8Path ref = T == 1                       ? Fp8Path::kCores
+                          : T <= kFp8MmaDefaultMaxRows ? Fp8Path::kMma
+                                                       : Fp8Path::kLt;
             if (!fp8_path_applies(ref, xc.get(), sh.w.codes, T, sh.N, sh.K)) ref = Fp8Path::kMma;
             if (!fp8_path_applies(ref, xc.get(), sh.w.codes, T, sh.N, sh.K)) ref = Fp8Path::kLt;
             run_fp8(ref, x, sh.w, y_ref.get(), T, sh.N, sh.K);
@@ -504,6 +508,7 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
           }
           const double us = time_us(p, sh, T);  // leaves its output in y
           if (p == Fp8Path::kWgmma) r.decode_us = us;
+          if (p == dflt) r.default_us = us;
           ++r.candidates;
           if (rel_l2(static_cast<long long>(T) * sh.N) > 1e-2)
             ++r.rejected;

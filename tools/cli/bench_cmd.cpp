@@ -1,5 +1,6 @@
 // strata bench: the serving benchmark (load generator, sweeps over concurrency and server
 // configurations, report/plots) and the roofline calculator. docs/benchmarks.md.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -135,7 +136,8 @@ Workload:
   --output N                 output tokens per request, min_tokens = max_tokens (default 32)
   --text                     send text prompts (N words; token count then approximate)
   --id-range N               prompt token ids drawn from [1, N) (default 600)
-  --seed N                   seed of the prompts and of the Poisson arrival gaps (default 0)
+  --seed N                   seed of the prompts and of the Poisson arrival gaps (default 0;
+                             the k-th concurrency level uses N + k, so levels share no prompt)
   --concurrency LIST         levels, max requests in flight, 0 = unbounded (default 1,4,16)
   --num-prompts N            measured requests per level (default: as below)
   --prompts-per-concurrency K  measured requests per level = max(min-prompts, K x c) (default 4)
@@ -272,11 +274,16 @@ int run_serve(Args& a) {
   std::vector<std::unique_ptr<Roofline>> roofs;
   for (const auto& c : cfgs) roofs.push_back(roofline_for(c));
   int failed_measured = 0, failed_excluded = 0;
-  for (int level : levels) {
+  for (std::size_t li = 0; li < levels.size(); ++li) {
+    const int level = levels[li];
     for (std::size_t ci = 0; ci < cfgs.size(); ++ci) {
       const auto& cfg = cfgs[ci];
       LoadOptions o = base;
       o.concurrency = level;
+      // Level k sends the prompts of seed + k: against one running server, one seed for every
+      // level re-sent the earlier levels' prompts and the prefix cache served them (the later
+      // levels' throughput counted cache hits no new client gets).
+      o.seed = base.seed + li;
       o.num_prompts = fixed_prompts > 0 ? fixed_prompts : std::max(min_prompts, level * per_level);
       std::unique_ptr<ServerProcess> server;
       const std::string label = cfg.empty() ? a.get_or("label", "server") : label_of(cfg);
@@ -336,7 +343,13 @@ int run_serve(Args& a) {
         res.roofline_output_throughput =
             roofs[ci]->best_output_throughput(level, {o.input_tokens, o.output_tokens}, budget);
       std::printf("%s", format_level(res).c_str());
-      if (base.workload != LoadOptions::Workload::kRandom)
+      // Random prompts share no prefix: the hit rate is printed for them only when some were
+      // served from the cache (a server that saw these prompts before), which the figures above
+      // then include.
+      const bool hits = std::any_of(recs.begin(), recs.end(), [](const RequestRecord& r) {
+        return r.ok && r.cached_tokens > 0;
+      });
+      if (base.workload != LoadOptions::Workload::kRandom || hits)
         std::printf("%s", format_prefix_cache(recs).c_str());
       std::fflush(stdout);
       report.levels.push_back(res);

@@ -46,6 +46,13 @@ std::string out_dir(const std::string& name) {
 
 const std::string kSmall = " --input 4 --output 5 --concurrency 1,2 --num-prompts 2 --warmup 1";
 
+boost::json::value read_report(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return boost::json::parse(ss.str());
+}
+
 bool has(const std::string& text, const std::string& what) {
   return text.find(what) != std::string::npos;
 }
@@ -100,10 +107,7 @@ TEST(BenchServeCli, UnauthorizedExitsOneUnlessTheKeyIsGiven) {
   r = strata(target + " --api-key k1 --out-dir " + dir);
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r.out, "Serving Benchmark Result")) << r.out;
-  std::ifstream f(dir + "/report.json");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const auto report = boost::json::parse(ss.str());
+  const auto report = read_report(dir + "/report.json");
   const auto& levels = report.at("levels").as_array();
   ASSERT_EQ(levels.size(), 2u);
   for (const auto& l : levels) {
@@ -224,15 +228,11 @@ TEST(BenchServeCli, LevelsAgainstOneServerShareNoPrompt) {
   ASSERT_EQ(r.status, 0) << r.out;
   // Random prompts: the hit rate is printed only when there were hits.
   EXPECT_FALSE(has(r.out, "prefix cache hit rate")) << r.out;
-  std::ifstream in(dir + "/out/report.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  const auto report = boost::json::parse(text.str());
+  const auto report = read_report(dir + "/out/report.json");
   const auto& levels = report.at("levels").as_array();
-  ASSERT_EQ(levels.size(), 2u) << text.str();
+  ASSERT_EQ(levels.size(), 2u) << report;
   for (const auto& l : levels)
-    EXPECT_EQ(l.at("server").at("vllm:prefix_cache_hits_total").to_number<double>(), 0.0)
-        << text.str();
+    EXPECT_EQ(l.at("server").at("vllm:prefix_cache_hits_total").to_number<double>(), 0.0) << report;
   // The same seed for both levels (--seed is the first level's): the repeat hits, so the check
   // above can fail.
   const auto again = strata("bench serve --host 127.0.0.1 --port " + std::to_string(server.port()) +

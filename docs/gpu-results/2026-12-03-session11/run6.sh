@@ -3,7 +3,7 @@
 # model through the CUDA backend, issue 20's quality bar (first GPU run): full cache, then scored
 # at 4x with layer 0 full. Same sample as call 1's fp8 KV run.
 set -u
-O=$OUT; K=$PWD/build/s11; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; bin=$K/bin; t0=$(date +%s); L=$O/logs; mkdir -p $L
+O=$OUT; K=$PWD/build/${BUNDLE:-s11}; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; bin=$K/bin; t0=$(date +%s); L=$O/logs; mkdir -p $L
 A=(--model $K/evalmodel/model --backend cuda --contexts 4096 --docs 32 --retrieval 200 --seed 7 --scored-tokens 128)
 e() { local n=$1; shift; timeout 60 $bin/strata eval "${A[@]}" "$@" --out-dir $L/$n > $L/$n.log 2>&1; echo "$n rc=$? ($(( $(date +%s) - t0 )) s)"; }
 cmp() { $bin/strata eval --compare $L/$1/eval.json,$L/$2/eval.json --out-dir $L/cmp_$2 2>&1 | head -12; }

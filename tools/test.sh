@@ -2,8 +2,8 @@
 # Builds everything (CUDA sources too when nvcc exists) and runs every CPU test via ctest:
 # the release build with all tests, then ASan+UBSan and TSan builds of the host code with
 # their tests. STRATA_TEST_SANITIZERS=0 skips the sanitizer builds (for quick local runs).
-# From a clean clone on 2 cores: about 29 minutes (2026-12-02: release build ~8.5 min, ASan+UBSan
-# build ~11, TSan ~4.5, all ctest runs ~5; the sanitizer presets build at -O1 -g1).
+# From a clean clone on 2 cores: about 52 minutes (2026-12-03: release build + its ctest ~24 min,
+# ASan+UBSan build + ctest ~19, TSan ~10; CI took 49-50 min; the sanitizer presets build at -O1 -g1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh test

@@ -204,6 +204,11 @@ void launch_prefill_hd(const PrefillAttentionParams& p, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
+bool is_hopper(PrefillKernel k) {
+  return k == PrefillKernel::kHopper || k == PrefillKernel::kHopperV5 ||
+         k == PrefillKernel::kHopperV6;
+}
+
 }  // namespace
 
 void launch_prefill_attention_wmma(const PrefillAttentionParams& p, cudaStream_t s) {
@@ -264,9 +269,7 @@ void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s, P
     // memory; the Hopper kernels read bf16 pages, so they run over the staged copy.
     if (!p.kv_scales)
       throw InternalError("prefill attention: an e4m3 pool (kv_pool8) needs kv_scales");
-    const bool hopper = k == PrefillKernel::kHopper || k == PrefillKernel::kHopperV5 ||
-                        k == PrefillKernel::kHopperV6;
-    if (!hopper || !p.fp8_stage.fits()) {
+    if (!is_hopper(k) || !p.fp8_stage.fits()) {
       launch_prefill_attention_fa2(p, s, k != PrefillKernel::kFa2Single);
       return;
     }
@@ -295,8 +298,7 @@ void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t s, P
     launch_prefill_attention(b, s, k);
     return;
   }
-  if (k == PrefillKernel::kHopper || k == PrefillKernel::kHopperV5 ||
-      k == PrefillKernel::kHopperV6) {
+  if (is_hopper(k)) {
     // The variant numbers of launch_prefill_attention_hopper (attention_prefill_impl.h).
     const int variant = k == PrefillKernel::kHopper ? 1 : k == PrefillKernel::kHopperV5 ? 5 : 6;
     std::string why;

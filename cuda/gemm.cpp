@@ -291,11 +291,12 @@ Gemm::Fp8Plan& Gemm::fp8_plan(int T, int N, int K) {
 // 0.6-0.8 of the tensor-core kernel's time per GEMM in gemm-decode at 8 rows) and trailed the
 // tensor-core kernel at 16 (0.103 vs 0.093 ms), so it is the rule's kernel up to
 // kWarpKDefaultMaxRows; where it does not apply (K % 256 != 0) linear_fp8 falls back to kMma.
+Gemm::Fp8Path Gemm::fp8_rule_before_warpk(int T) {
+  return T == 1 ? Fp8Path::kCores : T <= kFp8MmaDefaultMaxRows ? Fp8Path::kMma : Fp8Path::kLt;
+}
+
 Gemm::Fp8Path Gemm::fp8_default_path(int T) const {
-  if (!fp8_warpk_ && T == 1) return Fp8Path::kCores;  // the rule before kWarpK
-  return T <= kWarpKDefaultMaxRows && fp8_warpk_ ? Fp8Path::kWarpK
-         : T <= kFp8MmaDefaultMaxRows            ? Fp8Path::kMma
-                                                 : Fp8Path::kLt;
+  return fp8_warpk_ && T <= kWarpKDefaultMaxRows ? Fp8Path::kWarpK : fp8_rule_before_warpk(T);
 }
 
 bool Gemm::fp8_path_applies(Fp8Path p, const void* x, const void* w, int T, int N, int K) {
@@ -423,10 +424,8 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
   const char* wg_env = std::getenv("STRATA_DECODE_GEMM_FP8");
   const bool wgmma_ok = !(wg_env && std::string(wg_env) == "off");
   // The split-K-in-block kernel (first written 2026-12-02, tenth session): checked the same way
-  // unless STRATA_FP8_WARPK=off (then the default rule
-  // does not use it either).
-  const bool warpk_ok = fp8_warpk_;
-  const bool checked = wgmma_ok || warpk_ok;
+  // unless STRATA_FP8_WARPK=off (fp8_warpk_; then the default rule does not use it either).
+  const bool checked = wgmma_ok || fp8_warpk_;
   DeviceArray<__nv_bfloat16> y_ref(checked ? y.size() : 0);
   DeviceArray<double> sums(checked ? 2 : 0);
   if (wgmma_ok) enable_decode_workspace();
@@ -492,15 +491,13 @@ std::vector<GemmTuneResult> Gemm::autotune_fp8(const std::vector<Fp8Shape>& shap
         // call untuned (rel L2 <= 1e-2); decode_us reports the Hopper decode GEMM's time.
         bool ref_made = false;
         for (Fp8Path p : {Fp8Path::kWgmma, Fp8Path::kWarpK}) {
-          if (!(p == Fp8Path::kWgmma ? wgmma_ok : warpk_ok)) continue;
+          if (!(p == Fp8Path::kWgmma ? wgmma_ok : fp8_warpk_)) continue;
           if (!fp8_path_applies(p, xc.get(), sh.w.codes, T, sh.N, sh.K)) continue;
           const Fp8Rows x{xc.get(), xs.get()};
           if (!ref_made) {
-            // The reference is the rule before kWarpK (CUDA cores at 1 row, else tensor cores or
-            // cuBLASLt), so kWarpK, now the rule's kernel at 1-8 rows, is checked too.
-            Fp8Path ref = T == 1                       ? Fp8Path::kCores
-                          : T <= kFp8MmaDefaultMaxRows ? Fp8Path::kMma
-                                                       : Fp8Path::kLt;
+            // The reference is the rule before kWarpK, so kWarpK, now the rule's kernel at 1-8
+            // rows, is checked too.
+            Fp8Path ref = fp8_rule_before_warpk(T);
             if (!fp8_path_applies(ref, xc.get(), sh.w.codes, T, sh.N, sh.K)) ref = Fp8Path::kMma;
             if (!fp8_path_applies(ref, xc.get(), sh.w.codes, T, sh.N, sh.K)) ref = Fp8Path::kLt;
             run_fp8(ref, x, sh.w, y_ref.get(), T, sh.N, sh.K);

@@ -184,6 +184,9 @@ class Gemm {
   static constexpr int kWarpKDefaultMaxRows = 8;
   static constexpr int kFp8MmaDefaultMaxRows = 16;
   Fp8Path fp8_default_path(int T) const;
+  // 1 row CUDA cores, up to kFp8MmaDefaultMaxRows tensor cores, more cuBLASLt (the rule with
+  // STRATA_FP8_WARPK=off, and autotune_fp8's reference).
+  static Fp8Path fp8_rule_before_warpk(int T);
   static bool fp8_path_applies(Fp8Path p, const void* x, const void* w, int T, int N, int K);
   int num_sms_ = 132;
 

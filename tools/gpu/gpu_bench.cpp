@@ -26,6 +26,7 @@
 #include "cuda/kernels.h"
 #include "cuda/sampling.h"
 #include "cuda/testing/backend_probe.h"
+#include "cuda/testing/stream_probe.h"
 #include "runtime/config.h"
 #include "runtime/kv_layout.h"
 #include "runtime/model/make_model.h"
@@ -437,6 +438,195 @@ void bench_gemm_fp8() {
   }
   std::printf("cuBLASLt outer-vector FP8 scales: %s\n",
               g.fp8_outer_vec() ? "yes" : "no (fallback)");
+}
+
+// Median ms of one replay of a graph captured from f() on the non-blocking stream s (f runs
+// once eagerly first: plans and workspaces are made outside the capture).
+double graph_median_ms(cudaStream_t s, const std::function<void()>& f, int warm, int runs) {
+  f();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  f();
+  CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < warm; ++i) CUDA_CHECK(cudaGraphLaunch(exec, s));
+  std::vector<float> t;
+  for (int i = 0; i < runs; ++i) {
+    CUDA_CHECK(cudaEventRecord(a, s));
+    CUDA_CHECK(cudaGraphLaunch(exec, s));
+    CUDA_CHECK(cudaEventRecord(b, s));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return t[t.size() / 2];
+}
+
+// gpu_bench stream-probe (issue 20 item 2, issue 18): the small-row GEMMs' weight access
+// patterns with no arithmetic (cuda/testing/stream_probe.h), as % of the 4.27 TB/s copy ceiling,
+// over the 8B gate_up shape (117 MB of e4m3 codes: one launch reads more than the L2 holds) and
+// over 8 distinct o_proj-sized matrices (16.8 MB each) read in turn, each launch from a graph of
+// back-to-back launches: what a GEMM's W stream can reach, and what a short GEMM loses to its
+// start and its tail.
+void bench_stream_probe() {
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int H = 4096, I = 14336;
+  const std::size_t big = static_cast<std::size_t>(2 * I) * H,
+                    small = static_cast<std::size_t>(H) * H;
+  const int nsmall = 8;
+  DeviceArray<std::uint8_t> wbig(big), wsmall(small * nsmall);
+  DeviceArray<unsigned> sink(static_cast<std::size_t>(2 * I));
+  launch_random_fill({reinterpret_cast<bf16*>(wbig.get()), static_cast<long long>(big / 2), 11,
+                      0x1234567ull, 1.0f, 0.0f},
+                     s);
+  launch_random_fill({reinterpret_cast<bf16*>(wsmall.get()),
+                      static_cast<long long>(small * nsmall / 2), 12, 0x1234567ull, 1.0f, 0.0f},
+                     s);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  const auto report = [&](const std::string& label,
+                          const std::function<void(const std::uint8_t*, int, int)>& run) {
+    const double ms_big = graph_median_ms(
+                              s,
+                              [&] {
+                                for (int i = 0; i < 4; ++i) run(wbig.get(), 2 * I, H);
+                              },
+                              2, 7) /
+                          4;
+    const double ms_small = graph_median_ms(
+                                s,
+                                [&] {
+                                  for (int i = 0; i < 2 * nsmall; ++i)
+                                    run(wsmall.get() + small * (i % nsmall), H, H);
+                                },
+                                2, 7) /
+                            (2 * nsmall);
+    const double f_big = big / (ms_big * 1e-3) / kCopyBw,
+                 f_small = small / (ms_small * 1e-3) / kCopyBw;
+    std::printf("stream %-16s 117 MB: %7.2f us %5.1f%% of 4.27 | 16.8 MB: %6.2f us %5.1f%%\n",
+                label.c_str(), 1e3 * ms_big, 100 * f_big, 1e3 * ms_small, 100 * f_small);
+    std::string key = label;
+    for (char& c : key)
+      if (c == ' ') c = '_';
+    figure("bench_stream_" + key + "_big_frac_copy_bw", f_big);
+    figure("bench_stream_" + key + "_small_frac_copy_bw", f_small);
+  };
+  for (int f : {2, 4, 8})
+    report("ldg f" + std::to_string(f), [&](const std::uint8_t* w, int N, int K) {
+      testing::launch_ldg_probe(w, N, K, f, sink.get(), s);
+    });
+  const testing::TmaProbeShape shapes[] = {{128, 1, 8}, {128, 1, 12}, {128, 1, 4}, {128, 2, 4},
+                                           {128, 2, 6}, {64, 4, 4},   {64, 2, 8},  {256, 1, 6}};
+  for (const auto& sh : shapes) {
+    report(testing::tma_probe_name(sh), [&](const std::uint8_t* w, int N, int K) {
+      testing::launch_tma_probe(w, N, K, sh, 0, sink.get(), s);
+    });
+    if (testing::tma_probe_blocks_per_sm(sh) == 1)  // the same shape with 2 x SMs blocks: 2 waves
+      continue;
+    report(testing::tma_probe_name(sh) + " 1/sm", [&](const std::uint8_t* w, int N, int K) {
+      testing::launch_tma_probe(w, N, K, sh, 132, sink.get(), s);
+    });
+  }
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+// gpu_bench gemm-fp8-graph (issue 20 item 2): one 8B layer's four GEMMs per FP8 path and row
+// count as the decode step runs them, from a CUDA graph (4 layers' worth per replay: no launch
+// gaps from the host, PDL edges kept), beside bf16 through the same Gemm. The eager figures are
+// gemm-fp8's.
+void bench_gemm_fp8_graph() {
+  const int H = 4096, I = 14336;
+  struct Shape {
+    int N, K;
+  };
+  const Shape shapes[] = {{6144, H}, {H, H}, {2 * I, H}, {H, I}};
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  {
+    Gemm g(s);
+    g.enable_fp8();
+    const int max_t = 256;
+    DeviceArray<bf16> xb(static_cast<std::size_t>(max_t) * I),
+        y(static_cast<std::size_t>(max_t) * 2 * I);
+    launch_random_fill({xb.get(), static_cast<long long>(xb.size()), 5, 0x1234567ull, 1.0f, 0.0f},
+                       s);
+    DeviceArray<std::uint8_t> xc(xb.size());
+    DeviceArray<float> xs(static_cast<std::size_t>(max_t));
+    launch_quantize_rows(xb.get(), I, max_t, I, {xc.get(), xs.get()}, s);
+    std::vector<DeviceArray<bf16>> wb;
+    std::vector<DeviceArray<std::uint8_t>> wc;
+    std::vector<DeviceArray<float>> wsc;
+    double bytes8 = 0, bytes16 = 0;
+    for (const auto& sh : shapes) {
+      wb.emplace_back(static_cast<std::size_t>(sh.N) * sh.K);
+      launch_random_fill(
+          {wb.back().get(), static_cast<long long>(wb.back().size()), 6, 0x1234567ull, 1.0f, 0.0f},
+          s);
+      wc.emplace_back(static_cast<std::size_t>(sh.N) * sh.K);
+      wsc.emplace_back(static_cast<std::size_t>(sh.N));
+      launch_quantize_rows(wb.back().get(), sh.K, sh.N, sh.K, {wc.back().get(), wsc.back().get()},
+                           s);
+      bytes8 += 1.0 * sh.N * sh.K + 4.0 * sh.N;
+      bytes16 += 2.0 * sh.N * sh.K;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    constexpr int kLayers = 4;
+    for (int T : {1, 8, 16, 32, 64, 128, 256}) {
+      const double ms16 =
+          graph_median_ms(
+              s,
+              [&] {
+                for (int l = 0; l < kLayers; ++l)
+                  for (std::size_t i = 0; i < 4; ++i)
+                    g.linear(xb.get(), wb[i].get(), y.get(), T, shapes[i].N, shapes[i].K);
+              },
+              2, 7) /
+          kLayers;
+      std::printf("graph layer GEMMs T=%d bf16       : %.3f ms, %.1f%% of 4.27\n", T, ms16,
+                  100 * bytes16 / (ms16 * 1e-3) / kCopyBw);
+      figure("bench_fp8g_layer_gemms_t" + std::to_string(T) + "_bf16_frac_copy_bw",
+             bytes16 / (ms16 * 1e-3) / kCopyBw);
+      for (auto [path, label] :
+           {std::pair{Gemm::Fp8Path::kCores, "cores"}, std::pair{Gemm::Fp8Path::kMma, "mma"},
+            std::pair{Gemm::Fp8Path::kLt, "cublasLt"}, std::pair{Gemm::Fp8Path::kWgmma, "wgmma"},
+            std::pair{Gemm::Fp8Path::kWarpK, "warpk"}}) {
+        if (path == Gemm::Fp8Path::kCores && T > kSkinnyFp8MaxRows) continue;
+        if (path == Gemm::Fp8Path::kMma && T > kSmallFp8MaxRows) continue;
+        if (path == Gemm::Fp8Path::kWarpK && T > kWarpKFp8MaxRows) continue;
+        if (path == Gemm::Fp8Path::kWgmma &&
+            !decode_gemm_fp8_applies(xc.get(), wc[0].get(), T, shapes[0].N, shapes[0].K))
+          continue;
+        g.set_fp8_path(path);
+        const double ms8 = graph_median_ms(
+                               s,
+                               [&] {
+                                 for (int l = 0; l < kLayers; ++l)
+                                   for (std::size_t i = 0; i < 4; ++i)
+                                     g.linear_fp8({xc.get(), xs.get()}, {wc[i].get(), wsc[i].get()},
+                                                  y.get(), T, shapes[i].N, shapes[i].K);
+                               },
+                               2, 7) /
+                           kLayers;
+        g.set_fp8_path(Gemm::Fp8Path::kAuto);
+        const double f8 = bytes8 / (ms8 * 1e-3) / kCopyBw;
+        std::printf("graph layer GEMMs T=%d fp8 %-8s: %.3f ms, %.1f%% of 4.27, %.2fx bf16\n", T,
+                    label, ms8, 100 * f8, ms16 / ms8);
+        figure("bench_fp8g_layer_gemms_t" + std::to_string(T) + "_" + label + "_frac_copy_bw", f8);
+      }
+    }
+  }
+  CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 // Device sampler (cuda/sampling.h): one launch over batch-64 rows of the Llama-3 vocabulary,
@@ -1019,6 +1209,8 @@ int main(int argc, char** argv) {
     }
     if (what == "all" || what == "gemm-tune") bench_gemm_tune();
     if (what == "all" || what == "gemm-fp8") bench_gemm_fp8();
+    if (what == "gemm-fp8-graph") bench_gemm_fp8_graph();
+    if (what == "stream-probe") bench_stream_probe();
     if (what == "all" || what == "sampling") bench_sampling();
     if (what == "all" || what == "model") bench_model();
     if (what == "all" || what == "sparse") bench_sparse();

@@ -346,7 +346,7 @@ void Gemm::run_fp8(Fp8Path path, Fp8Rows x, Fp8Rows w, __nv_bfloat16* y, int T, 
   if (path == Fp8Path::kWgmma) {
     launch_decode_gemm_fp8(x.codes, x.scale, w.codes, w.scale, y, T, N, K,
                            {decode_partial_.get(), decode_counters_.get(), decode_partial_.size()},
-                           num_sms_, stream_);
+                           num_sms_, stream_, fp8_pdl_);
     return;
   }
   if (path == Fp8Path::kWarpK) {

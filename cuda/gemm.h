@@ -107,7 +107,8 @@ class Gemm {
   // (launch_warpk_gemm_fp8, 1..kWarpKFp8MaxRows = 32 rows, K % 256 == 0; first written 2026-12-02,
   // tenth session), launched with programmatic dependent launch unless set_fp8_pdl(false) or
   // STRATA_FP8_PDL=0; the default rule's kernel up to kWarpKDefaultMaxRows and an autotune_fp8
-  // candidate (checked like kWgmma) unless STRATA_FP8_WARPK=off.
+  // candidate (checked like kWgmma) unless STRATA_FP8_WARPK=off. kWgmma is launched the same
+  // way (its first ring of W tiles requested while the previous kernel drains; cuda/gemm_decode.h).
   enum class Fp8Path { kAuto, kCores, kMma, kMmaWide, kLt, kWgmma, kWarpK };
   void set_fp8_pdl(bool on) { fp8_pdl_ = on; }
   bool fp8_pdl() const { return fp8_pdl_; }
@@ -173,8 +174,8 @@ class Gemm {
   DeviceArray<float> fp8_acc_;  // fallback accumulator (enable_fp8)
   DeviceArray<float> fp8_one_;  // 1.0f (the fallback's scalar scales)
   bool fp8_outer_vec_ = true, fp8_force_fallback_ = false;
-  bool fp8_pdl_ =
-      true;  // kWarpK's programmatic dependent launch (the constructor reads STRATA_FP8_PDL)
+  bool fp8_pdl_ = true;  // kWarpK's and kWgmma's programmatic dependent launch (the constructor
+                         // reads STRATA_FP8_PDL)
   bool fp8_warpk_ = true;  // kWarpK in the default rule and the autotune (STRATA_FP8_WARPK=off: no)
   Fp8Path fp8_path_ = Fp8Path::kAuto;
   std::map<Key3, Fp8Path> fp8_tuned_;  // autotune_fp8's choices

@@ -35,6 +35,13 @@
 // Stage = one k-tile of 64: W box [BM][64] + x box [TN][64], kStages of them (4 to 8 stages,
 // 136-216 KB).
 //
+// Programmatic dependent launch (launch_decode_gemm*'s pdl; Gemm passes its fp8_pdl for the e4m3
+// variant): the producer requests the first ring's W boxes before griddepcontrol.wait and x's
+// after it; the consumers wait before anything else, so every global write (y, partials,
+// counters) follows the previous grid's end. What it wins is the launch and the first ring's
+// latency, paid while the previous kernel's last blocks drain (the split-K-in-block FP8 kernel
+// gained 9 points of the copy ceiling from it at 1 row, docs/benchmarks.md "Tenth session").
+//
 // Work: units = tiles x k-tiles in tile-major order, block b takes [b U / G, (b + 1) U / G)
 // (stream-K). The producer and the consumers walk the same list; a tile's segment inside one
 // block ends in an epilogue: the whole k range -> y written from the accumulators; a part -> the
@@ -168,9 +175,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warp >= kConsumers * 4) {  // ---- producer warpgroup: lane 0 of its first warp copies ----
     setmaxnreg_dec<40>();
     if (tid != kConsumerThreads) return;
-    int stage = 0;
-    std::uint32_t round = 0;
-    for (long long u = u_begin; u < u_end; ++u) {
+    // Programmatic dependent launch (launched with it when DecodeParams::pdl is set; without
+    // it griddepcontrol.wait returns at once): the first ring's W boxes are issued before the
+    // wait - W is never written by a kernel - and x, which the previous kernel may still be
+    // writing, after it.
+    const long long first = std::min<long long>(u_end - u_begin, C::kStages);
+    for (long long i = 0; i < first; ++i) {
+      const long long u = u_begin + i;
+      const int tile = static_cast<int>(u / p.kt), k0 = static_cast<int>(u % p.kt) * kBK<kF8>;
+      mbar_arrive_expect_tx(full(static_cast<int>(i)), C::kStage);
+      tma_load_2d(base + static_cast<std::uint32_t>(i) * C::kStage, &p.w_map, k0, tile * C::BM,
+                  full(static_cast<int>(i)));
+    }
+    griddep_wait();
+    griddep_launch_dependents();
+    for (long long i = 0; i < first; ++i) {
+      const int k0 = static_cast<int>((u_begin + i) % p.kt) * kBK<kF8>;
+      tma_load_2d(base + static_cast<std::uint32_t>(i) * C::kStage + C::kW, &p.x_map, k0, 0,
+                  full(static_cast<int>(i)));
+    }
+    int stage = static_cast<int>(first % C::kStages);
+    std::uint32_t round = first == C::kStages ? 1u : 0u;
+    for (long long u = u_begin + first; u < u_end; ++u) {
       const int tile = static_cast<int>(u / p.kt), k0 = static_cast<int>(u % p.kt) * kBK<kF8>;
       if (round > 0) mbar_wait_or_trap(empty(stage), (round - 1) & 1);
       mbar_arrive_expect_tx(full(stage), C::kStage);
@@ -184,6 +210,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // ---- consumers ----
   setmaxnreg_inc<232>();  // 128 x 40 + 256 x 232 = 64,512 of the SM's 65,536 registers
+  // Every global write below (y, the partials, the counters: the previous kernel may be another
+  // decode GEMM on the same workspace) comes after the previous grid has completed.
+  griddep_wait();
+  griddep_launch_dependents();
   const int wg = warp / 4, wq = warp % 4, lane = tid % 32, g = lane / 4, c4 = lane % 4;
   float acc[C::kSub][C::kAcc];
 #pragma unroll
@@ -472,7 +502,7 @@ CUtensorMap weight_map(int device, const void* w, bool f8, int N, int K, int bm)
 }
 
 template <int TN, int MW, bool kF8>
-void launch_tn(const DecodeParams& p, int device, cudaStream_t s) {
+void launch_tn(const DecodeParams& p, int device, bool pdl, cudaStream_t s) {
   using C = Cfg<TN, MW, kF8>;
   static std::mutex mu;
   static std::vector<int> ready;  // devices whose attribute is set
@@ -485,26 +515,37 @@ void launch_tn(const DecodeParams& p, int device, cudaStream_t s) {
       ready.push_back(device);
     }
   }
-  decode_gemm_kernel<TN, MW, kF8><<<p.grid, kThreads, C::kAlloc, s>>>(p);
-  CUDA_CHECK_LAUNCH();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(p.grid));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = C::kAlloc;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  if (pdl) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_gemm_kernel<TN, MW, kF8>, p));
 }
 
 template <bool kF8>
-void launch_any(const DecodeParams& p, int tn, int mw, int device, cudaStream_t s) {
+void launch_any(const DecodeParams& p, int tn, int mw, int device, bool pdl, cudaStream_t s) {
   if (mw == 2)
-    launch_tn<64, 2, kF8>(p, device, s);
+    launch_tn<64, 2, kF8>(p, device, pdl, s);
   else if (tn == 8)
-    launch_tn<8, 1, kF8>(p, device, s);
+    launch_tn<8, 1, kF8>(p, device, pdl, s);
   else if (tn == 16)
-    launch_tn<16, 1, kF8>(p, device, s);
+    launch_tn<16, 1, kF8>(p, device, pdl, s);
   else if (tn == 32)
-    launch_tn<32, 1, kF8>(p, device, s);
+    launch_tn<32, 1, kF8>(p, device, pdl, s);
   else if (tn == 64)
-    launch_tn<64, 1, kF8>(p, device, s);
+    launch_tn<64, 1, kF8>(p, device, pdl, s);
   else if (tn == 128)
-    launch_tn<128, 1, kF8>(p, device, s);
+    launch_tn<128, 1, kF8>(p, device, pdl, s);
   else
-    launch_tn<256, 1, kF8>(p, device, s);
+    launch_tn<256, 1, kF8>(p, device, pdl, s);
 }
 
 bool applies(bool f8, const void* x, const void* w, int T, int N, int K, std::string* why) {
@@ -527,7 +568,7 @@ bool applies(bool f8, const void* x, const void* w, int T, int N, int K, std::st
 
 // The host side of both element types: maps, split, checks of the workspace.
 void launch(bool f8, const void* x, const void* w, const float* xs, const float* ws, void* y,
-            bool f32out, int T, int N, int K, const DecodeGemmWorkspace& wsp, int grid,
+            bool f32out, int T, int N, int K, const DecodeGemmWorkspace& wsp, int grid, bool pdl,
             cudaStream_t s) {
   std::string why;
   if (!applies(f8, x, w, T, N, K, &why))
@@ -558,9 +599,9 @@ void launch(bool f8, const void* x, const void* w, const float* xs, const float*
   p.T = T, p.N = N, p.K = K;
   p.f32out = f32out ? 1 : 0;
   if (f8)
-    launch_any<true>(p, tn, mw, device, s);
+    launch_any<true>(p, tn, mw, device, pdl, s);
   else
-    launch_any<false>(p, tn, mw, device, s);
+    launch_any<false>(p, tn, mw, device, pdl, s);
 }
 
 }  // namespace
@@ -578,15 +619,15 @@ bool decode_gemm_fp8_applies(const void* x, const void* w, int T, int N, int K, 
 }
 
 void launch_decode_gemm(const bf16* x, const bf16* w, void* y, bool f32out, int T, int N, int K,
-                        const DecodeGemmWorkspace& ws, int grid, cudaStream_t s) {
-  launch(false, x, w, nullptr, nullptr, y, f32out, T, N, K, ws, grid, s);
+                        const DecodeGemmWorkspace& ws, int grid, cudaStream_t s, bool pdl) {
+  launch(false, x, w, nullptr, nullptr, y, f32out, T, N, K, ws, grid, pdl, s);
 }
 
 void launch_decode_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
                             const float* ws, bf16* y, int T, int N, int K,
-                            const DecodeGemmWorkspace& wsp, int grid, cudaStream_t s) {
+                            const DecodeGemmWorkspace& wsp, int grid, cudaStream_t s, bool pdl) {
   if (xs == nullptr || ws == nullptr) throw InternalError("launch_decode_gemm_fp8: missing scales");
-  launch(true, x, w, xs, ws, y, false, T, N, K, wsp, grid, s);
+  launch(true, x, w, xs, ws, y, false, T, N, K, wsp, grid, pdl, s);
 }
 
 }  // namespace strata::cuda

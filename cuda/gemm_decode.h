@@ -43,9 +43,13 @@ bool decode_gemm_applies(const void* x, const void* w, int T, int N, int K,
 
 // Launches on `s` with `grid` blocks (<= 0: one per SM of the current device). No allocation,
 // no synchronisation: capturable in a CUDA graph (the tensor maps are encoded on the host per
-// call, W's cached per pointer, and passed by value as kernel parameters).
+// call, W's cached per pointer, and passed by value as kernel parameters). pdl: launched with
+// programmatic dependent launch - the first ring of W tiles is requested while the previous
+// kernel on the stream drains; x is read and anything written only after that kernel has
+// completed (griddepcontrol.wait), so back-to-back calls on one workspace stay ordered.
 void launch_decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, bool f32out, int T,
-                        int N, int K, const DecodeGemmWorkspace& ws, int grid, cudaStream_t s);
+                        int N, int K, const DecodeGemmWorkspace& ws, int grid, cudaStream_t s,
+                        bool pdl = false);
 
 // The FP8 (W8A8) variant, the same kernel over e4m3 codes (issue 20 item 2; not yet run on a GPU):
 // y[t][n] = bf16(acc[t][n] * xs[t] * ws[n]) with acc = sum_k x8[t][k] w8[n][k] in fp32 (wgmma
@@ -58,6 +62,7 @@ bool decode_gemm_fp8_applies(const void* x, const void* w, int T, int N, int K,
                              std::string* why = nullptr);
 void launch_decode_gemm_fp8(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
                             const float* ws, __nv_bfloat16* y, int T, int N, int K,
-                            const DecodeGemmWorkspace& scratch, int grid, cudaStream_t s);
+                            const DecodeGemmWorkspace& scratch, int grid, cudaStream_t s,
+                            bool pdl = false);
 
 }  // namespace strata::cuda

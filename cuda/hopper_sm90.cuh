@@ -156,6 +156,18 @@ inline CUresult encode_tensor_map_2d(
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
+// ---- programmatic dependent launch ----------------------------------------------------------
+// (PTX ISA "griddepcontrol"). wait: blocks until every prerequisite grid has completed and its
+// memory operations are visible to this grid; returns at once for a launch without the
+// programmatic-serialization attribute. launch_dependents: this CTA no longer holds back the
+// launch of the dependent grid (which still waits in its own griddep_wait for this one to end).
+__device__ __forceinline__ void griddep_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 // ---- proxies and barriers ---------------------------------------------------------------
 // Shared memory written by ordinary (generic-proxy) stores and read next by wgmma (async
 // proxy) needs this fence in each writing thread before the barrier that orders the two

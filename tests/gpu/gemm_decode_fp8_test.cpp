@@ -282,6 +282,79 @@ TEST(GpuGemmDecodeFp8, GridsAgreeAndGraphReplayEqualsEager) {
   cudaStreamDestroy(st);
 }
 
+// Programmatic dependent launch (the pdl argument): a chain on one stream and one workspace -
+// GEMM A (down shape, split tiles and their fixup), its output re-quantized into the next GEMM's
+// input, GEMM B on it (the o shape), GEMM C straight after B on the same partials and counters -
+// gives the bits of the same chain without PDL, eagerly and from a graph, at 1, 17 and 64 rows.
+// What it would catch: x read before its producer finished, or a GEMM's partials / counters
+// written while the previous GEMM on the workspace still reads them.
+TEST(GpuGemmDecodeFp8, PdlChainOnOneWorkspaceEqualsNoPdl) {
+  REQUIRE_GPU();
+  require_kernel();
+  Scratch sc;
+  const Problem a(4096, 14336, 71, 4096), b(4096, 4096, 73, 4096), c(6144, 4096, 79, 6144);
+  cudaStream_t st = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  DeviceArray<bf16> ya(static_cast<std::size_t>(kMaxT) * 4096), yb(ya.size()),
+      yc(static_cast<std::size_t>(kMaxT) * 6144);
+  DeviceArray<u8> xq(static_cast<std::size_t>(kMaxT) * 4096);
+  DeviceArray<float> xqs(static_cast<std::size_t>(kMaxT));
+  const auto chain = [&](int T, bool pdl) {
+    cuda::launch_decode_gemm_fp8(a.xc.get(), a.xs.get(), a.wc.get(), a.ws.get(), ya.get(), T, a.N,
+                                 a.K, sc.ws(), sc.sms, st, pdl);
+    cuda::launch_quantize_rows(ya.get(), a.N, T, a.N, {xq.get(), xqs.get()}, st);
+    cuda::launch_decode_gemm_fp8(xq.get(), xqs.get(), b.wc.get(), b.ws.get(), yb.get(), T, b.N, b.K,
+                                 sc.ws(), sc.sms, st, pdl);
+    cuda::launch_decode_gemm_fp8(xq.get(), xqs.get(), c.wc.get(), c.ws.get(), yc.get(), T, c.N, c.K,
+                                 sc.ws(), sc.sms, st, pdl);
+  };
+  const auto outputs = [&](int T) {
+    const std::size_t n = static_cast<std::size_t>(T) * 4096;
+    std::vector<unsigned char> r = raw(ya, n), rb = raw(yb, n), rc = raw(yc, n * 6144 / 4096);
+    r.insert(r.end(), rb.begin(), rb.end());
+    r.insert(r.end(), rc.begin(), rc.end());
+    return r;
+  };
+  for (const int T : {1, 17, 64}) {
+    SCOPED_TRACE(named("T", T));
+    poison(ya), poison(yb), poison(yc);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    chain(T, false);
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    const std::vector<unsigned char> want = outputs(T);
+    // Every output written (the poison is NaN).
+    for (const auto* y : {&ya, &yb, &yc}) {
+      const std::vector<double> h = to_host_bf16(y->get(), static_cast<std::size_t>(T) * 4096);
+      EXPECT_EQ(std::count_if(h.begin(), h.end(), [](double v) { return std::isnan(v); }), 0);
+    }
+    for (int rep = 0; rep < 3; ++rep) {
+      poison(ya), poison(yb), poison(yc);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      chain(T, true);
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      EXPECT_EQ(outputs(T), want) << "PDL chain " << rep << " differs";
+      EXPECT_TRUE(sc.counters_zero()) << "a counter was left set";
+    }
+    poison(ya), poison(yb), poison(yc);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    chain(T, true);
+    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+    cudaGraphExec_t ex = nullptr;
+    CUDA_CHECK(cudaGraphInstantiate(&ex, graph, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      CUDA_CHECK(cudaGraphLaunch(ex, st));
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      EXPECT_EQ(outputs(T), want) << "PDL chain graph replay " << rep << " differs";
+    }
+    EXPECT_TRUE(sc.counters_zero()) << "graph replay left a counter set";
+    cudaGraphExecDestroy(ex);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(st);
+}
+
 // Gemm: set_fp8_path(kWgmma) routes applicable calls to the kernel (== a direct launch, bitwise;
 // graph == eager), others to the default rule's kernel (K % 128 != 0, T > 256); autotune_fp8
 // times it unless STRATA_DECODE_GEMM_FP8=off.

@@ -600,7 +600,12 @@ void bench_gemm_fp8_graph() {
       for (auto [path, label] :
            {std::pair{Gemm::Fp8Path::kCores, "cores"}, std::pair{Gemm::Fp8Path::kMma, "mma"},
             std::pair{Gemm::Fp8Path::kLt, "cublasLt"}, std::pair{Gemm::Fp8Path::kWgmma, "wgmma"},
-            std::pair{Gemm::Fp8Path::kWarpK, "warpk"}}) {
+            std::pair{Gemm::Fp8Path::kWarpK, "warpk"},
+            std::pair{Gemm::Fp8Path::kAuto, "wgmma-nopdl"}}) {
+        // wgmma-nopdl: the decode GEMM launched without programmatic dependent launch (kAuto is
+        // only its label here).
+        const bool nopdl = path == Gemm::Fp8Path::kAuto;
+        if (nopdl) path = Gemm::Fp8Path::kWgmma;
         if (path == Gemm::Fp8Path::kCores && T > kSkinnyFp8MaxRows) continue;
         if (path == Gemm::Fp8Path::kMma && T > kSmallFp8MaxRows) continue;
         if (path == Gemm::Fp8Path::kWarpK && T > kWarpKFp8MaxRows) continue;
@@ -608,6 +613,7 @@ void bench_gemm_fp8_graph() {
             !decode_gemm_fp8_applies(xc.get(), wc[0].get(), T, shapes[0].N, shapes[0].K))
           continue;
         g.set_fp8_path(path);
+        g.set_fp8_pdl(!nopdl);
         const double ms8 = graph_median_ms(
                                s,
                                [&] {
@@ -619,6 +625,7 @@ void bench_gemm_fp8_graph() {
                                2, 7) /
                            kLayers;
         g.set_fp8_path(Gemm::Fp8Path::kAuto);
+        g.set_fp8_pdl(true);
         const double f8 = bytes8 / (ms8 * 1e-3) / kCopyBw;
         std::printf("graph layer GEMMs T=%d fp8 %-8s: %.3f ms, %.1f%% of 4.27, %.2fx bf16\n", T,
                     label, ms8, 100 * f8, ms16 / ms8);

@@ -6,10 +6,10 @@
 # (gpu_bench gemm-fp8-graph): the split of the FP8 16-64-row shortfall into pattern, launch and
 # arithmetic.
 set -u
-O=$OUT; K=$PWD/build/s12; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; bin=$K/bin; t0=$(date +%s); L=$O/logs; mkdir -p $L
+O=$OUT; K=$PWD/build/${BUNDLE:-s12}; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; bin=$K/bin; t0=$(date +%s); L=$O/logs; mkdir -p $L
 el() { echo $(( $(date +%s) - t0 )); }
 cat $K/COMMIT
-BUNDLE=s12 bash docs/gpu-results/2026-12-03-session11/run6.sh
+BUNDLE=${BUNDLE:-s12} bash docs/gpu-results/2026-12-03-session11/run6.sh
 b() { local name=$1 to=$2; shift 2; timeout $to "$@" > $L/$name.log 2>&1; echo "$name rc=$? ($(el) s)"; grep -v "^FIGURE" $L/$name.log | head -80; }
 b stream_probe 90 $bin/gpu_bench stream-probe
 b gemm_fp8_graph 150 $bin/gpu_bench gemm-fp8-graph

@@ -6,7 +6,7 @@
 # Bundle: a build of the landed commit packed as build/s12 (tools/gpu/pack.sh build/release
 # build/s12 gpu_fp8_test gpu_gemm_decode_fp8_test gpu_kv_fp8_test).
 set -u
-O=$OUT; K=$PWD/build/s12; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; bin=$K/bin; t0=$(date +%s); L=$O/logs; mkdir -p $L
+O=$OUT; K=$PWD/build/${BUNDLE:-s12}; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; bin=$K/bin; t0=$(date +%s); L=$O/logs; mkdir -p $L
 el() { echo $(( $(date +%s) - t0 )); }
 t() { local name=$1 to=$2; shift 2; timeout $to "$@" --gtest_color=no > $L/$name.log 2>&1; echo "$name rc=$? ($(el) s)"; grep -E "^\[  FAILED|^\[  PASSED|Failure" $L/$name.log | head -12; }
 cat $K/COMMIT

@@ -11,6 +11,7 @@ el() { echo $(( $(date +%s) - t0 )); }
 cat $K/COMMIT
 BUNDLE=${BUNDLE:-s12} bash docs/gpu-results/2026-12-03-session11/run6.sh
 b() { local name=$1 to=$2; shift 2; timeout $to "$@" > $L/$name.log 2>&1; echo "$name rc=$? ($(el) s)"; grep -v "^FIGURE" $L/$name.log | head -80; }
+b pdl_test 60 $bin/gpu_gemm_decode_fp8_test --gtest_filter='*Pdl*' --gtest_color=no
 b stream_probe 90 $bin/gpu_bench stream-probe
 b gemm_fp8_graph 150 $bin/gpu_bench gemm-fp8-graph
 cd $O && tar -czf all.tgz logs; echo "total $(el) s"

@@ -46,16 +46,16 @@ void figure(const std::string& name, double v) {
   std::fflush(stdout);
 }
 
-double median_ms(const std::function<void()>& f, int warm, int runs) {
+double median_ms(const std::function<void()>& f, int warm, int runs, cudaStream_t s = nullptr) {
   cudaEvent_t a, b;
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));
   for (int i = 0; i < warm; ++i) f();
   std::vector<float> t;
   for (int i = 0; i < runs; ++i) {
-    CUDA_CHECK(cudaEventRecord(a));
+    CUDA_CHECK(cudaEventRecord(a, s));
     f();
-    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventRecord(b, s));
     CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -451,26 +451,10 @@ double graph_median_ms(cudaStream_t s, const std::function<void()>& f, int warm,
   CUDA_CHECK(cudaStreamEndCapture(s, &graph));
   cudaGraphExec_t exec = nullptr;
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < warm; ++i) CUDA_CHECK(cudaGraphLaunch(exec, s));
-  std::vector<float> t;
-  for (int i = 0; i < runs; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    CUDA_CHECK(cudaGraphLaunch(exec, s));
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  const double ms = median_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, s)); }, warm, runs, s);
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
-  return t[t.size() / 2];
+  return ms;
 }
 
 // gpu_bench stream-probe (issue 20 item 2, issue 18): the small-row GEMMs' weight access

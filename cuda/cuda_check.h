@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <string>
 
 #include "runtime/error.h"
@@ -28,3 +29,29 @@ namespace strata::cuda {
 
 // After a kernel launch: launch-configuration errors surface here.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+namespace strata::cuda {
+
+// One kernel launch through cudaLaunchKernelEx, with programmatic dependent launch when `pdl`
+// (the kernel may then start while the previous kernel on the stream drains; it must call
+// griddepcontrol.wait, cuda/hopper_sm90.cuh's griddep_wait, before reading what that kernel
+// writes or writing what it reads). The one place the launch attribute is spelled.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+                   cudaStream_t stream, bool pdl, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (pdl) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...));
+}
+
+}  // namespace strata::cuda

@@ -52,6 +52,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -120,6 +121,7 @@ struct DecodeParams {
   long long units;  // tiles * kt
   int grid;
   int f32out;
+  int warp_release;  // 1: one arrival per consumer warp on `empty` (default), 0: one per thread
 };
 
 __device__ __forceinline__ long long unit_begin(long long b, const DecodeParams& p) {
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       mbar_init(full(s), 1);
-      mbar_init(empty(s), kConsumerThreads);
+      mbar_init(empty(s), p.warp_release ? kConsumerThreads / 32 : kConsumerThreads);
     }
     fence_mbarrier_init();
   }
@@ -215,6 +217,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   griddep_wait();
   griddep_launch_dependents();
   const int wg = warp / 4, wq = warp % 4, lane = tid % 32, g = lane / 4, c4 = lane % 4;
+  // A stage goes back to the producer once every consumer warp has waited for the wgmma groups
+  // that read it (wgmma.wait_group is warp-collective, and wgmma reads shared memory through the
+  // async proxy only: no thread's own loads touch a stage). One arrival per warp, not per thread:
+  // 256 arrivals on one mbarrier per 16 KB stage are serialized shared-memory atomics, a cost of
+  // the same order as the stage's share of the HBM stream.
+  const auto release = [&](int st) {
+    if (!p.warp_release || lane == 0) mbar_arrive(empty(st));
+  };
   float acc[C::kSub][C::kAcc];
 #pragma unroll
   for (int j = 0; j < C::kSub; ++j)
@@ -257,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_operands(d);
 #pragma unroll
         for (int i = 0; i < C::kAcc; ++i) acc[0][i] = first ? d[i] : acc[0][i] + d[i];
-        mbar_arrive(empty(st));
+        release(st);
       };
       int st_a = issue(pa), st_b = 0;
       bool first = true;
@@ -323,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               acc[m * C::NS + h][i] =
                   u == seg_begin ? part[m][i] : acc[m * C::NS + h][i] + part[m][i];
         }
-        mbar_arrive(empty(stage));
+        release(stage);
         if (++stage == C::kStages) stage = 0, ++round;
       }
     } else {
@@ -346,14 +356,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         wgmma_commit();
         wgmma_wait<1>();  // the previous stage's group is done: hand its stage back
-        if (pending >= 0) mbar_arrive(empty(pending));
+        if (pending >= 0) release(pending);
         pending = stage;
         if (++stage == C::kStages) stage = 0, ++round;
       }
       wgmma_wait<0>();
 #pragma unroll
       for (int j = 0; j < C::kSub; ++j) fence_operands(acc[j]);
-      mbar_arrive(empty(pending));
+      release(pending);
     }
 
     // ---- epilogue of this segment ----
@@ -515,19 +525,8 @@ void launch_tn(const DecodeParams& p, int device, bool pdl, cudaStream_t s) {
       ready.push_back(device);
     }
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(p.grid));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = C::kAlloc;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  if (pdl) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_gemm_kernel<TN, MW, kF8>, p));
+  launch_kernel(decode_gemm_kernel<TN, MW, kF8>, dim3(static_cast<unsigned>(p.grid)),
+                dim3(kThreads), C::kAlloc, s, pdl, p);
 }
 
 template <bool kF8>
@@ -598,6 +597,13 @@ void launch(bool f8, const void* x, const void* w, const float* xs, const float*
   p.y = y, p.xs = xs, p.ws = ws, p.partial = wsp.partial, p.counters = wsp.counters;
   p.T = T, p.N = N, p.K = K;
   p.f32out = f32out ? 1 : 0;
+  // STRATA_DECODE_GEMM_RELEASE=thread: the per-thread arrivals of before (an A/B switch for the
+  // benchmark; the results are the same bits either way).
+  static const bool per_thread = [] {
+    const char* e = std::getenv("STRATA_DECODE_GEMM_RELEASE");
+    return e != nullptr && std::string(e) == "thread";
+  }();
+  p.warp_release = per_thread ? 0 : 1;
   if (f8)
     launch_any<true>(p, tn, mw, device, pdl, s);
   else

@@ -405,20 +405,11 @@ __global__ void __launch_bounds__(32 * kWkWarps, 2)
 template <int NT>
 void launch_warpk(const std::uint8_t* x, const float* xs, const std::uint8_t* w, const float* ws,
                   __nv_bfloat16* y, int T, int N, int K, bool pdl, cudaStream_t s) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>((N + 15) / 16));
-  cfg.blockDim = dim3(32 * kWkWarps);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  if (pdl) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, warpk_fp8_kernel<NT, true>, x, xs, w, ws, y, T, N, K));
-  } else {
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, warpk_fp8_kernel<NT, false>, x, xs, w, ws, y, T, N, K));
-  }
+  const dim3 grid(static_cast<unsigned>((N + 15) / 16)), block(32 * kWkWarps);
+  if (pdl)
+    launch_kernel(warpk_fp8_kernel<NT, true>, grid, block, 0, s, true, x, xs, w, ws, y, T, N, K);
+  else
+    launch_kernel(warpk_fp8_kernel<NT, false>, grid, block, 0, s, false, x, xs, w, ws, y, T, N, K);
 }
 
 template <int T>

@@ -178,20 +178,11 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int T, SkinnyIn In, bool Resid>
 void launch_3(const SkinnyFusedParams& p, cudaStream_t s) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>((p.N + kRows - 1) / kRows));
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  if (p.pdl) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_fused_kernel<T, In, Resid, true>, p));
-  } else {
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, skinny_fused_kernel<T, In, Resid, false>, p));
-  }
+  const dim3 grid(static_cast<unsigned>((p.N + kRows - 1) / kRows)), block(kThreads);
+  if (p.pdl)
+    launch_kernel(skinny_fused_kernel<T, In, Resid, true>, grid, block, 0, s, true, p);
+  else
+    launch_kernel(skinny_fused_kernel<T, In, Resid, false>, grid, block, 0, s, false, p);
 }
 
 template <int T, SkinnyIn In>

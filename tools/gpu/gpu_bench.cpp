@@ -3,6 +3,7 @@
 // lines (collected by tools/gpu/run.sh into figures.json) and a readable line per figure.
 // Timing: CUDA events after warm-up, median of the runs. Not a test: it asserts nothing.
 #include <cuda_bf16.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -65,6 +66,22 @@ double median_ms(const std::function<void()>& f, int warm, int runs, cudaStream_
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   return t[t.size() / 2];
+}
+
+// STRATA_BENCH_NCU=tag[,tag...]: run f once more between cudaProfilerStart and cudaProfilerStop
+// when `tag` is one of the listed tags, so that `ncu --profile-from-start off` profiles exactly
+// those kernels (one decode step, one layer's GEMMs) and nothing of the set-up or the timing loops.
+void ncu_window(const std::string& tag, const std::function<void()>& f) {
+  const char* e = std::getenv("STRATA_BENCH_NCU");
+  if (e == nullptr) return;
+  const std::string list = std::string(",") + e + ",";
+  if (list.find("," + tag + ",") == std::string::npos) return;
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaProfilerStart());
+  f();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaProfilerStop());
+  std::printf("ncu window: %s\n", tag.c_str());
 }
 
 // Median StepStats::device_ms of `runs` steps of the same plan after `warm` untimed ones.
@@ -577,6 +594,10 @@ void bench_gemm_fp8_graph() {
               },
               2, 7) /
           kLayers;
+      ncu_window("fp8g_t" + std::to_string(T) + "_bf16", [&] {
+        for (std::size_t i = 0; i < 4; ++i)
+          g.linear(xb.get(), wb[i].get(), y.get(), T, shapes[i].N, shapes[i].K);
+      });
       std::printf("graph layer GEMMs T=%d bf16       : %.3f ms, %.1f%% of 4.27\n", T, ms16,
                   100 * bytes16 / (ms16 * 1e-3) / kCopyBw);
       figure("bench_fp8g_layer_gemms_t" + std::to_string(T) + "_bf16_frac_copy_bw",
@@ -608,6 +629,11 @@ void bench_gemm_fp8_graph() {
                                },
                                2, 7) /
                            kLayers;
+        ncu_window("fp8g_t" + std::to_string(T) + "_" + label, [&] {
+          for (std::size_t i = 0; i < 4; ++i)
+            g.linear_fp8({xc.get(), xs.get()}, {wc[i].get(), wsc[i].get()}, y.get(), T, shapes[i].N,
+                         shapes[i].K);
+        });
         g.set_fp8_path(Gemm::Fp8Path::kAuto);
         g.set_fp8_pdl(true);
         const double f8 = bytes8 / (ms8 * 1e-3) / kCopyBw;
@@ -788,6 +814,7 @@ void bench_model() {
       plan.seqs.push_back(s);
     }
     const double ms = median_step_ms(be, plan, 3, 10);
+    ncu_window("step_b" + std::to_string(B) + mode, [&] { be.step(plan); });
     const double kv =
         static_cast<double>(B) * ctx * L * mc.num_key_value_heads * mc.head_dim * 2 * 2;
     const double wbytes =
@@ -875,6 +902,7 @@ void bench_sparse() {
   greedy.temperature = 0;
   std::vector<std::int32_t> empty;
 
+  std::string ncu_tag;  // the profiled step's name for STRATA_BENCH_NCU (ncu_window)
   // One decode step of B sequences under `rs`; returns the median device time (graphs).
   auto run = [&](const std::vector<LayerRule>& rs, double* kv_read_bytes) {
     StepPlan plan;
@@ -912,16 +940,21 @@ void bench_sparse() {
       return -1.0;
     }
     *kv_read_bytes = kv;
-    return median_step_ms(be, plan, 3, 10);
+    const double ms = median_step_ms(be, plan, 3, 10);
+    ncu_window(ncu_tag, [&] { be.step(plan); });
+    return ms;
   };
   double kv_sparse = 0, kv_full = 0;
   // The score update recomputing q . k from the kept K (the path before issue 18; the figure
   // names of earlier runs), then reading the decode attention's own logits (the default).
   CudaBackendProbe probe(be);
   probe.set_score_update_from_logits(false);
+  ncu_tag = "sparse_step_recompute";
   const double ms_sparse = run(rules, &kv_sparse);
   probe.set_score_update_from_logits(true);
+  ncu_tag = "sparse_step_fused";
   const double ms_fused = run(rules, &kv_sparse);
+  ncu_tag = "sparse_step_full";
   const double ms_full = run(full_rules, &kv_full);
   if (ms_sparse < 0 || ms_fused < 0 || ms_full < 0) return;
   const double wbytes = static_cast<double>(be.info().weight_bytes) -

@@ -35,21 +35,25 @@ namespace strata::cuda {
 // One kernel launch through cudaLaunchKernelEx, with programmatic dependent launch when `pdl`
 // (the kernel may then start while the previous kernel on the stream drains; it must call
 // griddepcontrol.wait, cuda/hopper_sm90.cuh's griddep_wait, before reading what that kernel
-// writes or writing what it reads). The one place the launch attribute is spelled.
+// writes or writing what it reads) and thread-block clusters of `cluster_x` consecutive blocks
+// when it is above 1. The one place these launch attributes are spelled.
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
-                   cudaStream_t stream, bool pdl, Args&&... args) {
+                   cudaStream_t stream, bool pdl, unsigned cluster_x, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
+  cfg.attrs = attr;
   if (pdl) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attr[cfg.numAttrs++].val.clusterDim = {cluster_x, 1, 1};
   }
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...));
 }

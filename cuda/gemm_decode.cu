@@ -42,6 +42,14 @@
 // latency, paid while the previous kernel's last blocks drain (the split-K-in-block FP8 kernel
 // gained 9 points of the copy ceiling from it at 1 row, docs/benchmarks.md "Tenth session").
 //
+// Cluster split-K (kCl; e4m3 at TN <= 64 with MW 1, when the tiles are no more than the grid and
+// `split` >= 2 CTAs per tile fit the GPCs at once: launch()): grid = tiles x split, a cluster of
+// `split` consecutive blocks per tile, rank r takes k-tiles [r kt / split, (r + 1) kt / split);
+// ranks >= 1 store their accumulators into the leader's shared memory (mapa + st.shared::cluster)
+// and arrive on its slot barrier with release; the leader sums them in rank order and writes y.
+// It replaces stream-K's fixup (global partials, fences, counter atomic, a second round trip for
+// the pieces) where the twelfth session's Nsight Compute run put 3-6 us per N = 4096 GEMM.
+//
 // Work: units = tiles x k-tiles in tile-major order, block b takes [b U / G, (b + 1) U / G)
 // (stream-K). The producer and the consumers walk the same list; a tile's segment inside one
 // block ends in an epilogue: the whole k range -> y written from the accumulators; a part -> the
@@ -81,7 +89,10 @@ constexpr int kPartialFloatsPerSlot = 128 * 256;  // BM * TN <= 32768 for every 
 template <bool kF8>
 constexpr int kBK = kF8 ? 128 : 64;
 
-template <int TN, int kMW, bool kF8 = false>
+// Cluster split-K (kCl): at most this many CTAs share one tile's k range.
+constexpr int kMaxSplit = 4;
+
+template <int TN, int kMW, bool kF8 = false, bool kCl = false>
 struct Cfg {
   static constexpr int MW = kMW;                   // m64 sub-tiles per consumer warpgroup
   static constexpr int BM = 64 * MW * kConsumers;  // weight rows per tile
@@ -97,10 +108,17 @@ struct Cfg {
   static constexpr std::uint32_t kW = BM * kRowBytes;
   static constexpr std::uint32_t kX = TN * kRowBytes;
   static constexpr std::uint32_t kStage = kW + kX;
-  static constexpr int kStages = std::min<int>(kMaxStages, (kSmemMax - 1024 - 256) / kStage);
-  static constexpr std::uint32_t kBar = kStages * kStage;  // full[kStages], empty[kStages]
+  // kCl: the leader CTA's landing slots for the other CTAs' accumulators, one per rank 1..S-1,
+  // each BM x TN fp32 in the partials' [reg / 4][consumer thread][4] order.
+  static constexpr std::uint32_t kSlot = BM * TN * 4;
+  static constexpr std::uint32_t kRed = kCl ? (kMaxSplit - 1) * kSlot : 0;
+  static constexpr int kStages = std::min<int>(kMaxStages, (kSmemMax - 1024 - 256 - kRed) / kStage);
+  static constexpr std::uint32_t kRedOff = kStages * kStage;
+  static constexpr std::uint32_t kBar = kRedOff + kRed;  // full[kStages], empty[kStages]
   static constexpr std::uint32_t kFlag = kBar + 2 * kStages * 8;
+  static constexpr std::uint32_t kRedBar = kFlag + 8;         // kCl: the slots' mbarrier
   static constexpr std::uint32_t kAlloc = kFlag + 16 + 1024;  // slack to align the base
+  static_assert(!kCl || (MW == 1 && NS == 1 && kStages >= 4), "cluster split: TN <= 64, MW 1");
   static_assert(kAlloc <= kSmemMax);
   static_assert(kW % 1024 == 0 && kX % 1024 == 0, "1024-aligned swizzle atoms");
   static_assert(BM * TN <= kPartialFloatsPerSlot);
@@ -121,7 +139,7 @@ struct DecodeParams {
   long long units;  // tiles * kt
   int grid;
   int f32out;
-  int warp_release;  // 1: one arrival per consumer warp on `empty` (default), 0: one per thread
+  int split;  // kCl: CTAs per tile (the cluster size, 2..kMaxSplit); grid = tiles * split
 };
 
 __device__ __forceinline__ long long unit_begin(long long b, const DecodeParams& p) {
@@ -146,11 +164,11 @@ __device__ __forceinline__ void store_y(const DecodeParams& p, int n, int t, flo
     static_cast<bf16*>(p.y)[i] = __float2bfloat16_rn(v);
 }
 
-template <int TN, int MW, bool kF8>
+template <int TN, int MW, bool kF8, bool kCl = false>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_gemm_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using C = Cfg<TN, MW, kF8>;
+  using C = Cfg<TN, MW, kF8, kCl>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const std::uint32_t raw = smem_u32(smem_raw);
   const std::uint32_t base = (raw + 1023u) & ~1023u;
@@ -163,16 +181,30 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
+  // kCl: this CTA's rank in its cluster = its part of the tile's k range (clusters are
+  // consecutive blockIdx.x); rank 0 sums the others' accumulators.
+  const int rank = kCl ? static_cast<int>(blockIdx.x) % p.split : 0;
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       mbar_init(full(s), 1);
-      mbar_init(empty(s), p.warp_release ? kConsumerThreads / 32 : kConsumerThreads);
+      mbar_init(empty(s), kConsumerThreads / 32);  // one arrival per consumer warp
     }
+    if (kCl && rank == 0) mbar_init(base + C::kRedBar, (p.split - 1) * (kConsumerThreads / 32));
     fence_mbarrier_init();
   }
   __syncthreads();
+  // kCl: every thread arrives here once (the leader's slot barrier initialised before any other
+  // CTA's arrival on it: the other ranks' consumers wait for this before writing to the leader).
+  if constexpr (kCl) cluster_arrive();
 
-  const long long u_begin = unit_begin(blockIdx.x, p), u_end = unit_begin(blockIdx.x + 1LL, p);
+  long long u_begin, u_end;
+  if constexpr (kCl) {
+    const long long t0 = static_cast<long long>(blockIdx.x / p.split) * p.kt;
+    u_begin = t0 + static_cast<long long>(rank) * p.kt / p.split;
+    u_end = t0 + static_cast<long long>(rank + 1) * p.kt / p.split;
+  } else {
+    u_begin = unit_begin(blockIdx.x, p), u_end = unit_begin(blockIdx.x + 1LL, p);
+  }
 
   if (warp >= kConsumers * 4) {  // ---- producer warpgroup: lane 0 of its first warp copies ----
     setmaxnreg_dec<40>();
@@ -223,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // 256 arrivals on one mbarrier per 16 KB stage are serialized shared-memory atomics, a cost of
   // the same order as the stage's share of the HBM stream.
   const auto release = [&](int st) {
-    if (!p.warp_release || lane == 0) mbar_arrive(empty(st));
+    if (lane == 0) mbar_arrive(empty(st));
   };
   float acc[C::kSub][C::kAcc];
 #pragma unroll
@@ -383,6 +415,46 @@ __global__ void __launch_bounds__(kThreads, 1)
       write_y();
       continue;
     }
+    if constexpr (kCl) {
+      // Cluster split: ranks 1..S-1 store their accumulators into the leader's slot rank - 1
+      // (distributed shared memory, the partials' layout), each thread fences at cluster scope,
+      // and one lane per warp arrives on the leader's slot barrier with release; the leader waits
+      // (acquire), sums its own accumulators and the slots in rank order, and writes y. No
+      // global partials, counters or atomics; the order is fixed, so the bits are.
+      constexpr int kV = C::kSub * C::kAcc / 4;  // float4 per thread
+      if (rank != 0) {
+        cluster_wait();
+        const std::uint32_t dst =
+            mapa_shared(base + C::kRedOff + static_cast<std::uint32_t>(rank - 1) * C::kSlot, 0);
+#pragma unroll
+        for (int j = 0; j < C::kSub; ++j)
+#pragma unroll
+          for (int i = 0; i < C::kAcc; i += 4) {
+            const int v = (j * C::kAcc + i) / 4;
+            st_cluster_v4(dst + static_cast<std::uint32_t>(v * kConsumerThreads + tid) * 16u,
+                          make_float4(acc[j][i], acc[j][i + 1], acc[j][i + 2], acc[j][i + 3]));
+          }
+        fence_acq_rel_cluster();
+        __syncwarp();
+        if (lane == 0) mbar_arrive_remote(mapa_shared(base + C::kRedBar, 0));
+        continue;
+      }
+      static_assert(kV >= 1);
+      mbar_wait_cluster(base + C::kRedBar, 0);
+      const float4* const slots = reinterpret_cast<const float4*>(base_ptr + C::kRedOff);
+      for (int r = 1; r < p.split; ++r) {
+        const float4* src = slots + static_cast<std::size_t>(r - 1) * (C::kSlot / 16);
+#pragma unroll
+        for (int j = 0; j < C::kSub; ++j)
+#pragma unroll
+          for (int i = 0; i < C::kAcc; i += 4) {
+            const float4 v = src[((j * C::kAcc + i) / 4) * kConsumerThreads + tid];
+            acc[j][i] += v.x, acc[j][i + 1] += v.y, acc[j][i + 2] += v.z, acc[j][i + 3] += v.w;
+          }
+      }
+      write_y();
+      continue;
+    }
     // Partial: slot 2b (first segment of the block) or 2b + 1 (its last), float4 per thread in
     // [reg / 4][consumer thread][4] order (coalesced; every piece has the same layout).
     const int b = static_cast<int>(blockIdx.x);
@@ -511,22 +583,74 @@ CUtensorMap weight_map(int device, const void* w, bool f8, int N, int K, int bm)
   return cache[key] = m;
 }
 
-template <int TN, int MW, bool kF8>
-void launch_tn(const DecodeParams& p, int device, bool pdl, cudaStream_t s) {
-  using C = Cfg<TN, MW, kF8>;
+// The kernel's dynamic shared memory attribute, set once per device.
+template <int TN, int MW, bool kF8, bool kCl>
+void prepare(int device) {
+  using C = Cfg<TN, MW, kF8, kCl>;
   static std::mutex mu;
   static std::vector<int> ready;  // devices whose attribute is set
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (std::find(ready.begin(), ready.end(), device) == ready.end()) {
-      CUDA_CHECK(cudaFuncSetAttribute(decode_gemm_kernel<TN, MW, kF8>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(C::kAlloc)));
-      ready.push_back(device);
-    }
+  std::lock_guard<std::mutex> lock(mu);
+  if (std::find(ready.begin(), ready.end(), device) == ready.end()) {
+    CUDA_CHECK(cudaFuncSetAttribute(decode_gemm_kernel<TN, MW, kF8, kCl>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(C::kAlloc)));
+    ready.push_back(device);
   }
-  launch_kernel(decode_gemm_kernel<TN, MW, kF8>, dim3(static_cast<unsigned>(p.grid)),
-                dim3(kThreads), C::kAlloc, s, pdl, p);
+}
+
+template <int TN, int MW, bool kF8, bool kCl = false>
+void launch_tn(const DecodeParams& p, int device, bool pdl, cudaStream_t s) {
+  using C = Cfg<TN, MW, kF8, kCl>;
+  prepare<TN, MW, kF8, kCl>(device);
+  launch_kernel(decode_gemm_kernel<TN, MW, kF8, kCl>, dim3(static_cast<unsigned>(p.grid)),
+                dim3(kThreads), C::kAlloc, s, pdl, kCl ? static_cast<unsigned>(p.split) : 1u, p);
+}
+
+// How many clusters of `split` CTAs of the e4m3 cluster kernel at TN can be resident at once
+// (cudaOccupancyMaxActiveClusters: one CTA per SM, the GPCs' SM counts decide), per device.
+template <int TN>
+int max_clusters(int device, int split) {
+  using C = Cfg<TN, 1, true, true>;
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, int> known;
+  prepare<TN, 1, true, true>(device);
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(device, split);
+  auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(split));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = C::kAlloc;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim = {static_cast<unsigned>(split), 1, 1};
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, decode_gemm_kernel<TN, 1, true, true>, &cfg));
+  return known[key] = n;
+}
+
+// Whether `clusters` clusters of `split` CTAs fit the device at once (else the launch would run
+// in waves and lose to stream-K).
+bool cluster_fits(int device, int tn, int split, int clusters) {
+  const int n = tn == 8    ? max_clusters<8>(device, split)
+                : tn == 16 ? max_clusters<16>(device, split)
+                : tn == 32 ? max_clusters<32>(device, split)
+                           : max_clusters<64>(device, split);
+  return clusters <= n;
+}
+
+void launch_cluster(const DecodeParams& p, int tn, int device, bool pdl, cudaStream_t s) {
+  if (tn == 8)
+    launch_tn<8, 1, true, true>(p, device, pdl, s);
+  else if (tn == 16)
+    launch_tn<16, 1, true, true>(p, device, pdl, s);
+  else if (tn == 32)
+    launch_tn<32, 1, true, true>(p, device, pdl, s);
+  else
+    launch_tn<64, 1, true, true>(p, device, pdl, s);
 }
 
 template <bool kF8>
@@ -597,13 +721,26 @@ void launch(bool f8, const void* x, const void* w, const float* xs, const float*
   p.y = y, p.xs = xs, p.ws = ws, p.partial = wsp.partial, p.counters = wsp.counters;
   p.T = T, p.N = N, p.K = K;
   p.f32out = f32out ? 1 : 0;
-  // STRATA_DECODE_GEMM_RELEASE=thread: the per-thread arrivals of before (an A/B switch for the
-  // benchmark; the results are the same bits either way).
-  static const bool per_thread = [] {
-    const char* e = std::getenv("STRATA_DECODE_GEMM_RELEASE");
-    return e != nullptr && std::string(e) == "thread";
+  // The split (docs/cuda-backend.md "The decode GEMM's split"): with no more tiles than
+  // blocks, e4m3 at TN <= 64 (MW 1) gives each tile `split` CTAs of one cluster and reduces in
+  // distributed shared memory; a grid (nearly) covered by its tiles takes one block per tile
+  // and no partials; everything else is stream-K over the grid. STRATA_DECODE_GEMM_SPLIT=streamk
+  // keeps stream-K everywhere (the A/B of the benchmark).
+  static const bool streamk_only = [] {
+    const char* e = std::getenv("STRATA_DECODE_GEMM_SPLIT");
+    return e != nullptr && std::string(e) == "streamk";
   }();
-  p.warp_release = per_thread ? 0 : 1;
+  if (!streamk_only && p.tiles <= p.grid) {
+    int split = std::min({kMaxSplit, p.grid / p.tiles, p.kt});
+    if (!f8 || mw != 1 || tn > 64) split = 1;
+    if (split >= 2 && cluster_fits(device, tn, split, p.tiles)) {
+      p.split = split;
+      p.grid = p.tiles * split;
+      launch_cluster(p, tn, device, pdl, s);
+      return;
+    }
+    if (4 * p.tiles >= 3 * p.grid) p.grid = p.tiles;
+  }
   if (f8)
     launch_any<true>(p, tn, mw, device, pdl, s);
   else

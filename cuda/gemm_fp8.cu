@@ -407,9 +407,10 @@ void launch_warpk(const std::uint8_t* x, const float* xs, const std::uint8_t* w,
                   __nv_bfloat16* y, int T, int N, int K, bool pdl, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((N + 15) / 16)), block(32 * kWkWarps);
   if (pdl)
-    launch_kernel(warpk_fp8_kernel<NT, true>, grid, block, 0, s, true, x, xs, w, ws, y, T, N, K);
+    launch_kernel(warpk_fp8_kernel<NT, true>, grid, block, 0, s, true, 1, x, xs, w, ws, y, T, N, K);
   else
-    launch_kernel(warpk_fp8_kernel<NT, false>, grid, block, 0, s, false, x, xs, w, ws, y, T, N, K);
+    launch_kernel(warpk_fp8_kernel<NT, false>, grid, block, 0, s, false, 1, x, xs, w, ws, y, T, N,
+                  K);
 }
 
 template <int T>

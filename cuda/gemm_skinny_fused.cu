@@ -180,9 +180,9 @@ template <int T, SkinnyIn In, bool Resid>
 void launch_3(const SkinnyFusedParams& p, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((p.N + kRows - 1) / kRows)), block(kThreads);
   if (p.pdl)
-    launch_kernel(skinny_fused_kernel<T, In, Resid, true>, grid, block, 0, s, true, p);
+    launch_kernel(skinny_fused_kernel<T, In, Resid, true>, grid, block, 0, s, true, 1, p);
   else
-    launch_kernel(skinny_fused_kernel<T, In, Resid, false>, grid, block, 0, s, false, p);
+    launch_kernel(skinny_fused_kernel<T, In, Resid, false>, grid, block, 0, s, false, 1, p);
 }
 
 template <int T, SkinnyIn In>

@@ -189,6 +189,66 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// ---- thread-block clusters (PTX ISA "barrier.cluster", "mapa", "mbarrier") ---------------
+// This CTA's rank in its cluster (0 for a launch without clusters: every grid is a cluster of 1).
+__device__ __forceinline__ std::uint32_t cluster_rank() {
+  std::uint32_t r = 0;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// The cluster barrier in two halves. arrive.release: this thread's earlier writes (with
+// fence_mbarrier_init: the barriers it initialised) become visible to the cluster once every
+// thread has arrived; wait.acquire: returns when every non-exited thread of the cluster has
+// arrived. Every thread arrives once before any thread's wait; a thread may exit after its
+// arrive without waiting (exited threads are not waited for).
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The shared::cluster address of shared::cta address `addr` in the CTA of rank `rank`.
+__device__ __forceinline__ std::uint32_t mapa_shared(std::uint32_t addr, std::uint32_t rank) {
+  std::uint32_t r = 0;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+// Orders this thread's earlier memory operations (stores into other CTAs' shared memory among
+// them) before its later ones at cluster scope: before a warp barrier and one lane's release.
+__device__ __forceinline__ void fence_acq_rel_cluster() {
+  asm volatile("fence.acq_rel.cluster;\n" ::: "memory");
+}
+// A 16-byte store into another CTA's shared memory (a shared::cluster address from mapa_shared).
+__device__ __forceinline__ void st_cluster_v4(std::uint32_t addr, float4 v) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+// Arrival on an mbarrier in another CTA of the cluster (a shared::cluster address), with release
+// semantics at cluster scope: this thread's earlier stores (st_cluster_v4 into that CTA) are
+// visible to whoever observes the phase complete with mbar_wait_cluster.
+__device__ __forceinline__ void mbar_arrive_remote(std::uint32_t bar_cluster_addr) {
+  asm volatile(
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar_cluster_addr)
+      : "memory");
+}
+// mbar_wait with acquire semantics at cluster scope (the phase was completed by other CTAs'
+// remote arrivals).
+__device__ __forceinline__ void mbar_wait_cluster(std::uint32_t bar, std::uint32_t parity) {
+  std::uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
 // ---- setmaxnreg ---------------------------------------------------------------------------
 // PTX ISA "setmaxnreg" (sm_90a): sets the per-thread register maximum of the executing warp; .dec
 // releases the registers above N to the CTA's pool, .inc blocks until the pool can supply them

@@ -881,24 +881,43 @@ void launch_mma_shape(const DecodeAttentionParams& p, cudaStream_t s) {
   }
 }
 
+// The split-KV merge: one block per (row, head). The splits' (m, l) are staged in shared memory
+// by all threads at once, and each output element's loads over the splits are issued kAhead at a
+// time before their additions: the arithmetic and its order are the serial loop's (max over s;
+// l and o summed over s = 0, 1, ... skipping empty splits), so the bits are too, but one launch
+// no longer waits one L2 round trip per split three times over (Nsight Compute at batch 1,
+// context 4096, 32 splits: 10.8 us per launch, 0.35 ms of a 4.7 ms token; thirteenth session).
 template <int HD>
 __global__ void decode_merge_kernel(const DecodeAttentionParams p) {
-  const int b = blockIdx.x, h = blockIdx.y;
-  const long long base = (static_cast<long long>(b) * p.heads + h) * p.num_splits;
-  float m = -INFINITY;
-  for (int s = 0; s < p.num_splits; ++s) m = fmaxf(m, p.part_ml[(base + s) * 2]);
-  float l = 0.0f;
-  for (int s = 0; s < p.num_splits; ++s) {
-    const float ms = p.part_ml[(base + s) * 2];
-    if (ms != -INFINITY) l += p.part_ml[(base + s) * 2 + 1] * __expf(ms - m);
+  __shared__ float sm_m[kMaxDecodeSplits], sm_l[kMaxDecodeSplits], sm_e[kMaxDecodeSplits];
+  const int b = blockIdx.x, h = blockIdx.y, S = p.num_splits;
+  const long long base = (static_cast<long long>(b) * p.heads + h) * S;
+  for (int s = threadIdx.x; s < S; s += blockDim.x) {
+    sm_m[s] = p.part_ml[(base + s) * 2];
+    sm_l[s] = p.part_ml[(base + s) * 2 + 1];
   }
+  __syncthreads();
+  float m = -INFINITY;
+  for (int s = 0; s < S; ++s) m = fmaxf(m, sm_m[s]);
+  for (int s = threadIdx.x; s < S; s += blockDim.x)
+    sm_e[s] = sm_m[s] != -INFINITY ? __expf(sm_m[s] - m) : 0.0f;
+  __syncthreads();
+  float l = 0.0f;
+  for (int s = 0; s < S; ++s)
+    if (sm_m[s] != -INFINITY) l += sm_l[s] * sm_e[s];
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
   bf16* out = p.out + static_cast<long long>(p.q_row[b]) * p.out_stride + h * HD;
+  constexpr int kAhead = 16;
   for (int d = threadIdx.x; d < HD; d += blockDim.x) {
     float o = 0.0f;
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float ms = p.part_ml[(base + s) * 2];
-      if (ms != -INFINITY) o += p.part_o[(base + s) * HD + d] * __expf(ms - m);
+    for (int s0 = 0; s0 < S; s0 += kAhead) {
+      float v[kAhead];
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j)
+        v[j] = s0 + j < S && sm_m[s0 + j] != -INFINITY ? p.part_o[(base + s0 + j) * HD + d] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j)
+        if (s0 + j < S && sm_m[s0 + j] != -INFINITY) o += v[j] * sm_e[s0 + j];
     }
     out[d] = __float2bfloat16_rn(o * inv);
   }

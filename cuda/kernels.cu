@@ -293,9 +293,24 @@ __global__ void argmax_kernel(const ArgmaxParams p) {
   const float* row = p.logits + static_cast<long long>(blockIdx.x) * p.vocab;
   float best = -FLT_MAX;
   int best_i = 0x7fffffff;
-  for (int i = threadIdx.x; i < p.vocab; i += blockDim.x) {
+  // Thread t visits i = t, t + blockDim, ... in increasing order (keeps the lowest id on ties);
+  // kAhead loads are issued before their compares so that one row (0.5 MB for Llama-3's
+  // vocabulary) is not read at one L2 round trip per 1024 elements: Nsight Compute measured the
+  // one-load-at-a-time loop at 75 us per launch, at batch 1 as at 64 (thirteenth session).
+  constexpr int kAhead = 8;
+  const int stride = static_cast<int>(blockDim.x);
+  int i = static_cast<int>(threadIdx.x);
+  for (; i + (kAhead - 1) * stride < p.vocab; i += kAhead * stride) {
+    float v[kAhead];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) v[j] = row[i + j * stride];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j)
+      if (v[j] > best) best = v[j], best_i = i + j * stride;
+  }
+  for (; i < p.vocab; i += stride) {
     const float v = row[i];
-    if (v > best) best = v, best_i = i;  // i increases: keeps the lowest id on ties
+    if (v > best) best = v, best_i = i;
   }
   __shared__ float sv[32];
   __shared__ int si[32];
@@ -326,7 +341,16 @@ __global__ void argmax_kernel(const ArgmaxParams p) {
   const float mx = sv[0];
   // sum exp(x - max): fp32 per thread, fp64 across the block in a fixed order.
   float z = 0.0f;
-  for (int i = threadIdx.x; i < p.vocab; i += blockDim.x) z += expf(row[i] - mx);
+  // The same order of additions as one element at a time; the loads kAhead ahead.
+  i = static_cast<int>(threadIdx.x);
+  for (; i + (kAhead - 1) * stride < p.vocab; i += kAhead * stride) {
+    float v[kAhead];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) v[j] = row[i + j * stride];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) z += expf(v[j] - mx);
+  }
+  for (; i < p.vocab; i += stride) z += expf(row[i] - mx);
   for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
   __shared__ double sz[32];
   __syncthreads();  // sv[0] read by every thread before warp 0 reuses the arrays

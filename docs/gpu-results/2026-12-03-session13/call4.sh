@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Thirteenth session, call 4: the split-KV merge with its loads issued ahead (one launch no
 # longer waits one L2 round trip per split) and the argmax with 8 loads ahead (issue 18's
-# single-stream TPOT). Bundles: build/s13 (1cc623f, before) and build/s13b (the commit in its
+# single-stream TPOT). Bundles: build/s13a (gpu_bench of 1cc623f, before) and build/s13b (the commit in its
 # COMMIT, after). The tests the two kernels touch, the batch-1 and batch-64 decode steps from
 # graphs with each binary (gpu_bench model), Nsight Compute's per-kernel times of the new batch-1
 # step, and `strata bench serve` at concurrency 1, 4000/500, bf16, full cache and default sparse.
 set -u
 O=$OUT; t0=$(date +%s); L=$O/logs; mkdir -p $L
 el() { echo $(( $(date +%s) - t0 )); }
-for d in s13 s13b; do K=$PWD/build/$d; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; echo "$d: $(head -1 $K/COMMIT)"; done
-A=$PWD/build/s13/bin; B=$PWD/build/s13b/bin; K=$PWD/build/s13b
+for d in s13a s13b; do K=$PWD/build/$d; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; echo "$d: $(head -1 $K/COMMIT)"; done
+A=$PWD/build/s13a/bin; B=$PWD/build/s13b/bin; K=$PWD/build/s13b
 t() { local name=$1 to=$2; shift 2; timeout $to "$@" --gtest_color=no > $L/$name.log 2>&1; echo "$name rc=$? ($(el) s)"; grep -E "^\[  FAILED|^\[  PASSED|Failure" $L/$name.log | head -12; }
 t attention 150 $B/gpu_attention_test
 t kernels 90 $B/gpu_kernels_test

@@ -55,21 +55,6 @@ __device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
 }
 // try_wait has acquire semantics at CTA scope (the default .acquire.cta): once it succeeds,
 // the TMA's writes that completed the phase are visible to this thread (and to its wgmma).
-__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
 // One poll: true once the phase with parity `parity` has completed (the same acquire semantics).
 __device__ __forceinline__ bool mbar_try_wait(std::uint32_t bar, std::uint32_t parity) {
   std::uint32_t done = 0;
@@ -83,6 +68,10 @@ __device__ __forceinline__ bool mbar_try_wait(std::uint32_t bar, std::uint32_t p
       : "r"(bar), "r"(parity)
       : "memory");
   return done != 0;
+}
+__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
 }
 __device__ __forceinline__ std::uint64_t globaltimer_ns() {
   std::uint64_t t;
@@ -236,17 +225,13 @@ __device__ __forceinline__ void mbar_arrive_remote(std::uint32_t bar_cluster_add
 // remote arrivals).
 __device__ __forceinline__ void mbar_wait_cluster(std::uint32_t bar, std::uint32_t parity) {
   std::uint32_t done = 0;
-  do {
+  while (!done)
     asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
+        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
+        "selp.u32 %0, 1, 0, p; }\n"
         : "=r"(done)
         : "r"(bar), "r"(parity)
         : "memory");
-  } while (!done);
 }
 
 // ---- setmaxnreg ---------------------------------------------------------------------------

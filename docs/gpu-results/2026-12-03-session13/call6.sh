@@ -7,8 +7,8 @@ set -u
 O=$OUT; t0=$(date +%s); L=$O/logs; mkdir -p $L
 K=$PWD/build/s13c; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; B=$K/bin; head -1 $K/COMMIT
 t() { local name=$1 to=$2; shift 2; timeout $to "$@" --gtest_color=no > $L/$name.log 2>&1; echo "$name rc=$? ($(( $(date +%s) - t0 )) s)"; grep -E "^\[  FAILED|^\[  PASSED|Failure" $L/$name.log | head -12; }
-t fp8_decode 120 $B/gpu_gemm_decode_fp8_test
-t decode 120 $B/gpu_gemm_decode_test
-t attention 150 $B/gpu_attention_test
-timeout 60 $B/gpu_bench gemm-fp8-graph > $L/graph.log 2>&1; echo "graph rc=$?"; grep "wgmma  \|warpk" $L/graph.log | grep -v FIGURE
+t fp8_decode 60 $B/gpu_gemm_decode_fp8_test
+t decode 60 $B/gpu_gemm_decode_test
+t attention 120 $B/gpu_attention_test
+timeout 30 $B/gpu_bench gemm-fp8-graph > $L/graph.log 2>&1; echo "graph rc=$?"; grep "wgmma  \|warpk" $L/graph.log | grep -v FIGURE
 cd $O && tar -czf all.tgz logs; echo "total $(( $(date +%s) - t0 )) s"

@@ -251,9 +251,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = warp / 4, wq = warp % 4, lane = tid % 32, g = lane / 4, c4 = lane % 4;
   // A stage goes back to the producer once every consumer warp has waited for the wgmma groups
   // that read it (wgmma.wait_group is warp-collective, and wgmma reads shared memory through the
-  // async proxy only: no thread's own loads touch a stage). One arrival per warp, not per thread:
-  // 256 arrivals on one mbarrier per 16 KB stage are serialized shared-memory atomics, a cost of
-  // the same order as the stage's share of the HBM stream.
+  // async proxy only: no thread's own loads touch a stage). One arrival per warp (CUTLASS's
+  // count), not per thread: the H200 timed both the same (docs/benchmarks.md "Thirteenth
+  // session"), so the 256 arrivals were not what held the consumers back.
   const auto release = [&](int st) {
     if (lane == 0) mbar_arrive(empty(st));
   };

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "cuda/sparse/sparse_meta.h"
+
 namespace strata::cuda {
 
 // Prefill / chunked prefill: sequence s has nq[s] query tokens at rows row_start[s].. of q
@@ -129,6 +131,19 @@ struct DecodeAttentionParams {
   // e4m3 for A/B runs; the pipelined kernel reads bf16 only). Not yet run on a GPU.
   const std::uint8_t* kv_pool8 = nullptr;
   const float* kv_scales = nullptr;
+  // Issue 18 item 1: the sparse layers' score update inside the tensor-core kernel. Set (with
+  // `logits` null) only where decode_attention_updates_scores(p) holds: each block keeps its
+  // rows' scaled logits in shared memory (upd_cols columns, >= every updated row's attended
+  // slots), and once it has the rows' LSE it applies sparse::launch_scored_update's arithmetic
+  // to upd_seqs[b] (the layer's DecodeSeq of batch entry b, as DecodeParams::seqs) in the same
+  // order, so the scores and positions get the same bits with no logits in global memory and no
+  // update kernel. upd_pages / upd_scores / upd_positions: DecodeParams::pages / scores /
+  // positions.
+  const sparse::DecodeSeq* upd_seqs = nullptr;
+  const std::int32_t* upd_pages = nullptr;
+  float* upd_scores = nullptr;
+  std::int32_t* upd_positions = nullptr;
+  int upd_cols = 0;
 };
 // kTwoPass: per 256-key chunk a K pass (logits to shared memory), a softmax pass and a V pass,
 // 4-8 loads in flight per thread. kPipelined: one pass, K and V tiles of 32 keys staged into
@@ -151,5 +166,9 @@ inline constexpr int kDefaultDecodeKernel = kDecodeMma;
 int decode_kernel_from_env();
 inline constexpr int kMaxDecodeSplits = 64;
 void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s);
+// Whether the launch of `p` (its upd_* fields aside) may carry the score update with upd_cols
+// columns: the tensor-core kernel runs it with one split, head_dim 64 or 128, and the shared
+// memory of the kept logits leaves it as many blocks per SM as it has without them.
+bool decode_attention_updates_scores(const DecodeAttentionParams& p, int upd_cols);
 
 }  // namespace strata::cuda

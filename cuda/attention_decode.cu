@@ -21,6 +21,7 @@
 #include "cuda/dispatch.h"
 #include "cuda/mma.cuh"
 #include "cuda/prefill_frag.h"
+#include "cuda/sparse/sparse_common.cuh"
 
 namespace strata::cuda {
 
@@ -688,6 +689,16 @@ constexpr int mma_smem_bytes(int warps, int stages) {
   return pipe > merge ? pipe : merge;
 }
 
+// The in-kernel score update's shared memory after the ring / merge region: the kept logits,
+// [group][upd_stride(cols)] fp32 (rows padded by 8 floats so the four rows' 32-byte writes of
+// one instruction fall on different banks), then the group's LSE (8 floats).
+__host__ __device__ constexpr int upd_stride(int cols) {
+  return cols + 8;
+}
+__host__ __device__ constexpr int upd_smem_bytes(int group, int cols) {
+  return cols > 0 ? (group * upd_stride(cols) + 8) * 4 : 0;
+}
+
 template <int HD, int W, int S, bool kKv8>
 __global__ void __launch_bounds__(W * 32)
     decode_attention_mma_kernel(const DecodeAttentionParams p) {
@@ -705,6 +716,11 @@ __global__ void __launch_bounds__(W * 32)
   const int k0 = keys.k0, k1 = keys.k1;
   const int page0 = k0 >> 4, npages = (k1 - k0 + 15) >> 4;
   const int mine = npages > warp ? (npages - warp + W - 1) / W : 0;  // this warp's pages
+  // The in-kernel score update (one split only: decode_attention_updates_scores).
+  const bool upd = p.upd_seqs != nullptr;
+  float* const stash = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(smem_raw) +
+                                                mma_smem_bytes<HD, kKv8>(W, S));
+  float* const stash_lse = stash + group * upd_stride(p.upd_cols);
 
   typename Kv::Q q;
   Kv::load_q(p, b, g, group, qr, qc, q);
@@ -737,7 +753,20 @@ __global__ void __launch_bounds__(W * 32)
     float s[2][4] = {};
     Kv::scores(s, q, stage, lane);
     // Row qr's four logits of this lane (keys nt * 8 + 2 qc + e): mask, write, page maximum.
-    if (p.logits && qr < group) {  // streaming stores (read once, by the score update)
+    if (upd && qr < group) {  // kept for the in-kernel score update (same values as below)
+      float* const lrow = stash + qr * upd_stride(p.upd_cols);
+      const int lim = min(k1, p.upd_cols);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int j = key0 + nt * 8 + 2 * qc;  // even: key0 is a multiple of 16
+        const float2 v = make_float2(s[nt][0] * q.mul, s[nt][1] * q.mul);
+        if (j + 1 < lim) {
+          *reinterpret_cast<float2*>(lrow + j) = v;
+        } else if (j < lim) {
+          lrow[j] = v.x;
+        }
+      }
+    } else if (p.logits && qr < group) {  // streaming stores (read once, by the score update)
       float* const lrow =
           p.logits + (static_cast<long long>(b) * p.heads + g * group + qr) * p.logits_stride;
       const int lim = min(k1, p.logits_stride);
@@ -821,9 +850,11 @@ __global__ void __launch_bounds__(W * 32)
       const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
       p.out[static_cast<long long>(p.q_row[b]) * p.out_stride + (g * group + hh) * HD + d] =
           __float2bfloat16_rn(acc * inv);
-      if (p.lse && d == 0)
-        p.lse[static_cast<long long>(b) * p.heads + g * group + hh] =
-            lsum > 0.0f ? m_nat + logf(lsum) : -INFINITY;
+      if (d == 0) {
+        const float lse = lsum > 0.0f ? m_nat + logf(lsum) : -INFINITY;
+        if (p.lse) p.lse[static_cast<long long>(b) * p.heads + g * group + hh] = lse;
+        if (upd) stash_lse[hh] = lse;
+      }
       continue;
     }
     const long long idx =
@@ -834,11 +865,32 @@ __global__ void __launch_bounds__(W * 32)
       p.part_ml[idx * 2 + 1] = lsum;
     }
   }
+  if (!upd) return;
+  // The score update of sparse::launch_scored_update from the kept logits (its arithmetic and
+  // order: the group's heads summed in index order, expf of logit - LSE).
+  __syncthreads();  // stash_lse written above; every warp's logits stashed before the merge
+  const sparse::DecodeSeq& sq = p.upd_seqs[b];
+  if (sq.policy == 0) return;  // full layer / padding
+  const bool full = sq.ring > 0 && sq.valid == sq.capacity;
+  const int attended = min(full ? sq.capacity : sq.valid + 1, min(k1, p.upd_cols));
+  const int new_slot = full ? sq.capacity - sq.ring + sq.ring_pos : sq.valid;
+  const float lambda = 1.0f / static_cast<float>(sq.window);
+  const std::int32_t* const stable = p.upd_pages + sq.table;
+  const int stride = upd_stride(p.upd_cols);
+  for (int j = threadIdx.x; j < attended; j += W * 32) {
+    float prob = 0.0f;
+    for (int h = 0; h < group; ++h) prob += expf(stash[h * stride + j] - stash_lse[h]);
+    const std::size_t e = sparse::detail::score_elem(stable, p.kv_heads, g, j);
+    float& sc = p.upd_scores[e];
+    sc = j == new_slot ? prob : (1.0f - lambda) * sc + lambda * prob;
+    if (p.upd_positions && j == new_slot) p.upd_positions[e] = sq.position;
+  }
 }
 
 template <int HD, int W, int S, bool kKv8>
 void launch_mma(const DecodeAttentionParams& p, cudaStream_t s) {
-  constexpr int bytes = mma_smem_bytes<HD, kKv8>(W, S);
+  const int bytes = mma_smem_bytes<HD, kKv8>(W, S) +
+                    (p.upd_seqs ? upd_smem_bytes(p.heads / p.kv_heads, p.upd_cols) : 0);
   // Set on every launch: cheap, per device, and safe from several rank threads.
   CUDA_CHECK(cudaFuncSetAttribute(decode_attention_mma_kernel<HD, W, S, kKv8>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -846,39 +898,48 @@ void launch_mma(const DecodeAttentionParams& p, cudaStream_t s) {
       <<<dim3(p.batch, p.kv_heads, p.num_splits), W * 32, bytes, s>>>(p);
 }
 
-// mma_shape -> (warps per block, stages per warp). bf16 (8,704-byte stages at hd 128): (4, 3),
-// (2, 3), (4, 2), (2, 4), (4, 4). e4m3 stages are half the bytes, so the default takes 5 stages:
-// 4 pages of 4 KiB in flight per warp = the bf16 default's 2 of 8 KiB (and 2 blocks per SM,
-// 80 KiB each), then (2, 5), (4, 3), (4, 4) (3 blocks per SM), (8, 3).
-template <int HD, bool kKv8>
-void launch_mma_shape(const DecodeAttentionParams& p, cudaStream_t s) {
+// mma_shape -> (warps per block, stages per warp), f(integral_constant W, integral_constant S).
+// bf16 (8,704-byte stages at hd 128): (4, 3), (2, 3), (4, 2), (2, 4), (4, 4). e4m3 stages are
+// half the bytes, so the default takes 5 stages: 4 pages of 4 KiB in flight per warp = the bf16
+// default's 2 of 8 KiB (and 2 blocks per SM, 80 KiB each), then (2, 5), (4, 3), (4, 4) (3 blocks
+// per SM), (8, 3).
+template <bool kKv8, class F>
+void with_mma_shape(int shape, F&& f) {
+  using std::integral_constant;
   if constexpr (kKv8) {
-    switch (p.mma_shape) {
+    switch (shape) {
       case 0:
-        return launch_mma<HD, 4, 5, true>(p, s);
+        return f(integral_constant<int, 4>{}, integral_constant<int, 5>{});
       case 1:
-        return launch_mma<HD, 2, 5, true>(p, s);
+        return f(integral_constant<int, 2>{}, integral_constant<int, 5>{});
       case 2:
-        return launch_mma<HD, 4, 3, true>(p, s);
+        return f(integral_constant<int, 4>{}, integral_constant<int, 3>{});
       case 3:
-        return launch_mma<HD, 4, 4, true>(p, s);
+        return f(integral_constant<int, 4>{}, integral_constant<int, 4>{});
       default:
-        return launch_mma<HD, 8, 3, true>(p, s);
+        return f(integral_constant<int, 8>{}, integral_constant<int, 3>{});
     }
   } else {
-    switch (p.mma_shape) {
+    switch (shape) {
       case 0:
-        return launch_mma<HD, 4, 3, false>(p, s);
+        return f(integral_constant<int, 4>{}, integral_constant<int, 3>{});
       case 1:
-        return launch_mma<HD, 2, 3, false>(p, s);
+        return f(integral_constant<int, 2>{}, integral_constant<int, 3>{});
       case 2:
-        return launch_mma<HD, 4, 2, false>(p, s);
+        return f(integral_constant<int, 4>{}, integral_constant<int, 2>{});
       case 3:
-        return launch_mma<HD, 2, 4, false>(p, s);
+        return f(integral_constant<int, 2>{}, integral_constant<int, 4>{});
       default:
-        return launch_mma<HD, 4, 4, false>(p, s);
+        return f(integral_constant<int, 4>{}, integral_constant<int, 4>{});
     }
   }
+}
+
+template <int HD, bool kKv8>
+void launch_mma_shape(const DecodeAttentionParams& p, cudaStream_t s) {
+  with_mma_shape<kKv8>(p.mma_shape, [&](auto w, auto st) {
+    launch_mma<HD, decltype(w)::value, decltype(st)::value, kKv8>(p, s);
+  });
 }
 
 // The split-KV merge: one block per (row, head). The splits' (m, l) are staged in shared memory
@@ -941,8 +1002,42 @@ int decode_kernel_from_env() {
   return k;
 }
 
+bool decode_attention_updates_scores(const DecodeAttentionParams& p, int upd_cols) {
+  const int kernel = p.kernel == kDecodeDefault ? decode_kernel_from_env() : p.kernel;
+  const bool tensor_cores = p.kv_pool8 ? kernel != kDecodeTwoPass : kernel == kDecodeMma;
+  if (!tensor_cores || p.num_splits != 1 || upd_cols <= 0 || p.kv_heads <= 0 ||
+      p.heads % p.kv_heads != 0 || p.heads / p.kv_heads > kMaxGroup || p.mma_shape < 0 ||
+      p.mma_shape > 4 || (p.head_dim != 64 && p.head_dim != 128))
+    return false;
+  int base = 0;
+  auto bytes = [&](auto w, auto st) {
+    base = p.head_dim == 64
+               ? (p.kv_pool8 ? mma_smem_bytes<64, true>(decltype(w)::value, decltype(st)::value)
+                             : mma_smem_bytes<64, false>(decltype(w)::value, decltype(st)::value))
+               : (p.kv_pool8 ? mma_smem_bytes<128, true>(decltype(w)::value, decltype(st)::value)
+                             : mma_smem_bytes<128, false>(decltype(w)::value, decltype(st)::value));
+  };
+  if (p.kv_pool8)
+    with_mma_shape<true>(p.mma_shape, bytes);
+  else
+    with_mma_shape<false>(p.mma_shape, bytes);
+  const long long extra = upd_smem_bytes(p.heads / p.kv_heads, upd_cols);
+  int dev = 0, per_sm = 0, reserved = 0, per_block = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (base + extra > per_block) return false;
+  return per_sm / (base + reserved) == per_sm / (base + extra + reserved);
+}
+
 void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s) {
   if (p.batch == 0) return;
+  if (p.upd_seqs && (p.logits || !p.upd_pages || !p.upd_scores ||
+                     !decode_attention_updates_scores(p, p.upd_cols)))
+    throw InternalError(
+        "decode attention: the in-kernel score update does not apply here "
+        "(decode_attention_updates_scores)");
   if (p.kv_heads <= 0 || p.heads % p.kv_heads != 0 || p.heads / p.kv_heads > kMaxGroup)
     throw ConfigError("num_key_value_heads",
                       "decode attention: heads/kv_heads must be an integer <= " +

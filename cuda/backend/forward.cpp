@@ -38,6 +38,41 @@ int mixed_overlap_from_env() {
                         "context's SMs)");
 }
 
+bool sparse_side_from_env() {
+  const char* v = std::getenv("STRATA_SPARSE_SIDE");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "1") return true;
+  if (s == "0") return false;
+  throw ConfigError("STRATA_SPARSE_SIDE",
+                    "'" + s +
+                        "' is not one of: 1 (the scored layers' resolve and score update on a "
+                        "side stream, the default), 0 (on the step's stream)");
+}
+
+bool score_in_attention_from_env() {
+  const char* v = std::getenv("STRATA_SCORE_IN_ATTN");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "1") return true;
+  if (s == "0") return false;
+  throw ConfigError("STRATA_SCORE_IN_ATTN",
+                    "'" + s +
+                        "' is not one of: 1 (the score update inside the decode attention "
+                        "kernel where it applies, the default), 0 (the update kernel)");
+}
+
+void CudaBackendImpl::sparse_side_fork() {
+  CUDA_CHECK(cudaEventRecord(ev_sp_fork, stream));
+  CUDA_CHECK(cudaStreamWaitEvent(side_sparse, ev_sp_fork, 0));
+  sp_pending = true;
+}
+
+void CudaBackendImpl::sparse_side_join() {
+  if (!sp_pending) return;
+  CUDA_CHECK(cudaEventRecord(ev_sp_join, side_sparse));
+  CUDA_CHECK(cudaStreamWaitEvent(stream, ev_sp_join, 0));
+  sp_pending = false;
+}
+
 // Decode of sparse layers (docs/cuda-sparsity.md step 4): per-sequence DecodeSeqs of layer l
 // (policy 0 for full layers and padding rows) in the decode batch order.
 void CudaBackendImpl::decode_sparse_params(int l, int S_dec, int dec_max_slots,
@@ -101,6 +136,19 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
     p.pdl = pdl;
     launch_skinny_fused(p, stream);
   };
+  const std::size_t lrow = static_cast<std::size_t>(l) * max_seqs;
+  sparse::DecodeParams dp;
+  const bool sp_dec = a.sparse_decode && S_dec > 0;
+  // The resolve and the score update on side_sparse (backend_impl.h sparse_side).
+  const bool side = sp_dec && sparse_side && !tp.comm && !prof_on;
+  if (side) {
+    decode_sparse_params(l, S_dec, a.dec_max_slots, dp);
+    // `scored` with a full ring: the oldest ring token moves (or is dropped) BEFORE the new
+    // token overwrites its slot. Reads only the pool, not this step's qkv: beside the norm and
+    // the qkv GEMM, after the previous layer's update queued on the same stream.
+    sparse_side_fork();
+    CUDA_CHECK(sparse::launch_scored_resolve(dp, side_sparse));
+  }
   if (dec_fused) {
     fused_gemm({.w = w.qkv,
                 .N = qkv_dim,
@@ -128,24 +176,25 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
     linear(normed.get(), w.qkv, w.qkv8, qkv.get(), T, qkv_dim, H);
     prof(KernelClass::kGemmQkv);
   }
-  const std::size_t lrow = static_cast<std::size_t>(l) * max_seqs;
-  sparse::DecodeParams dp;
-  const bool sp_dec = a.sparse_decode && S_dec > 0;
   // The score update reads the attention's own logits (no pass over the kept K) when the
   // sparse rows fit the logits buffer; full-cache rows of the same layer write only its first
   // dec_logits_cols columns, which nothing reads.
   const bool fused = sp_dec && fused_score_update(a.dec_max_slots);
   if (sp_dec) {
-    decode_sparse_params(l, S_dec, a.dec_max_slots, dp);
+    if (!side) {
+      decode_sparse_params(l, S_dec, a.dec_max_slots, dp);
+      // `scored` with a full ring: the oldest ring token moves (or is dropped) BEFORE the new
+      // token overwrites its slot. Reads only the pool, not this step's qkv.
+      CUDA_CHECK(sparse::launch_scored_resolve(dp, stream));
+      prof(KernelClass::kSparse);
+    }
     if (fused) {
       dp.logits = dec_logits.get();
       dp.logits_stride = dec_logits_cols;
     }
-    // `scored` with a full ring: the oldest ring token moves (or is dropped) BEFORE the new
-    // token overwrites its slot. Reads only the pool, not this step's qkv.
-    CUDA_CHECK(sparse::launch_scored_resolve(dp, stream));
-    prof(KernelClass::kSparse);
   }
+  // The resolve (and the previous layer's score update) before the K/V write.
+  sparse_side_join();
   // Decode rows write K/V at LayerSlots::decode_slot() (= position on full layers). An fp8
   // pool (cache.kv_dtype fp8) takes e4m3 codes with this layer's scales (cuda/kv_fp8.h).
   const float* kvs = layer_kv_scales(l);  // fp8: [kv_heads][2]; else null
@@ -186,6 +235,7 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
     CUDA_CHECK(cudaStreamWaitEvent(dec_stream, ev_fork, 0));
   }
   const bool sp_pre = lw && lw->pre.num_seqs > 0;
+  const bool sp_shr = lw && lw->shr.num_seqs > 0;
   auto prefill_attention = [&] {
     launch_prefill_attention({.q = qkv.get(),
                               .q_stride = qkv_dim,
@@ -214,34 +264,51 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                              stream);
   };
   if (overlap) prefill_attention();
-  if (S_dec > 0)
-    launch_decode_attention({.q = qkv.get(),
-                             .q_stride = qkv_dim,
-                             .q_row = d_q_row.get(),
-                             .kv_pool = kv_pool.get(),
-                             .page_elems = page_elems,
-                             .block_table = table,
-                             .table_stride = table_stride,
-                             .seq_len = d_seq_len.get() + lrow,
-                             .batch = S_dec,
-                             .num_splits = a.splits,
-                             .part_o = part_o.get(),
-                             .part_ml = part_ml.get(),
-                             .out = attn.get(),
-                             .out_stride = q_dim,
-                             .lse = sp_dec ? dec_lse.get() : nullptr,
-                             .logits = fused ? dec_logits.get() : nullptr,
-                             .logits_stride = fused ? dec_logits_cols : 0,
-                             .heads = mc.num_attention_heads,
-                             .kv_heads = mc.num_key_value_heads,
-                             .head_dim = mc.head_dim,
-                             .scale = scale,
-                             // fp8: the tensor-core kernel on e4m3 pages (attention.h)
-                             .kv_pool8 = kv_pool8.get(),
-                             .kv_scales = kvs},
-                            dec_stream);
+  DecodeAttentionParams dap{.q = qkv.get(),
+                            .q_stride = qkv_dim,
+                            .q_row = d_q_row.get(),
+                            .kv_pool = kv_pool.get(),
+                            .page_elems = page_elems,
+                            .block_table = table,
+                            .table_stride = table_stride,
+                            .seq_len = d_seq_len.get() + lrow,
+                            .batch = S_dec,
+                            .num_splits = a.splits,
+                            .part_o = part_o.get(),
+                            .part_ml = part_ml.get(),
+                            .out = attn.get(),
+                            .out_stride = q_dim,
+                            .lse = sp_dec ? dec_lse.get() : nullptr,
+                            .logits = fused ? dec_logits.get() : nullptr,
+                            .logits_stride = fused ? dec_logits_cols : 0,
+                            .heads = mc.num_attention_heads,
+                            .kv_heads = mc.num_key_value_heads,
+                            .head_dim = mc.head_dim,
+                            .scale = scale,
+                            // fp8: the tensor-core kernel on e4m3 pages (attention.h)
+                            .kv_pool8 = kv_pool8.get(),
+                            .kv_scales = kvs};
+  // The score update inside the attention kernel (backend_impl.h score_in_attention): its
+  // logits stay in shared memory and no update kernel runs.
+  const bool upd_in_attn =
+      fused && score_in_attention && decode_attention_updates_scores(dap, a.dec_max_slots);
+  if (upd_in_attn) {
+    dap.logits = nullptr;
+    dap.logits_stride = 0;
+    dap.upd_seqs = dp.seqs;
+    dap.upd_pages = dp.pages;
+    dap.upd_scores = dp.scores;
+    dap.upd_positions = dp.positions;
+    dap.upd_cols = a.dec_max_slots;
+  }
+  if (S_dec > 0) launch_decode_attention(dap, dec_stream);
   if (S_dec > 0 && !overlap) prof(KernelClass::kAttnDecode);
-  if (sp_dec) {
+  if (upd_in_attn) {
+    // done inside the attention kernel
+  } else if (sp_dec && side && !overlap && !sp_pre && !sp_shr && !taps) {
+    sparse_side_fork();  // after the decode attention's logits and LSE
+    CUDA_CHECK(sparse::launch_scored_update(dp, side_sparse));
+  } else if (sp_dec) {
     CUDA_CHECK(sparse::launch_scored_update(dp, dec_stream));
     if (!overlap) prof(KernelClass::kSparse);
   }
@@ -256,10 +323,12 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
   // Sparse prefill (docs/cuda-sparsity.md steps 1-3): kSelect scores the window queries of
   // this chunk against the prompt in temp pages / scratch, selects and compacts into the
   // layer's pages; direct chunks advance the score averages.
+  // Work on the rows the update writes: the update then ran on `stream` (above); a join in case.
+  if (sp_pre || sp_shr || taps) sparse_side_join();
   if (sp_pre) CUDA_CHECK(sparse::launch_sparse_prefill(lw->pre, stream));
   // Live shrink after the layer's own work (step 5).
-  if (lw && lw->shr.num_seqs > 0) CUDA_CHECK(sparse::launch_sparse_shrink(lw->shr, stream));
-  if (sp_pre || (lw && lw->shr.num_seqs > 0)) prof(KernelClass::kSparse);
+  if (sp_shr) CUDA_CHECK(sparse::launch_sparse_shrink(lw->shr, stream));
+  if (sp_pre || sp_shr) prof(KernelClass::kSparse);
   if (taps) {
     copy_layer_taps(l, T, S_dec, sp_dec);
     prof(KernelClass::kTaps);
@@ -362,6 +431,7 @@ void CudaBackendImpl::forward(const ForwardArgs& a) {
   // others).
   lm_chunk(0, std::min(a.lm_rows, logit_rows), a.argmax);
   prof(KernelClass::kLmHead);
+  sparse_side_join();  // the last layer's score update (beside the lm_head)
   // run.cpp collects once the step's last event completed; prof_on stays set until then.
 }
 

@@ -157,6 +157,9 @@ CudaBackendImpl::CudaBackendImpl(const Config& c, int dev, CudaTpRank tp_rank,
   CUDA_CHECK(cudaStreamCreateWithPriority(&side_lo, cudaStreamNonBlocking, least));
   CUDA_CHECK(cudaEventCreateWithFlags(&ev_fork, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&ev_join, cudaEventDisableTiming));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&side_sparse, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&ev_sp_fork, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&ev_sp_join, cudaEventDisableTiming));
   gemm = std::make_unique<Gemm>(stream);
   build_weights(given_kv_scales);
   check_head_dim(mc.head_dim, "CUDA backend");
@@ -206,6 +209,8 @@ CudaBackendImpl::~CudaBackendImpl() {
   if (ev1_prev) cudaEventDestroy(ev1_prev);
   if (ev_fork) cudaEventDestroy(ev_fork);
   if (ev_join) cudaEventDestroy(ev_join);
+  if (ev_sp_fork) cudaEventDestroy(ev_sp_fork);
+  if (ev_sp_join) cudaEventDestroy(ev_sp_join);
   gemm.reset();
   if (side_green) cudaStreamDestroy(side_green);
   if (green_ctx)
@@ -213,6 +218,7 @@ CudaBackendImpl::~CudaBackendImpl() {
       destroy(static_cast<CUgreenCtx>(green_ctx));
   if (side_hi) cudaStreamDestroy(side_hi);
   if (side_lo) cudaStreamDestroy(side_lo);
+  if (side_sparse) cudaStreamDestroy(side_sparse);
   if (stream) cudaStreamDestroy(stream);
 }
 

@@ -56,6 +56,26 @@ void CudaBackendProbe::set_score_update_from_logits(bool on) {
   b_.graphs.clear();
   b_.score_from_logits = on;
 }
+void CudaBackendProbe::set_sparse_side(bool on) {
+  if (b_.sparse_side == on) return;
+  CUDA_CHECK(cudaSetDevice(b_.device));
+  for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
+  b_.graphs.clear();
+  b_.sparse_side = on;
+}
+bool CudaBackendProbe::sparse_side() const {
+  return b_.sparse_side;
+}
+void CudaBackendProbe::set_score_in_attention(bool on) {
+  if (b_.score_in_attention == on) return;
+  CUDA_CHECK(cudaSetDevice(b_.device));
+  for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
+  b_.graphs.clear();
+  b_.score_in_attention = on;
+}
+bool CudaBackendProbe::score_in_attention() const {
+  return b_.score_in_attention;
+}
 void CudaBackendProbe::set_prefill_fusion(bool on) {
   if (b_.vec_kernels == on) return;
   CUDA_CHECK(cudaSetDevice(b_.device));

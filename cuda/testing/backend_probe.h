@@ -33,6 +33,15 @@ class CudaBackendProbe {
   // recomputed from q and the kept K (the path before issue 18; for A/B benchmarks). Drops
   // the captured graphs, which bake the choice in.
   void set_score_update_from_logits(bool on);
+  // The `scored` layers' resolve and score update on a side stream beside the layer's GEMMs
+  // (default) or on the step's stream (STRATA_SPARSE_SIDE=0; backend_impl.h sparse_side). Drops
+  // the captured graphs, which bake the choice in.
+  void set_sparse_side(bool on);
+  bool sparse_side() const;
+  // The score update inside the decode attention kernel where it applies (default) or in its
+  // own kernel (STRATA_SCORE_IN_ATTN=0; backend_impl.h score_in_attention). Drops the graphs.
+  void set_score_in_attention(bool on);
+  bool score_in_attention() const;
   int graphs_captured() const;
   // Pipelined steps (scheduler.async_steps, cuda/backend/pipeline.cpp): steps launched without
   // waiting, steps run synchronously (a blocker), pending rows fed on the device, and device

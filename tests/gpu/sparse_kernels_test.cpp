@@ -850,6 +850,54 @@ void resolve_and_update(bool fp8) {
     CK(launch_scored_update(p, nullptr));
     CK(cudaDeviceSynchronize());
     check("fused: attention logits");
+    // 4. The update inside the attention kernel (issue 18 item 1; one split, where
+    // decode_attention_updates_scores allows it): in every (warps, stages) shape, the bits of
+    // the one-split logits path (the attention's logits + the update kernel), output included,
+    // and the fp64 reference's values.
+    Dev<float> part_o1(static_cast<std::size_t>(n) * q_heads * hd),
+        part_ml1(static_cast<std::size_t>(n) * q_heads * 2);
+    int in_kernel = 0;
+    for (int shape = 0; shape <= 4; ++shape) {
+      cuda::DecodeAttentionParams a1 = ap;
+      a1.num_splits = 1;
+      a1.part_o = part_o1.p;
+      a1.part_ml = part_ml1.p;
+      a1.kernel = cuda::kDecodeMma;
+      a1.mma_shape = shape;
+      d_scores.up(want.scores);
+      cuda::launch_decode_attention(a1, nullptr);
+      CK(launch_scored_update(p, nullptr));
+      CK(cudaDeviceSynchronize());
+      const auto ref_scores = d_scores.down();
+      const auto ref_out = d_out.down();
+      const auto ref_lse = d_lse.down();
+      if (!cuda::decode_attention_updates_scores(a1, stride)) {
+        std::printf("[sparse] decode update in attention: group %d shape %d does not fit\n", group,
+                    shape);
+        continue;
+      }
+      d_scores.up(want.scores);
+      CK(cudaMemset(d_out.p, 0xff, d_out.n * sizeof(std::uint16_t)));
+      CK(cudaMemset(d_lse.p, 0xff, d_lse.n * sizeof(float)));
+      a1.logits = nullptr;
+      a1.logits_stride = 0;
+      a1.upd_seqs = d_seqs.p;
+      a1.upd_pages = d_pages.p;
+      a1.upd_scores = d_scores.p;
+      a1.upd_cols = stride;
+      cuda::launch_decode_attention(a1, nullptr);
+      CK(cudaDeviceSynchronize());
+      const std::string what = "in attention, shape " + std::to_string(shape);
+      EXPECT_EQ(d_scores.down(), ref_scores) << what << ", group " << group;
+      EXPECT_EQ(d_out.down(), ref_out) << what << " output, group " << group;
+      EXPECT_EQ(d_lse.down(), ref_lse) << what << " LSE, group " << group;
+      check(what.c_str());
+      ++in_kernel;
+    }
+    // The default shape fits for the 8B model's group of 4 at 512 slots (two blocks per SM).
+    if (group <= 4) {
+      EXPECT_GE(in_kernel, 1) << "group " << group;
+    }
     p.logits = nullptr;
   }
 }

@@ -15,6 +15,8 @@
 //    graph-vs-eager and poisoned-vs-zeroed comparisons run two backends in lockstep with layer
 //    taps, printing the first step/layer/buffer that differs (FIRSTDIFF lines; issue 9);
 //  - the census of kept positions (SeqResult::kept) equals the CPU backend's.
+//  - the scored layers' resolve and score update on the side stream and the update inside the
+//    decode attention (the defaults) give the one-stream step's bits: logits, K/V, scores.
 // Bound: relative L2 logit error <= 3e-2 per position (bf16), no NaN. Against the CPU backend
 // the data-dependent policies (snapkv selection, scored evictions) are compared with a bound
 // scaled by how much the policy amplifies a small perturbation (see vs_cpu): their decisions
@@ -488,6 +490,86 @@ TEST(GpuSparseModel, MixedBatchEqualsAloneEager) {
 TEST(GpuSparseModel, MixedBatchEqualsAloneGraphs) {
   REQUIRE_GPU();
   mixed(true);
+}
+
+// Issue 18: the `scored` layers' ring resolve and score update on a side stream beside the
+// layer's GEMMs (CudaBackendProbe::set_sparse_side, STRATA_SPARSE_SIDE), and the score update
+// inside the decode attention kernel (set_score_in_attention, STRATA_SCORE_IN_ATTN; both the
+// default), give the bits of the one-stream step with the update kernel, eager and from graphs.
+// Three sequences decode together (two `scored` whose rings fill and cycle, so most steps
+// resolve, and a `snapkv` that only updates), each prefilled in the first step; one decode split
+// (where the in-kernel update applies). Every row's logits, then every page's K/V and scores
+// after the schedule, are compared bit for bit with the reference backend's.
+TEST(GpuSparseModel, SparseSideStreamAndUpdateInAttentionAreBitwise) {
+  REQUIRE_GPU();
+  const std::string dir = model_dir("tiny", 0);
+  for (bool graphs : {false, true}) {
+    // 0: reference (one stream, update kernel); 1: side stream; 2: side + update in attention.
+    std::vector<std::unique_ptr<CudaBackend>> be;
+    for (int k = 0; k < 3; ++k) {
+      be.push_back(cuda_backend(dir));
+      CudaBackendProbe probe(*be.back());
+      probe.set_cuda_graphs(graphs);
+      probe.set_sparse_graphs(graphs);
+      probe.set_decode_splits(1);
+      probe.set_sparse_side(k >= 1);
+      probe.set_score_in_attention(k == 2);
+    }
+    const ModelConfig& mc = be[0]->model();
+    const int V = mc.vocab_size, N = 96, P = 60;
+    const std::vector<SparsityProfile> profs{profile(Policy::kScored, 40, 8, 4, 1),
+                                             profile(Policy::kSnapKv, 36, 8, 4, 1),
+                                             profile(Policy::kScored, 32, 4, 2, 1)};
+    std::vector<std::vector<StepPlan>> plans;
+    int off = 0;
+    for (std::size_t k = 0; k < profs.size(); ++k) {
+      auto pl = teacher_forcing_plans(mc, ids_for(N, V, static_cast<int>(k) + 21), profs[k], P);
+      shift(pl, off, k + 1);
+      off += teacher_forcing_pages(mc, N, profs[k], P);
+      plans.push_back(std::move(pl));
+    }
+    ASSERT_LE(off, be[0]->info().num_pages);
+    const std::string what = graphs ? "graphs" : "eager";
+    std::vector<int> first_diff(3, -1);
+    for (std::size_t st = 0; st < plans[0].size(); ++st) {
+      StepPlan p;
+      p.step_id = st;
+      for (auto& pl : plans) p.seqs.push_back(pl[st].seqs[0]);
+      std::vector<StepResult> r;
+      for (auto& x : be) r.push_back(x->step(p));
+      for (std::size_t k = 0; k < profs.size(); ++k) {
+        const auto& ref = r[0].seqs.at(k).logits;
+        for (float v : ref) ASSERT_FALSE(std::isnan(v)) << what << " step " << st;
+        for (int c = 1; c < 3; ++c) {
+          const auto& got = r[static_cast<std::size_t>(c)].seqs.at(k).logits;
+          ASSERT_EQ(got.size(), ref.size());
+          if (first_diff[static_cast<std::size_t>(c)] < 0 &&
+              std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)))
+            first_diff[static_cast<std::size_t>(c)] = static_cast<int>(st);
+        }
+      }
+    }
+    std::vector<int> pages(static_cast<std::size_t>(off));
+    for (int i = 0; i < off; ++i) pages[static_cast<std::size_t>(i)] = i;
+    const auto k0 = CudaBackendProbe(*be[0]).read_kv_pages(pages);
+    const auto s0 = CudaBackendProbe(*be[0]).read_score_pages(pages);
+    for (int c = 1; c < 3; ++c) {
+      const std::string cw =
+          what + (c == 1 ? " side stream" : " side stream + update in attention");
+      EXPECT_EQ(first_diff[static_cast<std::size_t>(c)], -1)
+          << cw << ": first step whose logits differ";
+      const auto kc = CudaBackendProbe(*be[static_cast<std::size_t>(c)]).read_kv_pages(pages);
+      const auto sc = CudaBackendProbe(*be[static_cast<std::size_t>(c)]).read_score_pages(pages);
+      ASSERT_EQ(kc.size(), k0.size());
+      ASSERT_EQ(sc.size(), s0.size());
+      EXPECT_EQ(0, std::memcmp(kc.data(), k0.data(), k0.size() * sizeof(k0[0]))) << cw << ": K/V";
+      EXPECT_EQ(0, std::memcmp(sc.data(), s0.data(), s0.size() * sizeof(s0[0])))
+          << cw << ": scores";
+      if (graphs) {
+        EXPECT_GE(CudaBackendProbe(*be[static_cast<std::size_t>(c)]).graphs_captured(), 1);
+      }
+    }
+  }
 }
 
 // Issue 19 item 3: in a step carrying prefill chunks beside decodes, decode attention on a side

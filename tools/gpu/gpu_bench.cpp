@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cache/kv_planner.h"
@@ -26,6 +27,7 @@
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "cuda/sampling.h"
+#include "cuda/sparse/sparse_kernels.h"
 #include "cuda/testing/backend_probe.h"
 #include "cuda/testing/stream_probe.h"
 #include "runtime/config.h"
@@ -166,6 +168,93 @@ void bench_decode_attention(int B, int len, bool with_logits = false) {
           100 * bw / kCopyBw);
       figure("bench_decode_attn_b" + std::to_string(B) + "_s" + std::to_string(splits) + tag +
                  (with_logits ? "_logits" : "") + "_frac_copy_bw",
+             bw / kCopyBw);
+    }
+}
+
+// Issue 18 item 1 at a sparse layer's shape: a `scored` layer's decode attention with its score
+// update (full ring of 32, window 32, every slot attended), one split, the tensor-core kernel
+// in each (warps, stages) shape: (a) the logits written by the attention and read by the update
+// kernel (two launches, timed together), (b) the update inside the attention kernel (the logits
+// kept in shared memory; where decode_attention_updates_scores allows it). Bytes counted: K + V.
+void bench_decode_attention_update(int B, int len) {
+  const int heads = 32, kvh = 8, hd = 128, ring = 32;
+  const KvLayout lay{kvh, hd, 2};
+  const int ppseq = pages_for_slots(len);
+  const std::size_t pages = static_cast<std::size_t>(B) * ppseq;
+  DeviceArray<bf16> pool(pages * lay.page_elems());
+  fill_random(pool.get(), pool.size(), 1);
+  std::vector<int> table(pages), lens(static_cast<std::size_t>(B), len),
+      rows(static_cast<std::size_t>(B));
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
+  std::vector<sparse::DecodeSeq> seqs(static_cast<std::size_t>(B));
+  for (int b = 0; b < B; ++b) {
+    rows[static_cast<std::size_t>(b)] = b;
+    sparse::DecodeSeq& d = seqs[static_cast<std::size_t>(b)];
+    d.policy = 3;  // scored
+    d.capacity = len, d.ring = ring, d.sinks = 4, d.window = 32, d.valid = len;
+    d.ring_pos = b % ring, d.table = b * ppseq, d.q_row = b, d.position = 4096 + b;
+  }
+  auto up = [](const auto& v) {
+    DeviceArray<std::remove_cvref_t<decltype(v[0])>> d(v.size());
+    CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
+    return d;
+  };
+  auto d_table = up(table), d_len = up(lens), d_rows = up(rows);
+  auto d_seqs = up(seqs);
+  DeviceArray<float> scores(pages * lay.score_elems()),
+      logits(static_cast<std::size_t>(B) * heads * len), lse(static_cast<std::size_t>(B) * heads);
+  DeviceArray<std::int32_t> positions(scores.size());
+  CUDA_CHECK(cudaMemset(scores.get(), 0, scores.bytes()));
+  CUDA_CHECK(cudaMemset(positions.get(), 0, positions.bytes()));
+  DeviceArray<bf16> q(static_cast<std::size_t>(B) * heads * hd), out(q.size());
+  fill_random(q.get(), q.size(), 2);
+  DeviceArray<float> po(static_cast<std::size_t>(B) * heads * hd),
+      pml(static_cast<std::size_t>(B) * heads * 2);
+  const double bytes = static_cast<double>(B) * len * kvh * hd * 2 * 2;
+  for (int shape = 0; shape <= 4; ++shape)
+    for (const bool in_attn : {false, true}) {
+      DecodeAttentionParams p{};
+      p.q = q.get(), p.q_stride = heads * hd, p.q_row = d_rows.get(), p.kv_pool = pool.get();
+      p.page_elems = static_cast<long long>(lay.page_elems());
+      p.block_table = d_table.get(), p.table_stride = ppseq, p.seq_len = d_len.get();
+      p.batch = B, p.num_splits = 1, p.part_o = po.get(), p.part_ml = pml.get();
+      p.out = out.get(), p.out_stride = heads * hd, p.lse = lse.get();
+      p.heads = heads, p.kv_heads = kvh, p.head_dim = hd, p.scale = 1.0f / std::sqrt(128.0f);
+      p.kernel = kDecodeMma, p.mma_shape = shape;
+      sparse::DecodeParams dp;
+      dp.seqs = d_seqs.get(), dp.num_seqs = B, dp.max_slots = len, dp.q_heads = heads;
+      dp.kv_heads = kvh, dp.head_dim = hd, dp.scale = p.scale, dp.pool = pool.get();
+      dp.scores = scores.get(), dp.positions = positions.get(), dp.pages = d_table.get();
+      dp.page_elems = lay.page_elems(), dp.q = q.get(), dp.lse = lse.get();
+      dp.logits = logits.get(), dp.logits_stride = len;
+      if (in_attn) {
+        if (!decode_attention_updates_scores(p, len)) {
+          std::printf(
+              "decode attention B=%d len=%d mma shape %d: no in-kernel update (shared "
+              "memory)\n",
+              B, len, shape);
+          continue;
+        }
+        p.upd_seqs = d_seqs.get(), p.upd_pages = d_table.get(), p.upd_scores = scores.get();
+        p.upd_positions = positions.get(), p.upd_cols = len;
+      } else {
+        p.logits = logits.get(), p.logits_stride = len;
+      }
+      const double ms = median_ms(
+          [&] {
+            launch_decode_attention(p, nullptr);
+            if (!in_attn) CUDA_CHECK(sparse::launch_scored_update(dp, nullptr));
+          },
+          3, 20);
+      const double bw = bytes / (ms * 1e-3);
+      std::printf(
+          "decode attention B=%d len=%d 32/8 hd128 splits=1 mma shape %d + score update %s: "
+          "%.3f ms, %.3g GB KV, %.2f TB/s = %.1f%% of 4.27\n",
+          B, len, shape, in_attn ? "in the attention kernel" : "(logits + update kernel)", ms,
+          bytes / 1e9, bw / 1e12, 100 * bw / kCopyBw);
+      figure("bench_decode_attn_b" + std::to_string(B) + "_s1_mma" + std::to_string(shape) +
+                 (in_attn ? "_update_in_attn" : "_update_kernel") + "_frac_copy_bw",
              bw / kCopyBw);
     }
 }
@@ -946,9 +1035,23 @@ void bench_sparse() {
   probe.set_score_update_from_logits(false);
   const double ms_sparse = run(rules, &kv_sparse, "sparse_step_recompute");
   probe.set_score_update_from_logits(true);
+  // The resolve and the update on the step's stream, then on the side stream (the default):
+  // the A/B of issue 18's sparse_side in one process.
+  // Before issue 18's last two changes (the update kernel, one stream), the update inside the
+  // attention on one stream, then both (the default).
+  const bool side = probe.sparse_side(), in_attn = probe.score_in_attention();
+  probe.set_sparse_side(false);
+  probe.set_score_in_attention(false);
+  const double ms_fused_kernel = run(rules, &kv_sparse, "sparse_step_fused_kernel");
+  probe.set_score_in_attention(true);
+  const double ms_fused_serial = run(rules, &kv_sparse, "sparse_step_fused_serial");
+  probe.set_sparse_side(true);
   const double ms_fused = run(rules, &kv_sparse, "sparse_step_fused");
+  probe.set_sparse_side(side);
+  probe.set_score_in_attention(in_attn);
   const double ms_full = run(full_rules, &kv_full, "sparse_step_full");
-  if (ms_sparse < 0 || ms_fused < 0 || ms_full < 0) return;
+  if (ms_sparse < 0 || ms_fused < 0 || ms_fused_serial < 0 || ms_fused_kernel < 0 || ms_full < 0)
+    return;
   const double wbytes = static_cast<double>(be.info().weight_bytes) -
                         static_cast<double>(mc.vocab_size) * mc.hidden_size * 2;  // embed rows
   const double floor_sparse = (wbytes + kv_sparse) / kCopyBw * 1e3;
@@ -973,6 +1076,17 @@ void bench_sparse() {
       "sparse decode step 8B B=%d, score update from the attention's logits (default): %.3f ms "
       "-> %.2fx floor; %.3f ms less than recomputing q . k; speed-up over the full cache %.2fx\n",
       B, ms_fused, ms_fused / floor_sparse, ms_sparse - ms_fused, ms_full / ms_fused);
+  std::printf(
+      "sparse decode step 8B B=%d, update kernel on one stream: %.3f ms -> %.2fx floor; update "
+      "in the attention kernel: %.3f ms -> %.2fx; + resolve on the side stream (default): %.3f "
+      "ms -> %.2fx (%.3f ms less than the first)\n",
+      B, ms_fused_kernel, ms_fused_kernel / floor_sparse, ms_fused_serial,
+      ms_fused_serial / floor_sparse, ms_fused, ms_fused / floor_sparse,
+      ms_fused_kernel - ms_fused);
+  figure("bench_sparse_decode_8b_b64_fused_kernel_ms", ms_fused_kernel);
+  figure("bench_sparse_decode_8b_b64_fused_kernel_x_floor", ms_fused_kernel / floor_sparse);
+  figure("bench_sparse_decode_8b_b64_fused_serial_ms", ms_fused_serial);
+  figure("bench_sparse_decode_8b_b64_fused_serial_x_floor", ms_fused_serial / floor_sparse);
   figure("bench_sparse_decode_8b_b64_fused_ms", ms_fused);
   figure("bench_sparse_decode_8b_b64_fused_x_floor", ms_fused / floor_sparse);
   figure("bench_sparse_decode_8b_b64_fused_speedup", ms_full / ms_fused);
@@ -1200,9 +1314,11 @@ int main(int argc, char** argv) {
   try {
     if (what == "all" || what == "kernels" || what == "decode-attn") {
       bench_decode_attention(64, 4096);
-      bench_decode_attention(256, 512);        // a sparse layer's shape (issue 18)
-      bench_decode_attention(256, 512, true);  // ... with the fused update's logits
-      bench_decode_attention_fp8(64, 4096);    // FP8 KV (issue 21)
+      bench_decode_attention(256, 512);         // a sparse layer's shape (issue 18)
+      bench_decode_attention(256, 512, true);   // ... with the fused update's logits
+      bench_decode_attention_update(256, 512);  // ... with the update (kernel / in attention)
+      bench_decode_attention_update(64, 512);   // the sparse layers of gpu_bench sparse
+      bench_decode_attention_fp8(64, 4096);     // FP8 KV (issue 21)
       bench_decode_attention_fp8(256, 512);
     }
     if (what == "all" || what == "kernels") {

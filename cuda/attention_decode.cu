@@ -682,6 +682,24 @@ struct MmaE4m3Kv {
 template <int HD, bool kKv8>
 using MmaKv = std::conditional_t<kKv8, MmaE4m3Kv<HD>, MmaBf16Kv<HD>>;
 
+// A decode row's in-kernel score update (sparse::launch_scored_update's rule): the slots it
+// updates (0 for full layers and padding, policy 0), the new token's slot, 1/alpha.
+struct UpdRow {
+  int attended = 0, new_slot = 0, table = 0, position = 0;
+  float lambda = 0.0f;
+};
+__device__ __forceinline__ UpdRow upd_row(const sparse::DecodeSeq& sq, int k1, int cols) {
+  UpdRow r;
+  if (sq.policy == 0) return r;
+  const bool full = sq.ring > 0 && sq.valid == sq.capacity;
+  r.attended = min(full ? sq.capacity : sq.valid + 1, min(k1, cols));
+  r.new_slot = full ? sq.capacity - sq.ring + sq.ring_pos : sq.valid;
+  r.table = sq.table;
+  r.position = sq.position;
+  r.lambda = 1.0f / static_cast<float>(sq.window);
+  return r;
+}
+
 template <int HD, bool kKv8>
 constexpr int mma_smem_bytes(int warps, int stages) {
   const int pipe = warps * stages * MmaKv<HD, kKv8>::kStageBytes;
@@ -690,10 +708,11 @@ constexpr int mma_smem_bytes(int warps, int stages) {
 }
 
 // The in-kernel score update's shared memory after the ring / merge region: the kept logits,
-// [group][upd_stride(cols)] fp32 (rows padded by 8 floats so the four rows' 32-byte writes of
-// one instruction fall on different banks), then the group's LSE (8 floats).
+// [group][upd_stride(cols)] fp32 (rows rounded up to 16 bytes, then padded by 8 floats so the
+// four rows' 32-byte writes of one instruction fall on different banks), then the group's LSE
+// (8 floats).
 __host__ __device__ constexpr int upd_stride(int cols) {
-  return cols + 8;
+  return (cols + 3) / 4 * 4 + 8;  // 16-byte rows (float2 stores at even columns), + 8 banks
 }
 __host__ __device__ constexpr int upd_smem_bytes(int group, int cols) {
   return cols > 0 ? (group * upd_stride(cols) + 8) * 4 : 0;
@@ -826,6 +845,22 @@ __global__ void __launch_bounds__(W * 32)
       sO[(warp * 8 + qr) * HD + Kv::o_dim(d, qc, 1)] = o[d][1];
     }
   }
+  // The in-kernel update's first kUpdAhead scores of this thread, loaded now (the accumulators
+  // are dead) so that their latency overlaps the merge instead of ending the block.
+  constexpr int kUpdAhead = 4;
+  float sc_ahead[kUpdAhead];
+  UpdRow ur{};
+  if (upd) {
+    ur = upd_row(p.upd_seqs[b], k1, p.upd_cols);
+#pragma unroll
+    for (int k = 0; k < kUpdAhead; ++k) {
+      const int j = threadIdx.x + k * W * 32;
+      sc_ahead[k] =
+          j < ur.attended
+              ? p.upd_scores[sparse::detail::score_elem(p.upd_pages + ur.table, p.kv_heads, g, j)]
+              : 0.0f;
+    }
+  }
   __syncthreads();
   // e4m3: the V scale, folded out of the sums (bf16: nothing).
   const float v_scale = kKv8 ? p.kv_scales[g * 2 + 1] : 1.0f;
@@ -869,22 +904,22 @@ __global__ void __launch_bounds__(W * 32)
   // The score update of sparse::launch_scored_update from the kept logits (its arithmetic and
   // order: the group's heads summed in index order, expf of logit - LSE).
   __syncthreads();  // stash_lse written above; every warp's logits stashed before the merge
-  const sparse::DecodeSeq& sq = p.upd_seqs[b];
-  if (sq.policy == 0) return;  // full layer / padding
-  const bool full = sq.ring > 0 && sq.valid == sq.capacity;
-  const int attended = min(full ? sq.capacity : sq.valid + 1, min(k1, p.upd_cols));
-  const int new_slot = full ? sq.capacity - sq.ring + sq.ring_pos : sq.valid;
-  const float lambda = 1.0f / static_cast<float>(sq.window);
-  const std::int32_t* const stable = p.upd_pages + sq.table;
+  const std::int32_t* const stable = p.upd_pages + ur.table;
   const int stride = upd_stride(p.upd_cols);
-  for (int j = threadIdx.x; j < attended; j += W * 32) {
+  auto update = [&](int j, float old) {
     float prob = 0.0f;
     for (int h = 0; h < group; ++h) prob += expf(stash[h * stride + j] - stash_lse[h]);
     const std::size_t e = sparse::detail::score_elem(stable, p.kv_heads, g, j);
-    float& sc = p.upd_scores[e];
-    sc = j == new_slot ? prob : (1.0f - lambda) * sc + lambda * prob;
-    if (p.upd_positions && j == new_slot) p.upd_positions[e] = sq.position;
+    p.upd_scores[e] = j == ur.new_slot ? prob : (1.0f - ur.lambda) * old + ur.lambda * prob;
+    if (p.upd_positions && j == ur.new_slot) p.upd_positions[e] = ur.position;
+  };
+#pragma unroll
+  for (int k = 0; k < kUpdAhead; ++k) {
+    const int j = threadIdx.x + k * W * 32;
+    if (j < ur.attended) update(j, sc_ahead[k]);
   }
+  for (int j = threadIdx.x + kUpdAhead * W * 32; j < ur.attended; j += W * 32)
+    update(j, p.upd_scores[sparse::detail::score_elem(stable, p.kv_heads, g, j)]);
 }
 
 template <int HD, int W, int S, bool kKv8>

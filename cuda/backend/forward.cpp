@@ -141,15 +141,18 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
   const bool sp_dec = a.sparse_decode && S_dec > 0;
   // The resolve and the score update on side_sparse (backend_impl.h sparse_side).
   const bool side = sp_dec && sparse_side && !tp.comm && !prof_on;
-  if (side) {
+  // `scored` with a full ring: the oldest ring token moves (or is dropped) BEFORE the new token
+  // overwrites its slot. Reads only the pool, not this step's qkv: on the side stream beside the
+  // qkv GEMM (forked after the input norm, which is on the critical path; after the previous
+  // layer's update if one is queued there).
+  auto side_resolve = [&] {
+    if (!side) return;
     decode_sparse_params(l, S_dec, a.dec_max_slots, dp);
-    // `scored` with a full ring: the oldest ring token moves (or is dropped) BEFORE the new
-    // token overwrites its slot. Reads only the pool, not this step's qkv: beside the norm and
-    // the qkv GEMM, after the previous layer's update queued on the same stream.
     sparse_side_fork();
     CUDA_CHECK(sparse::launch_scored_resolve(dp, side_sparse));
-  }
+  };
   if (dec_fused) {
+    side_resolve();
     fused_gemm({.w = w.qkv,
                 .N = qkv_dim,
                 .K = H,
@@ -173,6 +176,7 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                     .vec = vec_kernels},
                    stream);
     prof(KernelClass::kNorm);
+    side_resolve();
     linear(normed.get(), w.qkv, w.qkv8, qkv.get(), T, qkv_dim, H);
     prof(KernelClass::kGemmQkv);
   }

@@ -563,6 +563,21 @@ double graph_median_ms(cudaStream_t s, const std::function<void()>& f, int warm,
   return ms;
 }
 
+// gpu_bench copy: the device-to-device copy ceiling of this GPU (bytes read + written per
+// second, 1 GiB copies, median of 20): 4.27 TB/s on the H200 of GPU.md; the ratio figures of the
+// other benches stay against that number, so a run on another card prints its own here.
+void bench_copy() {
+  const std::size_t n = std::size_t{1} << 30;
+  DeviceArray<std::uint8_t> a(n), b(n);
+  CUDA_CHECK(cudaMemset(a.get(), 1, n));
+  const double ms = median_ms(
+      [&] { CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice)); }, 3, 20);
+  const double tbs = 2.0 * static_cast<double>(n) / (ms * 1e-3) / 1e12;
+  std::printf("device copy 1 GiB: %.3f ms, %.3f TB/s (read + write) = %.1f%% of the H200's 4.27\n",
+              ms, tbs, 100 * tbs * 1e12 / kCopyBw);
+  figure("bench_copy_tbs", tbs);
+}
+
 // gpu_bench stream-probe (issue 20 item 2, issue 18): the small-row GEMMs' weight access
 // patterns with no arithmetic (cuda/testing/stream_probe.h), as % of the 4.27 TB/s copy ceiling,
 // over the 8B gate_up shape (117 MB of e4m3 codes: one launch reads more than the L2 holds) and
@@ -1046,6 +1061,9 @@ void bench_sparse() {
   probe.set_score_in_attention(true);
   const double ms_fused_serial = run(rules, &kv_sparse, "sparse_step_fused_serial");
   probe.set_sparse_side(true);
+  probe.set_score_in_attention(false);
+  const double ms_fused_side_kernel = run(rules, &kv_sparse, "sparse_step_fused_side_kernel");
+  probe.set_score_in_attention(true);
   const double ms_fused = run(rules, &kv_sparse, "sparse_step_fused");
   probe.set_sparse_side(side);
   probe.set_score_in_attention(in_attn);
@@ -1083,6 +1101,11 @@ void bench_sparse() {
       B, ms_fused_kernel, ms_fused_kernel / floor_sparse, ms_fused_serial,
       ms_fused_serial / floor_sparse, ms_fused, ms_fused / floor_sparse,
       ms_fused_kernel - ms_fused);
+  std::printf(
+      "sparse decode step 8B B=%d, side stream with the update kernel (resolve and update "
+      "beside): %.3f ms -> %.2fx floor\n",
+      B, ms_fused_side_kernel, ms_fused_side_kernel / floor_sparse);
+  figure("bench_sparse_decode_8b_b64_fused_side_kernel_ms", ms_fused_side_kernel);
   figure("bench_sparse_decode_8b_b64_fused_kernel_ms", ms_fused_kernel);
   figure("bench_sparse_decode_8b_b64_fused_kernel_x_floor", ms_fused_kernel / floor_sparse);
   figure("bench_sparse_decode_8b_b64_fused_serial_ms", ms_fused_serial);
@@ -1343,6 +1366,7 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "gemm-fp8") bench_gemm_fp8();
     if (what == "gemm-fp8-graph") bench_gemm_fp8_graph();
     if (what == "stream-probe") bench_stream_probe();
+    if (what == "all" || what == "copy") bench_copy();
     if (what == "all" || what == "sampling") bench_sampling();
     if (what == "all" || what == "model") bench_model();
     if (what == "all" || what == "sparse") bench_sparse();

@@ -38,26 +38,29 @@ int mixed_overlap_from_env() {
                         "context's SMs)");
 }
 
-bool sparse_side_from_env() {
-  const char* v = std::getenv("STRATA_SPARSE_SIDE");
+namespace {
+// A switch on by default read from the environment: unset, empty or 1 on, 0 off, else an error
+// that says what each value does.
+bool on_unless_zero(const char* name, const std::string& on, const std::string& off) {
+  const char* v = std::getenv(name);
   const std::string s = v ? v : "";
   if (s.empty() || s == "1") return true;
   if (s == "0") return false;
-  throw ConfigError("STRATA_SPARSE_SIDE",
-                    "'" + s +
-                        "' is not one of: 1 (the scored layers' resolve and score update on a "
-                        "side stream, the default), 0 (on the step's stream)");
+  throw ConfigError(name,
+                    "'" + s + "' is not one of: 1 (" + on + ", the default), 0 (" + off + ")");
+}
+}  // namespace
+
+bool sparse_side_from_env() {
+  return on_unless_zero("STRATA_SPARSE_SIDE",
+                        "the scored layers' resolve and score update on a side stream",
+                        "on the step's stream");
 }
 
 bool score_in_attention_from_env() {
-  const char* v = std::getenv("STRATA_SCORE_IN_ATTN");
-  const std::string s = v ? v : "";
-  if (s.empty() || s == "1") return true;
-  if (s == "0") return false;
-  throw ConfigError("STRATA_SCORE_IN_ATTN",
-                    "'" + s +
-                        "' is not one of: 1 (the score update inside the decode attention "
-                        "kernel where it applies, the default), 0 (the update kernel)");
+  return on_unless_zero("STRATA_SCORE_IN_ATTN",
+                        "the score update inside the decode attention kernel where it applies",
+                        "the update kernel");
 }
 
 void CudaBackendImpl::sparse_side_fork() {

@@ -16,6 +16,15 @@ namespace strata::cuda {
 
 CudaBackendProbe::CudaBackendProbe(CudaBackend& be) : b_(*be.impl_) {}
 
+namespace {
+// A setting the captured graphs bake in changes: they are dropped (recaptured on next use).
+void drop_graphs(CudaBackendImpl& b) {
+  CUDA_CHECK(cudaSetDevice(b.device));
+  for (auto& [k, g] : b.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
+  b.graphs.clear();
+}
+}  // namespace
+
 std::vector<float> CudaBackendProbe::weight_to_host(const std::string& name) const {
   auto it = b_.by_name.find(name);
   if (it == b_.by_name.end()) throw ModelError("CUDA backend: no weight named " + name);
@@ -51,16 +60,12 @@ void CudaBackendProbe::set_decode_splits(int n) {
 }
 void CudaBackendProbe::set_score_update_from_logits(bool on) {
   if (b_.score_from_logits == on) return;
-  CUDA_CHECK(cudaSetDevice(b_.device));
-  for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
-  b_.graphs.clear();
+  drop_graphs(b_);
   b_.score_from_logits = on;
 }
 void CudaBackendProbe::set_sparse_side(bool on) {
   if (b_.sparse_side == on) return;
-  CUDA_CHECK(cudaSetDevice(b_.device));
-  for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
-  b_.graphs.clear();
+  drop_graphs(b_);
   b_.sparse_side = on;
 }
 bool CudaBackendProbe::sparse_side() const {
@@ -68,9 +73,7 @@ bool CudaBackendProbe::sparse_side() const {
 }
 void CudaBackendProbe::set_score_in_attention(bool on) {
   if (b_.score_in_attention == on) return;
-  CUDA_CHECK(cudaSetDevice(b_.device));
-  for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
-  b_.graphs.clear();
+  drop_graphs(b_);
   b_.score_in_attention = on;
 }
 bool CudaBackendProbe::score_in_attention() const {
@@ -78,9 +81,7 @@ bool CudaBackendProbe::score_in_attention() const {
 }
 void CudaBackendProbe::set_prefill_fusion(bool on) {
   if (b_.vec_kernels == on) return;
-  CUDA_CHECK(cudaSetDevice(b_.device));
-  for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
-  b_.graphs.clear();
+  drop_graphs(b_);
   b_.vec_kernels = on;
 }
 bool CudaBackendProbe::prefill_fusion() const {
@@ -94,9 +95,7 @@ bool CudaBackendProbe::residual_epilogue() const {
 }
 void CudaBackendProbe::set_decode_fusion(int mode) {
   if (b_.decode_fusion == mode) return;
-  CUDA_CHECK(cudaSetDevice(b_.device));
-  for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
-  b_.graphs.clear();
+  drop_graphs(b_);
   b_.decode_fusion = mode;
 }
 int CudaBackendProbe::decode_fusion() const {
@@ -104,9 +103,7 @@ int CudaBackendProbe::decode_fusion() const {
 }
 void CudaBackendProbe::set_skinny_gemm(bool on) {
   if (b_.gemm->skinny() == on) return;
-  CUDA_CHECK(cudaSetDevice(b_.device));
-  for (auto& [k, g] : b_.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
-  b_.graphs.clear();
+  drop_graphs(b_);
   b_.gemm->set_skinny(on);
 }
 void CudaBackendProbe::set_mixed_overlap(int mode) {

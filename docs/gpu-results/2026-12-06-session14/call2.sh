@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fourteenth session, call 2 (bundle build/s14b): the scored layers' score update inside the decode
+# Fourteenth session, call 2 (bundle build/s14c): the scored layers' score update inside the decode
 # attention kernel and the resolve on a side stream (issue 18). Correctness first (sparse kernels
 # and model tests: the new bitwise comparisons against the one-stream update-kernel path), then
 # gpu_bench sparse (the A/B of the two changes in one process) and decode-attn (the update at
@@ -8,7 +8,7 @@
 set -u
 O=$OUT; t0=$(date +%s); L=$O/logs; mkdir -p $L
 el() { echo $(( $(date +%s) - t0 )); }
-K=$PWD/build/s14b; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; B=$K/bin; head -3 $K/COMMIT
+K=$PWD/build/s14c; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; B=$K/bin; head -3 $K/COMMIT
 t() { local name=$1 to=$2; shift 2; timeout $to "$@" --gtest_color=no > $L/$name.log 2>&1; echo "$name rc=$? ($(el) s)"; grep -E "^\[  FAILED|^\[  PASSED|Failure|does not fit" $L/$name.log | head -12; }
 t sparse_kernels 60 $B/gpu_sparse_kernels_test
 t sparse_model 150 $B/gpu_sparse_model_test

@@ -39,28 +39,28 @@ int mixed_overlap_from_env() {
 }
 
 namespace {
-// A switch on by default read from the environment: unset, empty or 1 on, 0 off, else an error
+// A switch off by default read from the environment: unset, empty or 0 off, 1 on, else an error
 // that says what each value does.
-bool on_unless_zero(const char* name, const std::string& on, const std::string& off) {
+bool on_if_one(const char* name, const std::string& on, const std::string& off) {
   const char* v = std::getenv(name);
   const std::string s = v ? v : "";
-  if (s.empty() || s == "1") return true;
-  if (s == "0") return false;
+  if (s.empty() || s == "0") return false;
+  if (s == "1") return true;
   throw ConfigError(name,
-                    "'" + s + "' is not one of: 1 (" + on + ", the default), 0 (" + off + ")");
+                    "'" + s + "' is not one of: 1 (" + on + "), 0 (" + off + ", the default)");
 }
 }  // namespace
 
 bool sparse_side_from_env() {
-  return on_unless_zero("STRATA_SPARSE_SIDE",
-                        "the scored layers' resolve and score update on a side stream",
-                        "on the step's stream");
+  return on_if_one("STRATA_SPARSE_SIDE",
+                   "the scored layers' resolve and score update on a side stream",
+                   "on the step's stream");
 }
 
 bool score_in_attention_from_env() {
-  return on_unless_zero("STRATA_SCORE_IN_ATTN",
-                        "the score update inside the decode attention kernel where it applies",
-                        "the update kernel");
+  return on_if_one("STRATA_SCORE_IN_ATTN",
+                   "the score update inside the decode attention kernel where it applies",
+                   "the update kernel");
 }
 
 void CudaBackendImpl::sparse_side_fork() {

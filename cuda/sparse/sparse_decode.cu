@@ -15,30 +15,24 @@ namespace {
 
 using namespace detail;
 
-// One warp per (sequence, KV head), kResolveWarps heads per block: at batch 64 on the 8B shape
-// 64 blocks of 256 threads (one block of 256 per head before: 512), so that beside the qkv GEMM
-// (the CUDA backend's side stream) the resolve holds few SMs' slots. The same argmin and moves.
-constexpr int kResolveWarps = 8;
+constexpr int kResolveThreads = 256;
 
 __device__ __forceinline__ bool ring_full(const DecodeSeq& s) {
   return s.ring > 0 && s.valid == s.capacity;
 }
 
-__global__ void __launch_bounds__(kResolveWarps * 32) resolve_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kResolveThreads) resolve_kernel(const DecodeParams p) {
   const DecodeSeq& s = p.seqs[blockIdx.y];
   if (s.policy != kPolicyScored || !ring_full(s)) return;
-  const int g = blockIdx.x * kResolveWarps + static_cast<int>(threadIdx.x) / 32;
-  if (g >= p.kv_heads) return;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = blockIdx.x;
+  const int tid = threadIdx.x;
   const std::int32_t* table = p.pages + s.table;
   const int oldest = s.capacity - s.ring + s.ring_pos;
   const int lo = s.sinks, hi = s.capacity - s.ring;  // unprotected selected slots
-  if (hi <= lo) return;  // never for a valid rule (C >= sinks + alpha + 1)
 
-  // argmin (score, then slot) as a 64-bit minimum, the same over every lane after the butterfly.
+  // argmin (score, then slot) as a 64-bit minimum.
   std::uint64_t best = ~0ull;
-#pragma unroll 4
-  for (int j = lo + lane; j < hi; j += 32) {
+  for (int j = lo + tid; j < hi; j += kResolveThreads) {
     const float v = p.scores[score_elem(table, p.kv_heads, g, j)];
     const std::uint64_t key =
         (static_cast<std::uint64_t>(ordered_bits(v)) << 32) | static_cast<std::uint32_t>(j);
@@ -48,24 +42,37 @@ __global__ void __launch_bounds__(kResolveWarps * 32) resolve_kernel(const Decod
     const std::uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
     best = other < best ? other : best;
   }
-  const int slot = static_cast<int>(best & 0xFFFFFFFFu);
-  const std::size_t e_slot = score_elem(table, p.kv_heads, g, slot),
-                    e_old = score_elem(table, p.kv_heads, g, oldest);
-  const float low = p.scores[e_slot], leaver = p.scores[e_old];
-  if (!(leaver > low)) return;  // the leaver is dropped (uniform over the warp)
-  __syncwarp();                 // every lane read the two scores before lane 0 writes
-  if (lane == 0) {
-    p.scores[e_slot] = leaver;
-    if (p.positions) p.positions[e_slot] = p.positions[e_old];
+  __shared__ std::uint64_t warp_best[kResolveThreads / 32];
+  __shared__ int victim;
+  if (tid % 32 == 0) warp_best[tid / 32] = best;
+  __syncthreads();
+  if (tid == 0) {
+    std::uint64_t m = warp_best[0];
+    for (int w = 1; w < kResolveThreads / 32; ++w) m = warp_best[w] < m ? warp_best[w] : m;
+    victim = -1;
+    if (hi > lo) {  // always true for a valid rule (C >= sinks + alpha + 1)
+      const int slot = static_cast<int>(m & 0xFFFFFFFFu);
+      const float low = p.scores[score_elem(table, p.kv_heads, g, slot)];
+      const float leaver = p.scores[score_elem(table, p.kv_heads, g, oldest)];
+      if (leaver > low) {
+        victim = slot;
+        p.scores[score_elem(table, p.kv_heads, g, victim)] = leaver;
+        if (p.positions)
+          p.positions[score_elem(table, p.kv_heads, g, victim)] =
+              p.positions[score_elem(table, p.kv_heads, g, oldest)];
+      }
+    }
   }
+  __syncthreads();
+  if (victim < 0) return;
   for (int part = 0; part < 2; ++part) {
     const bool v = part == 1;
-    const std::size_t to = kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, slot, v);
+    const std::size_t to = kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, victim, v);
     const std::size_t from = kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, oldest, v);
     if (p.pool8)  // FP8 KV: the leaver's codes as they are (fixed scales)
-      copy_row8(p.pool8 + to, p.pool8 + from, p.head_dim, lane, 32);
+      copy_row8(p.pool8 + to, p.pool8 + from, p.head_dim, tid, kResolveThreads);
     else
-      copy_row(p.pool + to, p.pool + from, p.head_dim, lane, 32);
+      copy_row(p.pool + to, p.pool + from, p.head_dim, tid, kResolveThreads);
   }
 }
 
@@ -172,8 +179,7 @@ __global__ void __launch_bounds__(kLogitThreads) update_from_logits_kernel(const
 cudaError_t launch_scored_resolve(const DecodeParams& p, cudaStream_t stream) {
   if (p.num_seqs <= 0) return cudaSuccess;
   if (p.head_dim % (p.pool8 ? 16 : 8) != 0) return cudaErrorInvalidValue;
-  resolve_kernel<<<dim3((p.kv_heads + kResolveWarps - 1) / kResolveWarps, p.num_seqs),
-                   kResolveWarps * 32, 0, stream>>>(p);
+  resolve_kernel<<<dim3(p.kv_heads, p.num_seqs), kResolveThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -34,12 +34,12 @@ class CudaBackendProbe {
   // the captured graphs, which bake the choice in.
   void set_score_update_from_logits(bool on);
   // The `scored` layers' resolve and score update on a side stream beside the layer's GEMMs
-  // (default) or on the step's stream (STRATA_SPARSE_SIDE=0; backend_impl.h sparse_side). Drops
+  // or on the step's stream (the default; STRATA_SPARSE_SIDE; backend_impl.h sparse_side). Drops
   // the captured graphs, which bake the choice in.
   void set_sparse_side(bool on);
   bool sparse_side() const;
-  // The score update inside the decode attention kernel where it applies (default) or in its
-  // own kernel (STRATA_SCORE_IN_ATTN=0; backend_impl.h score_in_attention). Drops the graphs.
+  // The score update inside the decode attention kernel where it applies, or in its own kernel
+  // (the default; STRATA_SCORE_IN_ATTN; backend_impl.h score_in_attention). Drops the graphs.
   void set_score_in_attention(bool on);
   bool score_in_attention() const;
   int graphs_captured() const;

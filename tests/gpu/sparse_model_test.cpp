@@ -16,7 +16,7 @@
 //    taps, printing the first step/layer/buffer that differs (FIRSTDIFF lines; issue 9);
 //  - the census of kept positions (SeqResult::kept) equals the CPU backend's.
 //  - the scored layers' resolve and score update on the side stream and the update inside the
-//    decode attention (the defaults) give the one-stream step's bits: logits, K/V, scores.
+//    decode attention (both opt-in) give the one-stream step's bits: logits, K/V, scores.
 // Bound: relative L2 logit error <= 3e-2 per position (bf16), no NaN. Against the CPU backend
 // the data-dependent policies (snapkv selection, scored evictions) are compared with a bound
 // scaled by how much the policy amplifies a small perturbation (see vs_cpu): their decisions
@@ -494,8 +494,8 @@ TEST(GpuSparseModel, MixedBatchEqualsAloneGraphs) {
 
 // Issue 18: the `scored` layers' ring resolve and score update on a side stream beside the
 // layer's GEMMs (CudaBackendProbe::set_sparse_side, STRATA_SPARSE_SIDE), and the score update
-// inside the decode attention kernel (set_score_in_attention, STRATA_SCORE_IN_ATTN; both the
-// default), give the bits of the one-stream step with the update kernel, eager and from graphs.
+// inside the decode attention kernel (set_score_in_attention, STRATA_SCORE_IN_ATTN; both off
+// by default), give the bits of the one-stream step with the update kernel, eager and from graphs.
 // Three sequences decode together (two `scored` whose rings fill and cycle, so most steps
 // resolve, and a `snapkv` that only updates), each prefilled in the first step; one decode split
 // (where the in-kernel update applies). Every row's logits, then every page's K/V and scores

@@ -1050,25 +1050,23 @@ void bench_sparse() {
   probe.set_score_update_from_logits(false);
   const double ms_sparse = run(rules, &kv_sparse, "sparse_step_recompute");
   probe.set_score_update_from_logits(true);
-  // The resolve and the update on the step's stream, then on the side stream (the default):
-  // the A/B of issue 18's sparse_side in one process.
-  // Before issue 18's last two changes (the update kernel, one stream), the update inside the
-  // attention on one stream, then both (the default).
+  // The default (the update kernel, one stream), then issue 18's two opt-in switches: the update
+  // inside the attention, the resolve (and the update kernel) on a side stream, both.
   const bool side = probe.sparse_side(), in_attn = probe.score_in_attention();
-  probe.set_sparse_side(false);
-  probe.set_score_in_attention(false);
-  const double ms_fused_kernel = run(rules, &kv_sparse, "sparse_step_fused_kernel");
-  probe.set_score_in_attention(true);
-  const double ms_fused_serial = run(rules, &kv_sparse, "sparse_step_fused_serial");
-  probe.set_sparse_side(true);
-  probe.set_score_in_attention(false);
-  const double ms_fused_side_kernel = run(rules, &kv_sparse, "sparse_step_fused_side_kernel");
-  probe.set_score_in_attention(true);
-  const double ms_fused = run(rules, &kv_sparse, "sparse_step_fused");
+  auto variant = [&](bool sd, bool ia, const char* tag) {
+    probe.set_sparse_side(sd);
+    probe.set_score_in_attention(ia);
+    return run(rules, &kv_sparse, tag);
+  };
+  const double ms_fused = variant(false, false, "sparse_step_fused");
+  const double ms_in_attn = variant(false, true, "sparse_step_fused_in_attn");
+  const double ms_side = variant(true, false, "sparse_step_fused_side");
+  const double ms_side_in_attn = variant(true, true, "sparse_step_fused_side_in_attn");
   probe.set_sparse_side(side);
   probe.set_score_in_attention(in_attn);
   const double ms_full = run(full_rules, &kv_full, "sparse_step_full");
-  if (ms_sparse < 0 || ms_fused < 0 || ms_fused_serial < 0 || ms_fused_kernel < 0 || ms_full < 0)
+  if (ms_sparse < 0 || ms_fused < 0 || ms_in_attn < 0 || ms_side < 0 || ms_side_in_attn < 0 ||
+      ms_full < 0)
     return;
   const double wbytes = static_cast<double>(be.info().weight_bytes) -
                         static_cast<double>(mc.vocab_size) * mc.hidden_size * 2;  // embed rows
@@ -1095,21 +1093,16 @@ void bench_sparse() {
       "-> %.2fx floor; %.3f ms less than recomputing q . k; speed-up over the full cache %.2fx\n",
       B, ms_fused, ms_fused / floor_sparse, ms_sparse - ms_fused, ms_full / ms_fused);
   std::printf(
-      "sparse decode step 8B B=%d, update kernel on one stream: %.3f ms -> %.2fx floor; update "
-      "in the attention kernel: %.3f ms -> %.2fx; + resolve on the side stream (default): %.3f "
-      "ms -> %.2fx (%.3f ms less than the first)\n",
-      B, ms_fused_kernel, ms_fused_kernel / floor_sparse, ms_fused_serial,
-      ms_fused_serial / floor_sparse, ms_fused, ms_fused / floor_sparse,
-      ms_fused_kernel - ms_fused);
-  std::printf(
-      "sparse decode step 8B B=%d, side stream with the update kernel (resolve and update "
-      "beside): %.3f ms -> %.2fx floor\n",
-      B, ms_fused_side_kernel, ms_fused_side_kernel / floor_sparse);
-  figure("bench_sparse_decode_8b_b64_fused_side_kernel_ms", ms_fused_side_kernel);
-  figure("bench_sparse_decode_8b_b64_fused_kernel_ms", ms_fused_kernel);
-  figure("bench_sparse_decode_8b_b64_fused_kernel_x_floor", ms_fused_kernel / floor_sparse);
-  figure("bench_sparse_decode_8b_b64_fused_serial_ms", ms_fused_serial);
-  figure("bench_sparse_decode_8b_b64_fused_serial_x_floor", ms_fused_serial / floor_sparse);
+      "sparse decode step 8B B=%d, the opt-in switches: update in the attention kernel %.3f ms "
+      "(%.2fx floor), resolve + update kernel on a side stream %.3f ms (%.2fx), both %.3f ms "
+      "(%.2fx)\n",
+      B, ms_in_attn, ms_in_attn / floor_sparse, ms_side, ms_side / floor_sparse, ms_side_in_attn,
+      ms_side_in_attn / floor_sparse);
+  for (const auto& [tag, ms] : {std::pair{"in_attn", ms_in_attn}, std::pair{"side", ms_side},
+                                std::pair{"side_in_attn", ms_side_in_attn}}) {
+    figure(std::string("bench_sparse_decode_8b_b64_fused_") + tag + "_ms", ms);
+    figure(std::string("bench_sparse_decode_8b_b64_fused_") + tag + "_x_floor", ms / floor_sparse);
+  }
   figure("bench_sparse_decode_8b_b64_fused_ms", ms_fused);
   figure("bench_sparse_decode_8b_b64_fused_x_floor", ms_fused / floor_sparse);
   figure("bench_sparse_decode_8b_b64_fused_speedup", ms_full / ms_fused);

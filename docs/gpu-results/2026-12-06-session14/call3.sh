@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Fourteenth session, call 3 (bundle build/s14d; short: little device time left after refusals):
+# the aligned in-kernel score update and the side stream, both opt-in now. The sparse kernel test
+# (case 4: in-kernel update bit for bit vs the logits + update kernel), the sparse model test
+# (the opt-in switches bitwise vs the default path), gpu_bench sparse (default vs the switches).
+set -u
+O=$OUT; t0=$(date +%s); L=$O/logs; mkdir -p $L
+el() { echo $(( $(date +%s) - t0 )); }
+K=$PWD/build/s14d; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; B=$K/bin; head -3 $K/COMMIT
+t() { local name=$1 to=$2; shift 2; timeout $to "$@" --gtest_color=no > $L/$name.log 2>&1; echo "$name rc=$? ($(el) s)"; grep -E "^\[  FAILED|^\[  PASSED|Failure|does not fit" $L/$name.log | head -12; }
+t sparse_kernels 40 $B/gpu_sparse_kernels_test --gtest_filter='SparseDecode.*'
+t sparse_model 100 $B/gpu_sparse_model_test
+timeout 120 $B/gpu_bench sparse > $L/bench_sparse.log 2>&1; echo "bench sparse rc=$? ($(el) s)"; grep -E "^sparse decode" $L/bench_sparse.log
+cd $O && tar -czf all.tgz logs; echo "total $(el) s"

@@ -2,7 +2,10 @@
 # Fourteenth session, call 3 (bundle build/s14d; short: little device time left after refusals):
 # the aligned in-kernel score update and the side stream, both opt-in now. The sparse kernel test
 # (case 4: in-kernel update bit for bit vs the logits + update kernel), the sparse model test
-# (the opt-in switches bitwise vs the default path), gpu_bench sparse (default vs the switches).
+# (the opt-in switches bitwise vs the default path), gpu_bench sparse (default vs the switches);
+# the decode attention tests and gpu_bench decode-attn (the default kernel's code changed: branches
+# guarded by the update, 147 registers at bf16 (4, 3)). Bundle: pack.sh ... gpu_sparse_kernels_test
+# gpu_sparse_model_test gpu_attention_test. About 330 s.
 set -u
 O=$OUT; t0=$(date +%s); L=$O/logs; mkdir -p $L
 el() { echo $(( $(date +%s) - t0 )); }
@@ -11,4 +14,6 @@ t() { local name=$1 to=$2; shift 2; timeout $to "$@" --gtest_color=no > $L/$name
 t sparse_kernels 40 $B/gpu_sparse_kernels_test --gtest_filter='SparseDecode.*'
 t sparse_model 100 $B/gpu_sparse_model_test
 timeout 120 $B/gpu_bench sparse > $L/bench_sparse.log 2>&1; echo "bench sparse rc=$? ($(el) s)"; grep -E "^sparse decode" $L/bench_sparse.log
+t attention 100 $B/gpu_attention_test --gtest_filter='GpuAttention.Decode*'
+timeout 90 $B/gpu_bench decode-attn > $L/bench_dattn.log 2>&1; echo "bench decode-attn rc=$? ($(el) s)"; grep -E "score update|splits=1 mma shape 0" $L/bench_dattn.log | grep -v FIGURE | head -24
 cd $O && tar -czf all.tgz logs; echo "total $(el) s"

@@ -682,24 +682,6 @@ struct MmaE4m3Kv {
 template <int HD, bool kKv8>
 using MmaKv = std::conditional_t<kKv8, MmaE4m3Kv<HD>, MmaBf16Kv<HD>>;
 
-// A decode row's in-kernel score update (sparse::launch_scored_update's rule): the slots it
-// updates (0 for full layers and padding, policy 0), the new token's slot, 1/alpha.
-struct UpdRow {
-  int attended = 0, new_slot = 0, table = 0, position = 0;
-  float lambda = 0.0f;
-};
-__device__ __forceinline__ UpdRow upd_row(const sparse::DecodeSeq& sq, int k1, int cols) {
-  UpdRow r;
-  if (sq.policy == 0) return r;
-  const bool full = sq.ring > 0 && sq.valid == sq.capacity;
-  r.attended = min(full ? sq.capacity : sq.valid + 1, min(k1, cols));
-  r.new_slot = full ? sq.capacity - sq.ring + sq.ring_pos : sq.valid;
-  r.table = sq.table;
-  r.position = sq.position;
-  r.lambda = 1.0f / static_cast<float>(sq.window);
-  return r;
-}
-
 template <int HD, bool kKv8>
 constexpr int mma_smem_bytes(int warps, int stages) {
   const int pipe = warps * stages * MmaKv<HD, kKv8>::kStageBytes;
@@ -849,15 +831,19 @@ __global__ void __launch_bounds__(W * 32)
   // are dead) so that their latency overlaps the merge instead of ending the block.
   constexpr int kUpdAhead = 4;
   float sc_ahead[kUpdAhead];
-  UpdRow ur{};
+  // The row's rule (sparse_common.cuh); full layers and padding (policy 0) update nothing, and
+  // no row reads past its attended keys or the kept columns.
+  sparse::detail::DecodeUpdateRow ur{};
+  const sparse::DecodeSeq* const sq = upd ? p.upd_seqs + b : nullptr;
   if (upd) {
-    ur = upd_row(p.upd_seqs[b], k1, p.upd_cols);
+    if (sq->policy != 0) ur = sparse::detail::decode_update_row(*sq);
+    ur.attended = min(ur.attended, min(k1, p.upd_cols));
 #pragma unroll
     for (int k = 0; k < kUpdAhead; ++k) {
       const int j = threadIdx.x + k * W * 32;
       sc_ahead[k] =
           j < ur.attended
-              ? p.upd_scores[sparse::detail::score_elem(p.upd_pages + ur.table, p.kv_heads, g, j)]
+              ? p.upd_scores[sparse::detail::score_elem(p.upd_pages + sq->table, p.kv_heads, g, j)]
               : 0.0f;
     }
   }
@@ -904,14 +890,14 @@ __global__ void __launch_bounds__(W * 32)
   // The score update of sparse::launch_scored_update from the kept logits (its arithmetic and
   // order: the group's heads summed in index order, expf of logit - LSE).
   __syncthreads();  // stash_lse written above; every warp's logits stashed before the merge
-  const std::int32_t* const stable = p.upd_pages + ur.table;
+  const std::int32_t* const stable = p.upd_pages + sq->table;
   const int stride = upd_stride(p.upd_cols);
   auto update = [&](int j, float old) {
     float prob = 0.0f;
     for (int h = 0; h < group; ++h) prob += expf(stash[h * stride + j] - stash_lse[h]);
     const std::size_t e = sparse::detail::score_elem(stable, p.kv_heads, g, j);
-    p.upd_scores[e] = j == ur.new_slot ? prob : (1.0f - ur.lambda) * old + ur.lambda * prob;
-    if (p.upd_positions && j == ur.new_slot) p.upd_positions[e] = ur.position;
+    p.upd_scores[e] = sparse::detail::updated_score(ur, j, old, prob);
+    if (p.upd_positions && j == ur.new_slot) p.upd_positions[e] = sq->position;
   };
 #pragma unroll
   for (int k = 0; k < kUpdAhead; ++k) {
@@ -1037,25 +1023,33 @@ int decode_kernel_from_env() {
   return k;
 }
 
-bool decode_attention_updates_scores(const DecodeAttentionParams& p, int upd_cols) {
+namespace {
+// Whether the launch of p runs the tensor-core kernel: on e4m3 pages unless `kernel` asks for
+// the two-pass kernel (an A/B comparison; the pipelined kernel reads bf16 only), on bf16 pages
+// when `kernel` resolves to kDecodeMma.
+bool runs_mma(const DecodeAttentionParams& p) {
   const int kernel = p.kernel == kDecodeDefault ? decode_kernel_from_env() : p.kernel;
-  const bool tensor_cores = p.kv_pool8 ? kernel != kDecodeTwoPass : kernel == kDecodeMma;
-  if (!tensor_cores || p.num_splits != 1 || upd_cols <= 0 || p.kv_heads <= 0 ||
+  return p.kv_pool8 ? kernel != kDecodeTwoPass : kernel == kDecodeMma;
+}
+}  // namespace
+
+bool decode_attention_updates_scores(const DecodeAttentionParams& p, int upd_cols) {
+  if (!runs_mma(p) || p.num_splits != 1 || upd_cols <= 0 || p.kv_heads <= 0 ||
       p.heads % p.kv_heads != 0 || p.heads / p.kv_heads > kMaxGroup || p.mma_shape < 0 ||
       p.mma_shape > 4 || (p.head_dim != 64 && p.head_dim != 128))
     return false;
-  int base = 0;
-  auto bytes = [&](auto w, auto st) {
-    base = p.head_dim == 64
-               ? (p.kv_pool8 ? mma_smem_bytes<64, true>(decltype(w)::value, decltype(st)::value)
-                             : mma_smem_bytes<64, false>(decltype(w)::value, decltype(st)::value))
-               : (p.kv_pool8 ? mma_smem_bytes<128, true>(decltype(w)::value, decltype(st)::value)
-                             : mma_smem_bytes<128, false>(decltype(w)::value, decltype(st)::value));
-  };
-  if (p.kv_pool8)
-    with_mma_shape<true>(p.mma_shape, bytes);
-  else
-    with_mma_shape<false>(p.mma_shape, bytes);
+  int base = 0;  // the launch's shared memory without the kept logits
+  STRATA_DISPATCH_HEAD_DIM(p.head_dim, "decode attention", HD, {
+    auto bytes = [&]<bool kKv8>() {
+      with_mma_shape<kKv8>(p.mma_shape, [&](auto w, auto st) {
+        base = mma_smem_bytes<HD, kKv8>(decltype(w)::value, decltype(st)::value);
+      });
+    };
+    if (p.kv_pool8)
+      bytes.template operator()<true>();
+    else
+      bytes.template operator()<false>();
+  });
   const long long extra = upd_smem_bytes(p.heads / p.kv_heads, upd_cols);
   int dev = 0, per_sm = 0, reserved = 0, per_block = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -1096,8 +1090,8 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t s) {
   STRATA_DISPATCH_HEAD_DIM(p.head_dim, "decode attention", HD, {
     const dim3 grid(p.batch, p.kv_heads, p.num_splits);
     // FP8 KV (docs/kv-fp8.md): the tensor-core kernel on e4m3 pages, or the two-pass kernel when
-    // `kernel` asks for it (an A/B comparison; the pipelined kernel reads bf16 only).
-    const bool tensor_cores = p.kv_pool8 ? kernel != kDecodeTwoPass : kernel == kDecodeMma;
+    // `kernel` asks for it (runs_mma).
+    const bool tensor_cores = runs_mma(p);
     if (p.kv_pool8 && !tensor_cores) {
       if (p.heads / p.kv_heads <= 4)
         decode_attention_kernel<HD, 4, 8, true><<<grid, kThreads, 0, s>>>(p);

@@ -310,14 +310,14 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
   }
   if (S_dec > 0) launch_decode_attention(dap, dec_stream);
   if (S_dec > 0 && !overlap) prof(KernelClass::kAttnDecode);
-  if (upd_in_attn) {
-    // done inside the attention kernel
-  } else if (sp_dec && side && !overlap && !sp_pre && !sp_shr && !taps) {
-    sparse_side_fork();  // after the decode attention's logits and LSE
-    CUDA_CHECK(sparse::launch_scored_update(dp, side_sparse));
-  } else if (sp_dec) {
-    CUDA_CHECK(sparse::launch_scored_update(dp, dec_stream));
-    if (!overlap) prof(KernelClass::kSparse);
+  if (sp_dec && !upd_in_attn) {  // the update kernel (else the attention kernel did it)
+    if (side && !overlap && !sp_pre && !sp_shr && !taps) {
+      sparse_side_fork();  // after the decode attention's logits and LSE
+      CUDA_CHECK(sparse::launch_scored_update(dp, side_sparse));
+    } else {
+      CUDA_CHECK(sparse::launch_scored_update(dp, dec_stream));
+      if (!overlap) prof(KernelClass::kSparse);
+    }
   }
   if (overlap) {  // the rest of the layer after both
     CUDA_CHECK(cudaEventRecord(ev_join, dec_stream));

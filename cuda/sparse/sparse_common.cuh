@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/sparse/sparse_meta.h"
 #include "runtime/kv_layout.h"
 
 namespace strata::cuda::sparse::detail {
@@ -15,6 +16,29 @@ inline constexpr int kPolicyWindow = 1;
 inline constexpr int kPolicySnapKv = 2;
 inline constexpr int kPolicyScored = 3;
 inline constexpr int kPoolMax = 0;
+
+// A decode row's ring is full: the new token overwrites the oldest ring slot.
+__device__ __forceinline__ bool ring_full(const DecodeSeq& s) {
+  return s.ring > 0 && s.valid == s.capacity;
+}
+
+// The decode score update's rule (launch_scored_update; the CPU backend's), in one place for
+// the update kernels and the decode attention kernel that applies it itself: the slots the row
+// attends this step, the new token's slot, and the score average's step 1/alpha. The new slot
+// starts at the group's probability, every other slot moves by 1/alpha towards it.
+struct DecodeUpdateRow {
+  int attended = 0, new_slot = 0;
+  float lambda = 0.0f;
+};
+__device__ __forceinline__ DecodeUpdateRow decode_update_row(const DecodeSeq& s) {
+  const bool full = ring_full(s);
+  return {full ? s.capacity : s.valid + 1, full ? s.capacity - s.ring + s.ring_pos : s.valid,
+          1.0f / static_cast<float>(s.window)};
+}
+__device__ __forceinline__ float updated_score(const DecodeUpdateRow& r, int j, float old,
+                                               float prob) {
+  return j == r.new_slot ? prob : (1.0f - r.lambda) * old + r.lambda * prob;
+}
 
 // Element offset of the K (v == false) or V row of (head, slot) in a paged layer.
 __device__ __forceinline__ std::size_t kv_elem(const std::int32_t* table, std::size_t page_elems,

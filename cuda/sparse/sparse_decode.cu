@@ -17,10 +17,6 @@ using namespace detail;
 
 constexpr int kResolveThreads = 256;
 
-__device__ __forceinline__ bool ring_full(const DecodeSeq& s) {
-  return s.ring > 0 && s.valid == s.capacity;
-}
-
 __global__ void __launch_bounds__(kResolveThreads) resolve_kernel(const DecodeParams p) {
   const DecodeSeq& s = p.seqs[blockIdx.y];
   if (s.policy != kPolicyScored || !ring_full(s)) return;
@@ -85,11 +81,9 @@ template <int HD>
 __global__ void __launch_bounds__(kUpdateWarps * 32) update_kernel(const DecodeParams p) {
   const DecodeSeq& s = p.seqs[blockIdx.z];
   if (s.policy == 0) return;  // full layer / padding
-  const bool full = ring_full(s);
-  const int attended = full ? s.capacity : s.valid + 1;
-  const int new_slot = full ? s.capacity - s.ring + s.ring_pos : s.valid;
+  const DecodeUpdateRow row = decode_update_row(s);
   const int slot0 = blockIdx.x * kUpdateSlots;
-  if (slot0 >= attended) return;
+  if (slot0 >= row.attended) return;
   const int g = blockIdx.y;
   const int group = p.q_heads / p.kv_heads;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -110,14 +104,13 @@ __global__ void __launch_bounds__(kUpdateWarps * 32) update_kernel(const DecodeP
   __syncthreads();
 
   const std::int32_t* table = p.pages + s.table;
-  const float lambda = 1.0f / static_cast<float>(s.window);
   constexpr int kPer = HD / 32;
   // FP8 KV: the codes' exact values, the K scale folded into the softmax scale (1 for bf16:
   // the same bits as before).
   const float logit_scale = p.pool8 ? p.scale * p.kv_scales[g * 2] : p.scale;
   for (int t = 0; t < kSlotsPerWarp; ++t) {
     const int j = slot0 + warp * kSlotsPerWarp + t;
-    if (j >= attended) break;
+    if (j >= row.attended) break;
     const std::size_t off = kv_elem(table, p.page_elems, p.kv_heads, HD, g, j, false);
     float kr[kPer];
     if (p.pool8) {
@@ -141,8 +134,8 @@ __global__ void __launch_bounds__(kUpdateWarps * 32) update_kernel(const DecodeP
     if (lane == 0) {
       const std::size_t e = score_elem(table, p.kv_heads, g, j);
       float& sc = p.scores[e];
-      sc = j == new_slot ? prob : (1.0f - lambda) * sc + lambda * prob;
-      if (p.positions && j == new_slot) p.positions[e] = s.position;
+      sc = updated_score(row, j, sc, prob);
+      if (p.positions && j == row.new_slot) p.positions[e] = s.position;
     }
   }
 }
@@ -154,11 +147,9 @@ constexpr int kLogitThreads = 256;
 __global__ void __launch_bounds__(kLogitThreads) update_from_logits_kernel(const DecodeParams p) {
   const DecodeSeq& s = p.seqs[blockIdx.z];
   if (s.policy == 0) return;  // full layer / padding
-  const bool full = ring_full(s);
-  const int attended = full ? s.capacity : s.valid + 1;
-  const int new_slot = full ? s.capacity - s.ring + s.ring_pos : s.valid;
+  const DecodeUpdateRow rule = decode_update_row(s);
   const int j = blockIdx.x * kLogitThreads + threadIdx.x;
-  if (j >= attended) return;
+  if (j >= rule.attended) return;
   const int g = blockIdx.y;
   const int group = p.q_heads / p.kv_heads;
   const std::size_t row = static_cast<std::size_t>(blockIdx.z) * p.q_heads + g * group;
@@ -167,11 +158,10 @@ __global__ void __launch_bounds__(kLogitThreads) update_from_logits_kernel(const
     prob +=
         expf(p.logits[(row + h) * static_cast<std::size_t>(p.logits_stride) + j] - p.lse[row + h]);
   const std::int32_t* table = p.pages + s.table;
-  const float lambda = 1.0f / static_cast<float>(s.window);
   const std::size_t e = score_elem(table, p.kv_heads, g, j);
   float& sc = p.scores[e];
-  sc = j == new_slot ? prob : (1.0f - lambda) * sc + lambda * prob;
-  if (p.positions && j == new_slot) p.positions[e] = s.position;
+  sc = updated_score(rule, j, sc, prob);
+  if (p.positions && j == rule.new_slot) p.positions[e] = s.position;
 }
 
 }  // namespace

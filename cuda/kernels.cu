@@ -208,6 +208,7 @@ __global__ void rope_kv_vec_kernel(const RopeKvParams p) {
   const int row_elems = (p.heads + 2 * p.kv_heads) * hd;
   bf16* row = p.qkv + static_cast<long long>(t) * row_elems;
   const int pos = p.positions[t];
+  rope_resolve_row(p, t, nullptr);  // ordered before the K/V stores by the barrier below
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     double sn, cn;
     sincos(static_cast<double>(pos) * p.inv_freq[i], &sn, &cn);
@@ -440,6 +441,8 @@ void launch_rmsnorm(const RmsNormParams& p, cudaStream_t s) {
 
 void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s) {
   if (p.num_tokens == 0) return;
+  if (p.resolve.seqs && p.head_dim % 16 != 0)
+    throw InternalError("launch_rope_kv_write: the ring resolve needs head_dim % 16 == 0");
   if (rope_kv_vec_applies(p))
     rope_kv_vec_kernel<<<p.num_tokens, 256, 0, s>>>(p);
   else

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/fp8.h"
+#include "cuda/sparse/sparse_meta.h"
 
 namespace strata::cuda {
 
@@ -75,6 +76,18 @@ struct RopeKvParams {
   // when head_dim % 16 == 0, head_dim <= 512 and qkv, kv_pool are 16-byte aligned (else the
   // scalar kernel). Same values as the scalar kernel.
   bool vec = false;
+  // Optional (sparse decode steps, issue 18 item 1): the `scored` layers' ring resolve
+  // (sparse::launch_scored_resolve's rule and result) of the decode rows t < num_slot_rows, run
+  // by the row's own block before it writes the row's K/V, instead of its own launch. seqs[t]
+  // is row t's DecodeSeq (policy 0 or a ring not full: nothing), whose `table` indexes `pages`;
+  // scores and positions (or null) are the layer's pools; K/V is this launch's pool (bf16, or the
+  // e4m3 codes of launch_rope_kv_write_fp8). head_dim % 16 == 0.
+  struct Resolve {
+    const sparse::DecodeSeq* seqs = nullptr;  // null: no resolve
+    float* scores = nullptr;
+    std::int32_t* positions = nullptr;
+    const std::int32_t* pages = nullptr;
+  } resolve;
 };
 void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s);
 

@@ -17,7 +17,8 @@ __global__ void rope_kv_fp8_kernel(const RopeKvParams p, std::uint8_t* pool8, co
       p, blockIdx.x, [=](long long page, long long off, long long part, int g, bf16 k, bf16 v) {
         pool8[page + off] = fp8::encode(__fdiv_rn(__bfloat162float(k), scales[g * 2]));
         pool8[page + part + off] = fp8::encode(__fdiv_rn(__bfloat162float(v), scales[g * 2 + 1]));
-      });
+      },
+      pool8);
 }
 
 constexpr int kDequantThreads = 256;
@@ -94,6 +95,8 @@ void launch_kv_dequant_pages(const KvDequantParams& p, cudaStream_t s) {
 void launch_rope_kv_write_fp8(const RopeKvParams& p, std::uint8_t* pool8, const float* scales,
                               cudaStream_t s) {
   if (p.num_tokens == 0) return;
+  if (p.resolve.seqs && p.head_dim % 16 != 0)
+    throw InternalError("launch_rope_kv_write_fp8: the ring resolve needs head_dim % 16 == 0");
   rope_kv_fp8_kernel<<<p.num_tokens, 256, 0, s>>>(p, pool8, scales);
   CUDA_CHECK_LAUNCH();
 }

@@ -4,17 +4,40 @@
 #pragma once
 
 #include "cuda/kernels.h"
+#include "cuda/sparse/sparse_common.cuh"
 
 namespace strata::cuda {
+
+// RopeKvParams::resolve of decode row t (one warp per KV head), before the row's K/V store; the
+// caller's block barrier between the two orders the leaver's reads before the overwrite. pool8:
+// the e4m3 pool of launch_rope_kv_write_fp8, else null (p.kv_pool). Rows >= num_slot_rows and
+// launches without `resolve` do nothing.
+__device__ inline void rope_resolve_row(const RopeKvParams& p, int t, std::uint8_t* pool8) {
+  if (p.resolve.seqs == nullptr || t >= p.num_slot_rows) return;
+  const sparse::detail::ResolveView view{p.resolve.scores,
+                                         p.resolve.positions,
+                                         p.resolve.pages,
+                                         p.kv_pool,
+                                         pool8,
+                                         static_cast<std::size_t>(p.page_elems),
+                                         p.kv_heads,
+                                         p.head_dim};
+  const sparse::DecodeSeq& s = p.resolve.seqs[t];
+  for (int g = threadIdx.x / 32; g < p.kv_heads; g += blockDim.x / 32)
+    sparse::detail::resolve_ring_head(view, s, g, threadIdx.x % 32);
+}
 
 // Rotates row t's q and k heads in place (pair (i, i + half) of each head), then calls
 // store(page_base, off, part, g, k, v) for each of the kv_heads * head_dim K and V values of the
 // row's slot: the page starts at page_base (elements), K at page_base + off, V at
-// page_base + part + off, g is the KV head. Rows of no sequence (seq_of < 0) do nothing.
+// page_base + part + off, g is the KV head. Rows of no sequence (seq_of < 0) do nothing. With
+// p.resolve, a decode row's ring resolve first (rope_resolve_row; pool8 as there).
 template <typename Store>
-__device__ void rope_kv_row(const RopeKvParams& p, int t, Store store) {
+__device__ void rope_kv_row(const RopeKvParams& p, int t, Store store,
+                            std::uint8_t* pool8 = nullptr) {
   const int seq = p.seq_of[t];
   if (seq < 0) return;
+  rope_resolve_row(p, t, pool8);  // reads and writes only the pools: beside the rotation
   const int half = p.head_dim / 2;
   const int row_elems = (p.heads + 2 * p.kv_heads) * p.head_dim;
   bf16* row = p.qkv + static_cast<long long>(t) * row_elems;

@@ -52,6 +52,8 @@ int mixed_overlap_from_env();
 bool sparse_side_from_env();
 // STRATA_SCORE_IN_ATTN (CudaBackendImpl::score_in_attention): 1 on; unset, empty or 0 off.
 bool score_in_attention_from_env();
+// STRATA_RESOLVE_IN_ROPE (CudaBackendImpl::resolve_in_rope): 0 off; unset, empty or 1 on.
+bool resolve_in_rope_from_env();
 
 using bf16 = __nv_bfloat16;
 
@@ -246,6 +248,11 @@ struct CudaBackendImpl {
   // STRATA_SCORE_IN_ATTN=1 turns it on (score_in_attention_from_env);
   // CudaBackendProbe::set_score_in_attention for A/B.
   bool score_in_attention = score_in_attention_from_env();
+  // Issue 18 item 1: the `scored` layers' ring resolve inside the RoPE + K/V write (each decode
+  // row's block resolves its KV heads before writing its K/V; RopeKvParams::resolve) instead of
+  // its own launch; the same bits. On by default (STRATA_RESOLVE_IN_ROPE=0 turns it off;
+  // CudaBackendProbe::set_resolve_in_rope for A/B). With the side stream the resolve stays there.
+  bool resolve_in_rope = resolve_in_rope_from_env();
   // Per layer, per decode batch index (fixed addresses, read by the graphs): [L][max_seqs].
   DeviceArray<int> d_slots;
   DeviceArray<sparse::DecodeSeq> d_dec_seqs;

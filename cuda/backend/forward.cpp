@@ -39,28 +39,35 @@ int mixed_overlap_from_env() {
 }
 
 namespace {
-// A switch off by default read from the environment: unset, empty or 0 off, 1 on, else an error
+// A switch read from the environment: unset or empty its default, 1 on, 0 off, else an error
 // that says what each value does.
-bool on_if_one(const char* name, const std::string& on, const std::string& off) {
+bool env_switch(const char* name, bool dflt, const std::string& on, const std::string& off) {
   const char* v = std::getenv(name);
   const std::string s = v ? v : "";
-  if (s.empty() || s == "0") return false;
+  if (s.empty()) return dflt;
+  if (s == "0") return false;
   if (s == "1") return true;
-  throw ConfigError(name,
-                    "'" + s + "' is not one of: 1 (" + on + "), 0 (" + off + ", the default)");
+  throw ConfigError(name, "'" + s + "' is not one of: 1 (" + on + (dflt ? ", the default" : "") +
+                              "), 0 (" + off + (dflt ? "" : ", the default") + ")");
 }
 }  // namespace
 
 bool sparse_side_from_env() {
-  return on_if_one("STRATA_SPARSE_SIDE",
+  return env_switch("STRATA_SPARSE_SIDE", false,
                    "the scored layers' resolve and score update on a side stream",
                    "on the step's stream");
 }
 
 bool score_in_attention_from_env() {
-  return on_if_one("STRATA_SCORE_IN_ATTN",
+  return env_switch("STRATA_SCORE_IN_ATTN", false,
                    "the score update inside the decode attention kernel where it applies",
                    "the update kernel");
+}
+
+bool resolve_in_rope_from_env() {
+  return env_switch("STRATA_RESOLVE_IN_ROPE", true,
+                    "the scored layers' ring resolve inside the RoPE + K/V write",
+                    "its own kernel before it");
 }
 
 void CudaBackendImpl::sparse_side_fork() {
@@ -187,13 +194,17 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
   // sparse rows fit the logits buffer; full-cache rows of the same layer write only its first
   // dec_logits_cols columns, which nothing reads.
   const bool fused = sp_dec && fused_score_update(a.dec_max_slots);
+  // The resolve inside the RoPE + K/V write below (backend_impl.h resolve_in_rope).
+  const bool rope_resolve = sp_dec && !side && resolve_in_rope;
   if (sp_dec) {
     if (!side) {
       decode_sparse_params(l, S_dec, a.dec_max_slots, dp);
       // `scored` with a full ring: the oldest ring token moves (or is dropped) BEFORE the new
       // token overwrites its slot. Reads only the pool, not this step's qkv.
-      CUDA_CHECK(sparse::launch_scored_resolve(dp, stream));
-      prof(KernelClass::kSparse);
+      if (!rope_resolve) {
+        CUDA_CHECK(sparse::launch_scored_resolve(dp, stream));
+        prof(KernelClass::kSparse);
+      }
     }
     if (fused) {
       dp.logits = dec_logits.get();
@@ -219,7 +230,11 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                           .head_dim = mc.head_dim,
                           .slots = d_slots.get() + lrow,
                           .num_slot_rows = S_dec,
-                          .vec = vec_kernels};
+                          .vec = vec_kernels,
+                          .resolve = {.seqs = rope_resolve ? dp.seqs : nullptr,
+                                      .scores = dp.scores,
+                                      .positions = dp.positions,
+                                      .pages = dp.pages}};
   if (kv8)
     launch_rope_kv_write_fp8(rope, kv_pool8.get(), kvs, stream);
   else

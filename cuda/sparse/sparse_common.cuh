@@ -1,4 +1,5 @@
-// Device helpers shared by the sparsity kernels (cuda/sparse/*.cu only).
+// Device helpers shared by the sparsity kernels (cuda/sparse/*.cu) and the RoPE + K/V write
+// (cuda/rope_kv.cuh, cuda/kernels.cu), which can run the `scored` layers' ring resolve itself.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -82,10 +83,69 @@ __device__ __forceinline__ float e4m3_value(std::uint8_t code) {
   return __half2float(__half(h));
 }
 
+
 // Order-preserving map of a float to uint32 (larger float -> larger integer).
 __device__ __forceinline__ std::uint32_t ordered_bits(float f) {
   const std::uint32_t b = __float_as_uint(f);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Where a decode ring resolve reads and writes: the layer's score and position pools (positions
+// may be null), the flat page list DecodeSeq::table indexes, and the K/V pool (bf16 `pool`, or
+// e4m3 codes in `pool8` when set).
+struct ResolveView {
+  float* scores = nullptr;
+  std::int32_t* positions = nullptr;
+  const std::int32_t* pages = nullptr;
+  __nv_bfloat16* pool = nullptr;
+  std::uint8_t* pool8 = nullptr;
+  std::size_t page_elems = 0;
+  int kv_heads = 0, head_dim = 0;
+};
+
+// The ring resolve of one (sequence, KV head), by the 32 lanes of one warp (launch_scored_resolve's
+// rule; sparse_kernels.h): when a `scored` row's ring is full, the token in its oldest slot
+// (C - r + ring_pos, which the new token overwrites) replaces the lowest-scored slot of
+// [sinks, C - r) (the lowest slot on ties) if its score is strictly higher, taking its score,
+// position, K and V there; else it is dropped. The caller orders this before the new token's
+// K/V store (a block barrier). head_dim % 8 == 0 (bf16) or % 16 == 0 (codes).
+__device__ inline void resolve_ring_head(const ResolveView& p, const DecodeSeq& s, int g,
+                                         int lane) {
+  if (s.policy != kPolicyScored || !ring_full(s)) return;
+  const int lo = s.sinks, hi = s.capacity - s.ring;  // unprotected selected slots
+  if (hi <= lo) return;                               // never for a valid rule
+  const std::int32_t* table = p.pages + s.table;
+  const int oldest = s.capacity - s.ring + s.ring_pos;
+  std::uint64_t best = ~0ull;  // argmin (score, then slot) as a 64-bit minimum
+  for (int j = lo + lane; j < hi; j += 32) {
+    const float v = p.scores[score_elem(table, p.kv_heads, g, j)];
+    const std::uint64_t key =
+        (static_cast<std::uint64_t>(ordered_bits(v)) << 32) | static_cast<std::uint32_t>(j);
+    best = key < best ? key : best;
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    const std::uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
+    best = other < best ? other : best;
+  }
+  const int victim = static_cast<int>(best & 0xFFFFFFFFu);  // the same in every lane
+  const std::size_t sv = score_elem(table, p.kv_heads, g, victim);
+  const std::size_t so = score_elem(table, p.kv_heads, g, oldest);
+  const float low = p.scores[sv], leaver = p.scores[so];
+  if (!(leaver > low)) return;  // uniform over the warp
+  __syncwarp();                 // every lane has read scores[sv] before lane 0 writes it
+  if (lane == 0) {
+    p.scores[sv] = leaver;
+    if (p.positions) p.positions[sv] = p.positions[so];
+  }
+  for (int part = 0; part < 2; ++part) {
+    const bool v = part == 1;
+    const std::size_t to = kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, victim, v);
+    const std::size_t from = kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, oldest, v);
+    if (p.pool8)  // FP8 KV: the leaver's codes as they are (fixed scales)
+      copy_row8(p.pool8 + to, p.pool8 + from, p.head_dim, lane, 32);
+    else
+      copy_row(p.pool + to, p.pool + from, p.head_dim, lane, 32);
+  }
 }
 
 // Unique selection key: higher score first, then the lower index.

@@ -15,61 +15,18 @@ namespace {
 
 using namespace detail;
 
-constexpr int kResolveThreads = 256;
+constexpr int kResolveWarps = 8;
 
-__global__ void __launch_bounds__(kResolveThreads) resolve_kernel(const DecodeParams p) {
-  const DecodeSeq& s = p.seqs[blockIdx.y];
-  if (s.policy != kPolicyScored || !ring_full(s)) return;
-  const int g = blockIdx.x;
-  const int tid = threadIdx.x;
-  const std::int32_t* table = p.pages + s.table;
-  const int oldest = s.capacity - s.ring + s.ring_pos;
-  const int lo = s.sinks, hi = s.capacity - s.ring;  // unprotected selected slots
+__device__ ResolveView resolve_view(const DecodeParams& p) {
+  return {p.scores, p.positions, p.pages, p.pool, p.pool8, p.page_elems, p.kv_heads, p.head_dim};
+}
 
-  // argmin (score, then slot) as a 64-bit minimum.
-  std::uint64_t best = ~0ull;
-  for (int j = lo + tid; j < hi; j += kResolveThreads) {
-    const float v = p.scores[score_elem(table, p.kv_heads, g, j)];
-    const std::uint64_t key =
-        (static_cast<std::uint64_t>(ordered_bits(v)) << 32) | static_cast<std::uint32_t>(j);
-    best = key < best ? key : best;
-  }
-  for (int o = 16; o > 0; o /= 2) {
-    const std::uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
-    best = other < best ? other : best;
-  }
-  __shared__ std::uint64_t warp_best[kResolveThreads / 32];
-  __shared__ int victim;
-  if (tid % 32 == 0) warp_best[tid / 32] = best;
-  __syncthreads();
-  if (tid == 0) {
-    std::uint64_t m = warp_best[0];
-    for (int w = 1; w < kResolveThreads / 32; ++w) m = warp_best[w] < m ? warp_best[w] : m;
-    victim = -1;
-    if (hi > lo) {  // always true for a valid rule (C >= sinks + alpha + 1)
-      const int slot = static_cast<int>(m & 0xFFFFFFFFu);
-      const float low = p.scores[score_elem(table, p.kv_heads, g, slot)];
-      const float leaver = p.scores[score_elem(table, p.kv_heads, g, oldest)];
-      if (leaver > low) {
-        victim = slot;
-        p.scores[score_elem(table, p.kv_heads, g, victim)] = leaver;
-        if (p.positions)
-          p.positions[score_elem(table, p.kv_heads, g, victim)] =
-              p.positions[score_elem(table, p.kv_heads, g, oldest)];
-      }
-    }
-  }
-  __syncthreads();
-  if (victim < 0) return;
-  for (int part = 0; part < 2; ++part) {
-    const bool v = part == 1;
-    const std::size_t to = kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, victim, v);
-    const std::size_t from = kv_elem(table, p.page_elems, p.kv_heads, p.head_dim, g, oldest, v);
-    if (p.pool8)  // FP8 KV: the leaver's codes as they are (fixed scales)
-      copy_row8(p.pool8 + to, p.pool8 + from, p.head_dim, tid, kResolveThreads);
-    else
-      copy_row(p.pool + to, p.pool + from, p.head_dim, tid, kResolveThreads);
-  }
+// One warp per (KV head, sequence): grid (ceil(kv_heads / kResolveWarps), num_seqs). The RoPE +
+// K/V write runs the same function itself where the backend lets it (RopeKvParams::resolve).
+__global__ void __launch_bounds__(kResolveWarps * 32) resolve_kernel(const DecodeParams p) {
+  const int g = blockIdx.x * kResolveWarps + threadIdx.x / 32;
+  if (g >= p.kv_heads) return;
+  resolve_ring_head(resolve_view(p), p.seqs[blockIdx.y], g, threadIdx.x % 32);
 }
 
 constexpr int kMaxGroup = 16;
@@ -169,7 +126,8 @@ __global__ void __launch_bounds__(kLogitThreads) update_from_logits_kernel(const
 cudaError_t launch_scored_resolve(const DecodeParams& p, cudaStream_t stream) {
   if (p.num_seqs <= 0) return cudaSuccess;
   if (p.head_dim % (p.pool8 ? 16 : 8) != 0) return cudaErrorInvalidValue;
-  resolve_kernel<<<dim3(p.kv_heads, p.num_seqs), kResolveThreads, 0, stream>>>(p);
+  resolve_kernel<<<dim3((p.kv_heads + kResolveWarps - 1) / kResolveWarps, p.num_seqs),
+                   kResolveWarps * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -79,6 +79,14 @@ void CudaBackendProbe::set_score_in_attention(bool on) {
 bool CudaBackendProbe::score_in_attention() const {
   return b_.score_in_attention;
 }
+void CudaBackendProbe::set_resolve_in_rope(bool on) {
+  if (b_.resolve_in_rope == on) return;
+  drop_graphs(b_);
+  b_.resolve_in_rope = on;
+}
+bool CudaBackendProbe::resolve_in_rope() const {
+  return b_.resolve_in_rope;
+}
 void CudaBackendProbe::set_prefill_fusion(bool on) {
   if (b_.vec_kernels == on) return;
   drop_graphs(b_);

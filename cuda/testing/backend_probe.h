@@ -42,6 +42,10 @@ class CudaBackendProbe {
   // (the default; STRATA_SCORE_IN_ATTN; backend_impl.h score_in_attention). Drops the graphs.
   void set_score_in_attention(bool on);
   bool score_in_attention() const;
+  // The `scored` layers' ring resolve inside the RoPE + K/V write (the default;
+  // STRATA_RESOLVE_IN_ROPE; backend_impl.h resolve_in_rope) or in its own kernel. Drops the graphs.
+  void set_resolve_in_rope(bool on);
+  bool resolve_in_rope() const;
   int graphs_captured() const;
   // Pipelined steps (scheduler.async_steps, cuda/backend/pipeline.cpp): steps launched without
   // waiting, steps run synchronously (a blocker), pending rows fed on the device, and device

@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "cuda/attention.h"
+#include "cuda/kernels.h"
+#include "cuda/kv_fp8.h"
 #include "cuda/sparse/sparse_plan.h"
 #include "runtime/kv_layout.h"
 #include "runtime/kv_scales.h"
@@ -597,6 +599,142 @@ TEST(SparseDirect, ChunkScoreAveragesMatchSequentialEma) {
 
 // ---- decode: resolve + score update -----------------------------------------------------------
 
+// The decode slot of each case (LayerSlots::decode_slot of its state before the step).
+template <typename Cases>
+std::vector<int> cases_slots(const Cases& cases, const std::vector<LayerRule>& rules) {
+  std::vector<int> out;
+  for (std::size_t s = 0; s < cases.size(); ++s) {
+    LayerSlots ls;
+    ls.rule = rules[s];
+    ls.valid = cases[s].valid;
+    ls.ring_pos = cases[s].ring_pos;
+    out.push_back(ls.decode_slot());
+  }
+  return out;
+}
+
+// Issue 18 item 1: the ring resolve inside the RoPE + K/V write (RopeKvParams::resolve) gives the
+// bits of launch_scored_resolve followed by the plain write: K/V pool (bf16 through the scalar
+// and the vectorized kernel, or e4m3 codes), scores, positions and the rotated qkv rows. Row s
+// decodes case s into its decode slot, with a prefill-like row after them (no resolve).
+void rope_resolve_matches_kernel(const Pool& pool, const std::vector<DecodeSeq>& seqs,
+                                 const std::vector<std::vector<std::int32_t>>& tables,
+                                 const std::vector<std::int32_t>& flat, const std::vector<int>& slots,
+                                 int q_heads, const std::vector<float>& kv_scales, bool fp8,
+                                 std::mt19937& rng) {
+  const int n = static_cast<int>(seqs.size()), kv_heads = pool.layout.kv_heads;
+  const int hd = pool.layout.head_dim, T = n + 1;
+  int table_stride = 0;
+  for (const auto& t : tables) table_stride = std::max(table_stride, static_cast<int>(t.size()));
+  std::vector<int> table2d(static_cast<std::size_t>(T) * table_stride, 0), pos(T), seq_of(T),
+      slot_rows(n);
+  for (int s = 0; s < n; ++s) {
+    std::copy(tables[s].begin(), tables[s].end(),
+              table2d.begin() + static_cast<std::ptrdiff_t>(s) * table_stride);
+    pos[s] = 3000 + 37 * s;
+    seq_of[s] = s;
+    slot_rows[s] = slots[s];
+  }
+  // The extra row: a sequence of its own on the page no case uses, position 5.
+  int spare = 0;
+  while (std::find(flat.begin(), flat.end(), spare) != flat.end()) ++spare;
+  ASSERT_LT(spare, pool.pages);
+  table2d[static_cast<std::size_t>(n) * table_stride] = spare;
+  pos[n] = 5;
+  seq_of[n] = n;
+  std::vector<double> inv_freq(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(500000.0, -2.0 * i / hd);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<std::uint16_t> qkv(static_cast<std::size_t>(T) * (q_heads + 2 * kv_heads) * hd);
+  for (auto& x : qkv) x = to_bf16(nd(rng));
+  std::vector<std::int32_t> positions(pool.scores.size());
+  for (std::size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int>(i * 7 % 9973);
+  Dev<DecodeSeq> d_seqs(n);
+  d_seqs.up(seqs);
+  Dev<std::int32_t> d_pages(flat.size()), d_positions(positions.size());
+  d_pages.up(flat);
+  Dev<int> d_table(table2d.size()), d_pos(T), d_seq_of(T), d_slots(n);
+  d_table.up(table2d);
+  d_pos.up(pos);
+  d_seq_of.up(seq_of);
+  d_slots.up(slot_rows);
+  Dev<double> d_inv(inv_freq.size());
+  d_inv.up(inv_freq);
+  Dev<std::uint16_t> d_qkv(qkv.size()), d_pool(pool.kv.size());
+  Dev<std::uint8_t> d_pool8(fp8 ? pool.kv8.size() : 0);
+  Dev<float> d_scores(pool.scores.size()), d_kvs(kv_scales.size());
+  d_kvs.up(kv_scales);
+  struct Out {
+    std::vector<std::uint16_t> qkv, kv;
+    std::vector<std::uint8_t> kv8;
+    std::vector<float> scores;
+    std::vector<std::int32_t> positions;
+  };
+  auto run = [&](bool in_rope, bool vec) {
+    d_qkv.up(qkv);
+    d_pool.up(pool.kv);
+    if (fp8) d_pool8.up(pool.kv8);
+    d_scores.up(pool.scores);
+    d_positions.up(positions);
+    DecodeParams p;
+    p.seqs = d_seqs.p;
+    p.num_seqs = n;
+    p.q_heads = q_heads;
+    p.kv_heads = kv_heads;
+    p.head_dim = hd;
+    p.pool = reinterpret_cast<bf16*>(d_pool.p);
+    p.scores = d_scores.p;
+    p.positions = d_positions.p;
+    p.pages = d_pages.p;
+    p.page_elems = pool.layout.page_elems();
+    if (fp8) {
+      p.pool8 = d_pool8.p;
+      p.kv_scales = d_kvs.p;
+    }
+    if (!in_rope) {
+      EXPECT_EQ(launch_scored_resolve(p, nullptr), cudaSuccess);
+    }
+    cuda::RopeKvParams r{.qkv = reinterpret_cast<bf16*>(d_qkv.p),
+                         .positions = d_pos.p,
+                         .seq_of = d_seq_of.p,
+                         .block_table = d_table.p,
+                         .table_stride = table_stride,
+                         .inv_freq = d_inv.p,
+                         .kv_pool = reinterpret_cast<bf16*>(d_pool.p),
+                         .page_elems = static_cast<long long>(p.page_elems),
+                         .num_tokens = T,
+                         .heads = q_heads,
+                         .kv_heads = kv_heads,
+                         .head_dim = hd,
+                         .slots = d_slots.p,
+                         .num_slot_rows = n,
+                         .vec = vec};
+    if (in_rope) r.resolve = {.seqs = d_seqs.p, .scores = d_scores.p,
+                              .positions = d_positions.p, .pages = d_pages.p};
+    if (fp8)
+      cuda::launch_rope_kv_write_fp8(r, d_pool8.p, d_kvs.p, nullptr);
+    else
+      cuda::launch_rope_kv_write(r, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return Out{d_qkv.down(), d_pool.down(), fp8 ? d_pool8.down() : std::vector<std::uint8_t>{},
+               d_scores.down(), d_positions.down()};
+  };
+  for (bool vec : fp8 ? std::vector<bool>{false} : std::vector<bool>{false, true}) {
+    const Out ref = run(false, vec), got = run(true, vec);
+    const std::string what = std::string(fp8 ? "e4m3" : vec ? "bf16 vec" : "bf16 scalar") +
+                             " RoPE + resolve, q heads " + std::to_string(q_heads);
+    EXPECT_EQ(got.qkv, ref.qkv) << what;
+    EXPECT_EQ(got.kv, ref.kv) << what;
+    EXPECT_EQ(got.kv8, ref.kv8) << what;
+    EXPECT_EQ(got.scores, ref.scores) << what;
+    EXPECT_EQ(got.positions, ref.positions) << what;
+    // The resolve moved something (the cases' full rings), and the rows were written.
+    EXPECT_NE(ref.scores, pool.scores) << what;
+    EXPECT_TRUE(fp8 ? ref.kv8 != pool.kv8 : ref.kv != pool.kv) << what;
+    std::printf("[sparse] %s: bitwise as resolve kernel + write\n", what.c_str());
+  }
+}
+
 // fp8: e4m3 pages (DecodeParams::pool8, kv_scales; NOT YET RUN ON A GPU): the resolve moves the
 // codes bit for bit, the update recomputes q . k from the codes (or reads the logits) against
 // the fp64 reference on the dequantized codes (the CPU backend's K), and the fused path runs the
@@ -705,6 +843,9 @@ void resolve_and_update(bool fp8) {
       ASSERT_EQ(d_pool8.down(), want.kv8) << "e4m3 codes, group " << group;
     }
     ASSERT_EQ(d_scores.down(), want.scores) << "group " << group;
+    rope_resolve_matches_kernel(pool, seqs, tables, flat, cases_slots(cases, rules),
+                                q_heads, kv_scales, fp8, rng);
+    d_scores.up(want.scores);  // (the helper used its own buffers; these stay as resolved)
 
     // New token into decode_slot, then attention (LSE, fp64 here) and the update.
     std::normal_distribution<float> nd(0.0f, 1.0f);

@@ -493,9 +493,11 @@ TEST(GpuSparseModel, MixedBatchEqualsAloneGraphs) {
 }
 
 // Issue 18: the `scored` layers' ring resolve and score update on a side stream beside the
-// layer's GEMMs (CudaBackendProbe::set_sparse_side, STRATA_SPARSE_SIDE), and the score update
+// layer's GEMMs (CudaBackendProbe::set_sparse_side, STRATA_SPARSE_SIDE), the score update
 // inside the decode attention kernel (set_score_in_attention, STRATA_SCORE_IN_ATTN; both off
-// by default), give the bits of the one-stream step with the update kernel, eager and from graphs.
+// by default) and the resolve inside the RoPE + K/V write (set_resolve_in_rope,
+// STRATA_RESOLVE_IN_ROPE, on by default) give the bits of the one-stream step with the resolve
+// and update kernels, eager and from graphs.
 // Three sequences decode together (two `scored` whose rings fill and cycle, so most steps
 // resolve, and a `snapkv` that only updates), each prefilled in the first step; one decode split
 // (where the in-kernel update applies). Every row's logits, then every page's K/V and scores
@@ -504,16 +506,19 @@ TEST(GpuSparseModel, SparseSideStreamAndUpdateInAttentionAreBitwise) {
   REQUIRE_GPU();
   const std::string dir = model_dir("tiny", 0);
   for (bool graphs : {false, true}) {
-    // 0: reference (one stream, update kernel); 1: side stream; 2: side + update in attention.
+    // 0: reference (one stream, resolve and update kernels); 1: side stream; 2: side + update in
+    // attention; 3: resolve in the RoPE + K/V write; 4: that + update in attention.
+    constexpr int kVariants = 5;
     std::vector<std::unique_ptr<CudaBackend>> be;
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < kVariants; ++k) {
       be.push_back(cuda_backend(dir));
       CudaBackendProbe probe(*be.back());
       probe.set_cuda_graphs(graphs);
       probe.set_sparse_graphs(graphs);
       probe.set_decode_splits(1);
-      probe.set_sparse_side(k >= 1);
-      probe.set_score_in_attention(k == 2);
+      probe.set_sparse_side(k == 1 || k == 2);
+      probe.set_score_in_attention(k == 2 || k == 4);
+      probe.set_resolve_in_rope(k >= 3);
     }
     const ModelConfig& mc = be[0]->model();
     const int V = mc.vocab_size, N = 96, P = 60;
@@ -530,7 +535,7 @@ TEST(GpuSparseModel, SparseSideStreamAndUpdateInAttentionAreBitwise) {
     }
     ASSERT_LE(off, be[0]->info().num_pages);
     const std::string what = graphs ? "graphs" : "eager";
-    std::vector<int> first_diff(3, -1);
+    std::vector<int> first_diff(kVariants, -1);
     for (std::size_t st = 0; st < plans[0].size(); ++st) {
       StepPlan p;
       p.step_id = st;
@@ -540,7 +545,7 @@ TEST(GpuSparseModel, SparseSideStreamAndUpdateInAttentionAreBitwise) {
       for (std::size_t k = 0; k < profs.size(); ++k) {
         const auto& ref = r[0].seqs.at(k).logits;
         for (float v : ref) ASSERT_FALSE(std::isnan(v)) << what << " step " << st;
-        for (int c = 1; c < 3; ++c) {
+        for (int c = 1; c < kVariants; ++c) {
           const auto& got = r[static_cast<std::size_t>(c)].seqs.at(k).logits;
           ASSERT_EQ(got.size(), ref.size());
           if (first_diff[static_cast<std::size_t>(c)] < 0 &&
@@ -553,9 +558,11 @@ TEST(GpuSparseModel, SparseSideStreamAndUpdateInAttentionAreBitwise) {
     for (int i = 0; i < off; ++i) pages[static_cast<std::size_t>(i)] = i;
     const auto k0 = CudaBackendProbe(*be[0]).read_kv_pages(pages);
     const auto s0 = CudaBackendProbe(*be[0]).read_score_pages(pages);
-    for (int c = 1; c < 3; ++c) {
-      const std::string cw =
-          what + (c == 1 ? " side stream" : " side stream + update in attention");
+    static const char* const kNames[kVariants] = {
+        "", " side stream", " side stream + update in attention", " resolve in RoPE",
+        " resolve in RoPE + update in attention"};
+    for (int c = 1; c < kVariants; ++c) {
+      const std::string cw = what + kNames[c];
       EXPECT_EQ(first_diff[static_cast<std::size_t>(c)], -1)
           << cw << ": first step whose logits differ";
       const auto kc = CudaBackendProbe(*be[static_cast<std::size_t>(c)]).read_kv_pages(pages);

@@ -1050,23 +1050,30 @@ void bench_sparse() {
   probe.set_score_update_from_logits(false);
   const double ms_sparse = run(rules, &kv_sparse, "sparse_step_recompute");
   probe.set_score_update_from_logits(true);
-  // The default (the update kernel, one stream), then issue 18's two opt-in switches: the update
-  // inside the attention, the resolve (and the update kernel) on a side stream, both.
-  const bool side = probe.sparse_side(), in_attn = probe.score_in_attention();
-  auto variant = [&](bool sd, bool ia, const char* tag) {
+  // The resolve and update kernels on one stream (`fused`: the path before the switches), then
+  // issue 18's switches: the update inside the attention, the resolve (and the update kernel) on
+  // a side stream, both, the resolve inside the RoPE + K/V write (`rope`), that + the update in
+  // the attention.
+  const bool side = probe.sparse_side(), in_attn = probe.score_in_attention(),
+             in_rope = probe.resolve_in_rope();
+  auto variant = [&](bool sd, bool ia, bool ir, const char* tag) {
     probe.set_sparse_side(sd);
     probe.set_score_in_attention(ia);
+    probe.set_resolve_in_rope(ir);
     return run(rules, &kv_sparse, tag);
   };
-  const double ms_fused = variant(false, false, "sparse_step_fused");
-  const double ms_in_attn = variant(false, true, "sparse_step_fused_in_attn");
-  const double ms_side = variant(true, false, "sparse_step_fused_side");
-  const double ms_side_in_attn = variant(true, true, "sparse_step_fused_side_in_attn");
+  const double ms_fused = variant(false, false, false, "sparse_step_fused");
+  const double ms_in_attn = variant(false, true, false, "sparse_step_fused_in_attn");
+  const double ms_side = variant(true, false, false, "sparse_step_fused_side");
+  const double ms_side_in_attn = variant(true, true, false, "sparse_step_fused_side_in_attn");
+  const double ms_rope = variant(false, false, true, "sparse_step_fused_rope");
+  const double ms_rope_in_attn = variant(false, true, true, "sparse_step_fused_rope_in_attn");
   probe.set_sparse_side(side);
   probe.set_score_in_attention(in_attn);
+  probe.set_resolve_in_rope(in_rope);
   const double ms_full = run(full_rules, &kv_full, "sparse_step_full");
   if (ms_sparse < 0 || ms_fused < 0 || ms_in_attn < 0 || ms_side < 0 || ms_side_in_attn < 0 ||
-      ms_full < 0)
+      ms_rope < 0 || ms_rope_in_attn < 0 || ms_full < 0)
     return;
   const double wbytes = static_cast<double>(be.info().weight_bytes) -
                         static_cast<double>(mc.vocab_size) * mc.hidden_size * 2;  // embed rows
@@ -1098,8 +1105,14 @@ void bench_sparse() {
       "(%.2fx)\n",
       B, ms_in_attn, ms_in_attn / floor_sparse, ms_side, ms_side / floor_sparse, ms_side_in_attn,
       ms_side_in_attn / floor_sparse);
-  for (const auto& [tag, ms] : {std::pair{"in_attn", ms_in_attn}, std::pair{"side", ms_side},
-                                std::pair{"side_in_attn", ms_side_in_attn}}) {
+  std::printf(
+      "sparse decode step 8B B=%d, the resolve inside the RoPE + K/V write: %.3f ms (%.2fx floor), "
+      "with the update in the attention kernel %.3f ms (%.2fx)\n",
+      B, ms_rope, ms_rope / floor_sparse, ms_rope_in_attn, ms_rope_in_attn / floor_sparse);
+  for (const auto& [tag, ms] :
+       {std::pair{"in_attn", ms_in_attn}, std::pair{"side", ms_side},
+        std::pair{"side_in_attn", ms_side_in_attn}, std::pair{"rope", ms_rope},
+        std::pair{"rope_in_attn", ms_rope_in_attn}}) {
     figure(std::string("bench_sparse_decode_8b_b64_fused_") + tag + "_ms", ms);
     figure(std::string("bench_sparse_decode_8b_b64_fused_") + tag + "_x_floor", ms / floor_sparse);
   }

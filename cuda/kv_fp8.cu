@@ -14,7 +14,8 @@ namespace {
 __global__ void rope_kv_fp8_kernel(const RopeKvParams p, std::uint8_t* pool8, const float* scales) {
   // rope_kv_kernel's rotation and slot (cuda/rope_kv.cuh); K and V stored as e4m3 codes.
   rope_kv_row(
-      p, blockIdx.x, [=](long long page, long long off, long long part, int g, bf16 k, bf16 v) {
+      p, blockIdx.x,
+      [=](long long page, long long off, long long part, int g, bf16 k, bf16 v) {
         pool8[page + off] = fp8::encode(__fdiv_rn(__bfloat162float(k), scales[g * 2]));
         pool8[page + part + off] = fp8::encode(__fdiv_rn(__bfloat162float(v), scales[g * 2 + 1]));
       },

@@ -54,14 +54,14 @@ bool env_switch(const char* name, bool dflt, const std::string& on, const std::s
 
 bool sparse_side_from_env() {
   return env_switch("STRATA_SPARSE_SIDE", false,
-                   "the scored layers' resolve and score update on a side stream",
-                   "on the step's stream");
+                    "the scored layers' resolve and score update on a side stream",
+                    "on the step's stream");
 }
 
 bool score_in_attention_from_env() {
   return env_switch("STRATA_SCORE_IN_ATTN", false,
-                   "the score update inside the decode attention kernel where it applies",
-                   "the update kernel");
+                    "the score update inside the decode attention kernel where it applies",
+                    "the update kernel");
 }
 
 bool resolve_in_rope_from_env() {

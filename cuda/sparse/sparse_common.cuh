@@ -83,7 +83,6 @@ __device__ __forceinline__ float e4m3_value(std::uint8_t code) {
   return __half2float(__half(h));
 }
 
-
 // Order-preserving map of a float to uint32 (larger float -> larger integer).
 __device__ __forceinline__ std::uint32_t ordered_bits(float f) {
   const std::uint32_t b = __float_as_uint(f);
@@ -113,7 +112,7 @@ __device__ inline void resolve_ring_head(const ResolveView& p, const DecodeSeq& 
                                          int lane) {
   if (s.policy != kPolicyScored || !ring_full(s)) return;
   const int lo = s.sinks, hi = s.capacity - s.ring;  // unprotected selected slots
-  if (hi <= lo) return;                               // never for a valid rule
+  if (hi <= lo) return;                              // never for a valid rule
   const std::int32_t* table = p.pages + s.table;
   const int oldest = s.capacity - s.ring + s.ring_pos;
   std::uint64_t best = ~0ull;  // argmin (score, then slot) as a 64-bit minimum

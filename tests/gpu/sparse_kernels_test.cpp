@@ -619,9 +619,9 @@ std::vector<int> cases_slots(const Cases& cases, const std::vector<LayerRule>& r
 // decodes case s into its decode slot, with a prefill-like row after them (no resolve).
 void rope_resolve_matches_kernel(const Pool& pool, const std::vector<DecodeSeq>& seqs,
                                  const std::vector<std::vector<std::int32_t>>& tables,
-                                 const std::vector<std::int32_t>& flat, const std::vector<int>& slots,
-                                 int q_heads, const std::vector<float>& kv_scales, bool fp8,
-                                 std::mt19937& rng) {
+                                 const std::vector<std::int32_t>& flat,
+                                 const std::vector<int>& slots, int q_heads,
+                                 const std::vector<float>& kv_scales, bool fp8, std::mt19937& rng) {
   const int n = static_cast<int>(seqs.size()), kv_heads = pool.layout.kv_heads;
   const int hd = pool.layout.head_dim, T = n + 1;
   int table_stride = 0;
@@ -709,8 +709,9 @@ void rope_resolve_matches_kernel(const Pool& pool, const std::vector<DecodeSeq>&
                          .slots = d_slots.p,
                          .num_slot_rows = n,
                          .vec = vec};
-    if (in_rope) r.resolve = {.seqs = d_seqs.p, .scores = d_scores.p,
-                              .positions = d_positions.p, .pages = d_pages.p};
+    if (in_rope)
+      r.resolve = {
+          .seqs = d_seqs.p, .scores = d_scores.p, .positions = d_positions.p, .pages = d_pages.p};
     if (fp8)
       cuda::launch_rope_kv_write_fp8(r, d_pool8.p, d_kvs.p, nullptr);
     else
@@ -721,7 +722,9 @@ void rope_resolve_matches_kernel(const Pool& pool, const std::vector<DecodeSeq>&
   };
   for (bool vec : fp8 ? std::vector<bool>{false} : std::vector<bool>{false, true}) {
     const Out ref = run(false, vec), got = run(true, vec);
-    const std::string what = std::string(fp8 ? "e4m3" : vec ? "bf16 vec" : "bf16 scalar") +
+    const std::string what = std::string(fp8   ? "e4m3"
+                                         : vec ? "bf16 vec"
+                                               : "bf16 scalar") +
                              " RoPE + resolve, q heads " + std::to_string(q_heads);
     EXPECT_EQ(got.qkv, ref.qkv) << what;
     EXPECT_EQ(got.kv, ref.kv) << what;
@@ -843,8 +846,8 @@ void resolve_and_update(bool fp8) {
       ASSERT_EQ(d_pool8.down(), want.kv8) << "e4m3 codes, group " << group;
     }
     ASSERT_EQ(d_scores.down(), want.scores) << "group " << group;
-    rope_resolve_matches_kernel(pool, seqs, tables, flat, cases_slots(cases, rules),
-                                q_heads, kv_scales, fp8, rng);
+    rope_resolve_matches_kernel(pool, seqs, tables, flat, cases_slots(cases, rules), q_heads,
+                                kv_scales, fp8, rng);
     d_scores.up(want.scores);  // (the helper used its own buffers; these stay as resolved)
 
     // New token into decode_slot, then attention (LSE, fp64 here) and the update.

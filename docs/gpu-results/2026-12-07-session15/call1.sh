@@ -25,5 +25,5 @@ t kv_fp8 60 $B/gpu_kv_fp8_test --gtest_filter='GpuKvFp8.Sparse*:GpuKvFp8.Tiny*'
 timeout 150 $B/gpu_bench sparse > $L/bench_sparse.log 2>&1; echo "bench sparse rc=$? ($(el) s)"; grep -E "^sparse decode|^full-cache" $L/bench_sparse.log
 t attention 100 $B/gpu_attention_test --gtest_filter='GpuAttention.Decode*'
 timeout 90 $B/gpu_bench decode-attn > $L/bench_dattn.log 2>&1; echo "bench decode-attn rc=$? ($(el) s)"; grep -E "score update|splits=1 mma shape 0" $L/bench_dattn.log | grep -v FIGURE | head -24
-[ $(el) -lt 420 ] && { timeout 120 $B/gpu_bench model > $L/bench_model.log 2>&1; echo "bench model rc=$? ($(el) s)"; grep -E "^FIGURE" $L/bench_model.log | head -30; }
+[ $(el) -lt 300 ] && { timeout 120 $B/gpu_bench model > $L/bench_model.log 2>&1; echo "bench model rc=$? ($(el) s)"; grep -E "^FIGURE" $L/bench_model.log | head -30; }
 cd $O && tar -czf all.tgz logs; echo "total $(el) s"

@@ -894,7 +894,8 @@ __global__ void __launch_bounds__(W * 32)
   const int stride = upd_stride(p.upd_cols);
   auto update = [&](int j, float old) {
     float prob = 0.0f;
-    for (int h = 0; h < group; ++h) prob += expf(stash[h * stride + j] - stash_lse[h]);
+    for (int h = 0; h < group; ++h)
+      prob = sparse::detail::add_head_prob(prob, stash[h * stride + j], stash_lse[h]);
     const std::size_t e = sparse::detail::score_elem(stable, p.kv_heads, g, j);
     p.upd_scores[e] = sparse::detail::updated_score(ur, j, old, prob);
     if (p.upd_positions && j == ur.new_slot) p.upd_positions[e] = sq->position;

@@ -50,7 +50,7 @@ inline constexpr int kMaxFusedScoreSlots = 2048;
 int mixed_overlap_from_env();
 // STRATA_SPARSE_SIDE (CudaBackendImpl::sparse_side): 1 on; unset, empty or 0 off; else an error.
 bool sparse_side_from_env();
-// STRATA_SCORE_IN_ATTN (CudaBackendImpl::score_in_attention): 1 on; unset, empty or 0 off.
+// STRATA_SCORE_IN_ATTN (CudaBackendImpl::score_in_attention): 0 off; unset, empty or 1 on.
 bool score_in_attention_from_env();
 // STRATA_RESOLVE_IN_ROPE (CudaBackendImpl::resolve_in_rope): 0 off; unset, empty or 1 on.
 bool resolve_in_rope_from_env();
@@ -243,10 +243,10 @@ struct CudaBackendImpl {
   // Issue 18 item 1: where the logits path applies and decode_attention_updates_scores holds
   // (one split, the kept logits fit beside the ring without costing a block per SM), the score
   // update runs inside the tensor-core decode attention kernel (attention.h upd_*) instead of
-  // the logits buffer + update kernel; the same bits. Off by default until its fixed build
-  // passes on a GPU (fourteenth session: the first build's misaligned stores failed there);
-  // STRATA_SCORE_IN_ATTN=1 turns it on (score_in_attention_from_env);
-  // CudaBackendProbe::set_score_in_attention for A/B.
+  // the logits buffer + update kernel; the same bits (the rule's arithmetic is spelled with
+  // rounding intrinsics, sparse_common.cuh, so no call site contracts it differently). On by
+  // default since the fifteenth session's H100 run; STRATA_SCORE_IN_ATTN=0 turns it off
+  // (score_in_attention_from_env); CudaBackendProbe::set_score_in_attention for A/B.
   bool score_in_attention = score_in_attention_from_env();
   // Issue 18 item 1: the `scored` layers' ring resolve inside the RoPE + K/V write (each decode
   // row's block resolves its KV heads before writing its K/V; RopeKvParams::resolve) instead of

@@ -36,9 +36,18 @@ __device__ __forceinline__ DecodeUpdateRow decode_update_row(const DecodeSeq& s)
   return {full ? s.capacity : s.valid + 1, full ? s.capacity - s.ring + s.ring_pos : s.valid,
           1.0f / static_cast<float>(s.window)};
 }
+// The arithmetic is spelled with the rounding intrinsics, which nvcc never contracts into an
+// FMA: the update kernel and the attention kernel that apply this rule must give the same bits,
+// and a contraction the compiler chooses per call site does not (the fifteenth session's H100
+// run: the in-kernel update differed from the update kernel in the last bit of some scores).
 __device__ __forceinline__ float updated_score(const DecodeUpdateRow& r, int j, float old,
                                                float prob) {
-  return j == r.new_slot ? prob : (1.0f - r.lambda) * old + r.lambda * prob;
+  return j == r.new_slot ? prob
+                         : __fadd_rn(__fmul_rn(1.0f - r.lambda, old), __fmul_rn(r.lambda, prob));
+}
+// One head's term of a slot's group probability, exp(logit - lse), added to the sum in head order.
+__device__ __forceinline__ float add_head_prob(float sum, float logit, float lse) {
+  return __fadd_rn(sum, expf(__fsub_rn(logit, lse)));
 }
 
 // Element offset of the K (v == false) or V row of (head, slot) in a paged layer.

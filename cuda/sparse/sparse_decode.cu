@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kUpdateWarps * 32) update_kernel(const DecodeP
       for (int i = 0; i < kPer; ++i) dot += qs[h][lane + 32 * i] * kr[i];
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-      prob += expf(dot * logit_scale - lse_s[h]);
+      prob = add_head_prob(prob, __fmul_rn(dot, logit_scale), lse_s[h]);
     }
     if (lane == 0) {
       const std::size_t e = score_elem(table, p.kv_heads, g, j);
@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kLogitThreads) update_from_logits_kernel(const
   const std::size_t row = static_cast<std::size_t>(blockIdx.z) * p.q_heads + g * group;
   float prob = 0.0f;
   for (int h = 0; h < group; ++h)
-    prob +=
-        expf(p.logits[(row + h) * static_cast<std::size_t>(p.logits_stride) + j] - p.lse[row + h]);
+    prob = add_head_prob(prob, p.logits[(row + h) * static_cast<std::size_t>(p.logits_stride) + j],
+                         p.lse[row + h]);
   const std::int32_t* table = p.pages + s.table;
   const std::size_t e = score_elem(table, p.kv_heads, g, j);
   float& sc = p.scores[e];

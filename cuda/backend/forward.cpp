@@ -59,7 +59,7 @@ bool sparse_side_from_env() {
 }
 
 bool score_in_attention_from_env() {
-  return env_switch("STRATA_SCORE_IN_ATTN", true,
+  return env_switch("STRATA_SCORE_IN_ATTN", false,
                     "the score update inside the decode attention kernel where it applies",
                     "the update kernel");
 }

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Fifteenth session, call 2 (bundle build/s15c): the score rule with rounding intrinsics (call 1:
-# the in-kernel update differed from the update kernel in the last bit of some scores), the
-# in-kernel update on by default. SparseDecode.* (case 4 bitwise, the RoPE resolve), the whole
+# Fifteenth session, call 2 — NOT RUN (the device time went to start refusals): the next session's
+# first call. Build the landed commit, then
+#   STRATA_PACK_EVALMODEL=0 tools/gpu/pack.sh build/release build/s15d gpu_sparse_kernels_test gpu_sparse_model_test gpu_attention_test
+# and run this with carry ["build/s15d"] (about 90 s). It checks the score rule with rounding
+# intrinsics (call 1: the in-kernel update differed from the update kernel in the last bit of
+# some scores); if both tests pass, turn STRATA_SCORE_IN_ATTN on by default (forward.cpp). SparseDecode.* (case 4 bitwise, the RoPE resolve), the whole
 # sparse model test, gpu_bench sparse three times (the variants' noise), decode-attn (the attention tests passed in call 1; their code is unchanged).
 set -u
 O=$OUT; t0=$(date +%s); L=$O/logs; mkdir -p $L
 el() { echo $(( $(date +%s) - t0 )); }
-K=$PWD/build/s15c; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; B=$K/bin; head -1 $K/COMMIT
+K=$PWD/build/s15d; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; B=$K/bin; head -1 $K/COMMIT
 nvidia-smi --query-gpu=name --format=csv,noheader
 t() { local name=$1 to=$2; shift 2; timeout $to "$@" --gtest_color=no > $L/$name.log 2>&1; echo "$name rc=$? ($(el) s)"; grep -E "^\[  FAILED|^\[  PASSED|Failure|^(eager|graphs|in attention)" $L/$name.log | head -14; }
 t sparse_kernels 60 $B/gpu_sparse_kernels_test --gtest_filter='SparseDecode.*'

@@ -599,6 +599,29 @@ TEST(SparseDirect, ChunkScoreAveragesMatchSequentialEma) {
 
 // ---- decode: resolve + score update -----------------------------------------------------------
 
+// DecodeParams of the decode kernels over a test pool's device copies (seqs, flat page list, K/V,
+// scores; e4m3 codes and scales when pool8 is set). q, lse, logits and positions: the caller's.
+DecodeParams pool_decode_params(const Pool& pool, const Dev<DecodeSeq>& seqs, int q_heads,
+                                const Dev<std::int32_t>& pages, Dev<std::uint16_t>& kv,
+                                Dev<float>& scores, std::uint8_t* pool8, const float* kv_scales) {
+  DecodeParams p;
+  p.seqs = seqs.p;
+  p.num_seqs = static_cast<int>(seqs.n);
+  p.q_heads = q_heads;
+  p.kv_heads = pool.layout.kv_heads;
+  p.head_dim = pool.layout.head_dim;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(pool.layout.head_dim)));
+  p.pool = reinterpret_cast<bf16*>(kv.p);
+  p.scores = scores.p;
+  p.pages = pages.p;
+  p.page_elems = pool.layout.page_elems();
+  if (pool8) {
+    p.pool8 = pool8;
+    p.kv_scales = kv_scales;
+  }
+  return p;
+}
+
 // The decode slot of each case (LayerSlots::decode_slot of its state before the step).
 template <typename Cases>
 std::vector<int> cases_slots(const Cases& cases, const std::vector<LayerRule>& rules) {
@@ -676,21 +699,9 @@ void rope_resolve_matches_kernel(const Pool& pool, const std::vector<DecodeSeq>&
     if (fp8) d_pool8.up(pool.kv8);
     d_scores.up(pool.scores);
     d_positions.up(positions);
-    DecodeParams p;
-    p.seqs = d_seqs.p;
-    p.num_seqs = n;
-    p.q_heads = q_heads;
-    p.kv_heads = kv_heads;
-    p.head_dim = hd;
-    p.pool = reinterpret_cast<bf16*>(d_pool.p);
-    p.scores = d_scores.p;
+    DecodeParams p = pool_decode_params(pool, d_seqs, q_heads, d_pages, d_pool, d_scores,
+                                        fp8 ? d_pool8.p : nullptr, d_kvs.p);
     p.positions = d_positions.p;
-    p.pages = d_pages.p;
-    p.page_elems = pool.layout.page_elems();
-    if (fp8) {
-      p.pool8 = d_pool8.p;
-      p.kv_scales = d_kvs.p;
-    }
     if (!in_rope) {
       EXPECT_EQ(launch_scored_resolve(p, nullptr), cudaSuccess);
     }
@@ -824,21 +835,8 @@ void resolve_and_update(bool fp8) {
       d_pool8.up(pool.kv8);
       d_kvs.up(kv_scales);
     }
-    DecodeParams p;
-    p.seqs = d_seqs.p;
-    p.num_seqs = n;
-    p.q_heads = q_heads;
-    p.kv_heads = kv_heads;
-    p.head_dim = hd;
-    p.scale = static_cast<float>(1.0 / std::sqrt(128.0));
-    p.pool = reinterpret_cast<bf16*>(d_pool.p);
-    p.scores = d_scores.p;
-    p.pages = d_pages.p;
-    p.page_elems = pool.layout.page_elems();
-    if (fp8) {
-      p.pool8 = d_pool8.p;
-      p.kv_scales = d_kvs.p;
-    }
+    DecodeParams p = pool_decode_params(pool, d_seqs, q_heads, d_pages, d_pool, d_scores,
+                                        fp8 ? d_pool8.p : nullptr, d_kvs.p);
     CK(launch_scored_resolve(p, nullptr));
     CK(cudaDeviceSynchronize());
     ASSERT_EQ(d_pool.down(), want.kv) << "group " << group;  // fp8: the bf16 pool untouched

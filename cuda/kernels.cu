@@ -441,8 +441,7 @@ void launch_rmsnorm(const RmsNormParams& p, cudaStream_t s) {
 
 void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s) {
   if (p.num_tokens == 0) return;
-  if (p.resolve.seqs && p.head_dim % 16 != 0)
-    throw InternalError("launch_rope_kv_write: the ring resolve needs head_dim % 16 == 0");
+  check_rope_resolve(p, "launch_rope_kv_write");
   if (rope_kv_vec_applies(p))
     rope_kv_vec_kernel<<<p.num_tokens, 256, 0, s>>>(p);
   else

@@ -96,8 +96,7 @@ void launch_kv_dequant_pages(const KvDequantParams& p, cudaStream_t s) {
 void launch_rope_kv_write_fp8(const RopeKvParams& p, std::uint8_t* pool8, const float* scales,
                               cudaStream_t s) {
   if (p.num_tokens == 0) return;
-  if (p.resolve.seqs && p.head_dim % 16 != 0)
-    throw InternalError("launch_rope_kv_write_fp8: the ring resolve needs head_dim % 16 == 0");
+  check_rope_resolve(p, "launch_rope_kv_write_fp8");
   rope_kv_fp8_kernel<<<p.num_tokens, 256, 0, s>>>(p, pool8, scales);
   CUDA_CHECK_LAUNCH();
 }

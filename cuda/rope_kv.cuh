@@ -3,10 +3,19 @@
 // token row.
 #pragma once
 
+#include <string>
+
 #include "cuda/kernels.h"
 #include "cuda/sparse/sparse_common.cuh"
+#include "runtime/error.h"
 
 namespace strata::cuda {
+
+// The launchers' check of RopeKvParams::resolve (its copies move 16-byte chunks).
+inline void check_rope_resolve(const RopeKvParams& p, const char* launcher) {
+  if (p.resolve.seqs && p.head_dim % 16 != 0)
+    throw InternalError(std::string(launcher) + ": the ring resolve needs head_dim % 16 == 0");
+}
 
 // RopeKvParams::resolve of decode row t (one warp per KV head), before the row's K/V store; the
 // caller's block barrier between the two orders the leaver's reads before the overwrite. pool8:

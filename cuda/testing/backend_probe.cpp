@@ -23,6 +23,13 @@ void drop_graphs(CudaBackendImpl& b) {
   for (auto& [k, g] : b.graphs) CUDA_CHECK(cudaGraphExecDestroy(g));
   b.graphs.clear();
 }
+// A setting the graphs bake in: a change drops them first.
+template <typename T>
+void set_baked(CudaBackendImpl& b, T& field, T value) {
+  if (field == value) return;
+  drop_graphs(b);
+  field = value;
+}
 }  // namespace
 
 std::vector<float> CudaBackendProbe::weight_to_host(const std::string& name) const {
@@ -59,38 +66,28 @@ void CudaBackendProbe::set_decode_splits(int n) {
   b_.forced_splits = n;
 }
 void CudaBackendProbe::set_score_update_from_logits(bool on) {
-  if (b_.score_from_logits == on) return;
-  drop_graphs(b_);
-  b_.score_from_logits = on;
+  set_baked(b_, b_.score_from_logits, on);
 }
 void CudaBackendProbe::set_sparse_side(bool on) {
-  if (b_.sparse_side == on) return;
-  drop_graphs(b_);
-  b_.sparse_side = on;
+  set_baked(b_, b_.sparse_side, on);
 }
 bool CudaBackendProbe::sparse_side() const {
   return b_.sparse_side;
 }
 void CudaBackendProbe::set_score_in_attention(bool on) {
-  if (b_.score_in_attention == on) return;
-  drop_graphs(b_);
-  b_.score_in_attention = on;
+  set_baked(b_, b_.score_in_attention, on);
 }
 bool CudaBackendProbe::score_in_attention() const {
   return b_.score_in_attention;
 }
 void CudaBackendProbe::set_resolve_in_rope(bool on) {
-  if (b_.resolve_in_rope == on) return;
-  drop_graphs(b_);
-  b_.resolve_in_rope = on;
+  set_baked(b_, b_.resolve_in_rope, on);
 }
 bool CudaBackendProbe::resolve_in_rope() const {
   return b_.resolve_in_rope;
 }
 void CudaBackendProbe::set_prefill_fusion(bool on) {
-  if (b_.vec_kernels == on) return;
-  drop_graphs(b_);
-  b_.vec_kernels = on;
+  set_baked(b_, b_.vec_kernels, on);
 }
 bool CudaBackendProbe::prefill_fusion() const {
   return b_.vec_kernels;
@@ -102,9 +99,7 @@ bool CudaBackendProbe::residual_epilogue() const {
   return b_.resid_epilogue;
 }
 void CudaBackendProbe::set_decode_fusion(int mode) {
-  if (b_.decode_fusion == mode) return;
-  drop_graphs(b_);
-  b_.decode_fusion = mode;
+  set_baked(b_, b_.decode_fusion, mode);
 }
 int CudaBackendProbe::decode_fusion() const {
   return b_.decode_fusion;

@@ -347,6 +347,15 @@ struct CudaBackendImpl {
   // Key: every host scalar forward() bakes into a capture: (bucket size, sparse decode slot
   // bucket or 0, decode attention splits, layer taps on).
   std::map<std::tuple<int, int, int, bool>, cudaGraphExec_t> graphs;
+  // Benchmark hook (CudaBackendProbe::set_graph_skip, gpu_bench sparse's leave-one-out): kernel
+  // nodes whose name contains this string are disabled in every graph captured from now on
+  // (cudaGraphNodeSetEnabled), so a replay's time less the full replay's is what those kernels
+  // cost inside the graph. Empty (the default): nothing disabled. `graph_skipped` counts the
+  // nodes the last capture disabled and `graph_kernels` its kernel nodes by name (a pattern no
+  // name contains only lists them). The step's values are wrong while it is set: timing only.
+  std::string graph_skip;
+  int graph_skipped = 0;
+  std::map<std::string, int> graph_kernels;
   int forced_splits = 0;  // test hook: decode attention splits (0: pick_decode_splits)
   // Layer taps (test hook, issue 9): per layer [max_tokens][qkv_dim] / [max_tokens][q_dim]
   // bf16 and [max_seqs][heads] fp32 copies of the last step's qkv, attention output and

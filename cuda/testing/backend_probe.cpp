@@ -74,6 +74,15 @@ void CudaBackendProbe::set_sparse_side(bool on) {
 bool CudaBackendProbe::sparse_side() const {
   return b_.sparse_side;
 }
+void CudaBackendProbe::set_graph_skip(const std::string& pattern) {
+  set_baked(b_, b_.graph_skip, pattern);
+}
+int CudaBackendProbe::graph_skipped() const {
+  return b_.graph_skipped;
+}
+std::map<std::string, int> CudaBackendProbe::graph_kernels() const {
+  return b_.graph_kernels;
+}
 void CudaBackendProbe::set_score_in_attention(bool on) {
   set_baked(b_, b_.score_in_attention, on);
 }

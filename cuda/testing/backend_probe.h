@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,13 @@ class CudaBackendProbe {
   // the captured graphs, which bake the choice in.
   void set_sparse_side(bool on);
   bool sparse_side() const;
+  // Benchmarks only: graphs captured from now on run with every kernel node whose name contains
+  // `pattern` disabled ("" none, the default; backend_impl.h graph_skip); their results are
+  // wrong. Drops the graphs. graph_skipped(): how many nodes the last capture disabled;
+  // graph_kernels(): its kernel nodes by name (a pattern no name contains only lists them).
+  void set_graph_skip(const std::string& pattern);
+  int graph_skipped() const;
+  std::map<std::string, int> graph_kernels() const;
   // The score update inside the decode attention kernel where it applies, or in its own kernel
   // (the default; STRATA_SCORE_IN_ATTN; backend_impl.h score_in_attention). Drops the graphs.
   void set_score_in_attention(bool on);

@@ -70,6 +70,41 @@ double median_ms(const std::function<void()>& f, int warm, int runs, cudaStream_
   return t[t.size() / 2];
 }
 
+// Median ms of one replay of a graph captured from f() on the non-blocking stream s (f runs
+// once eagerly first: plans and workspaces are made outside the capture).
+double graph_median_ms(cudaStream_t s, const std::function<void()>& f, int warm, int runs) {
+  f();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  f();
+  CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double ms = median_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, s)); }, warm, runs, s);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return ms;
+}
+
+// Median ms of one launch when `reps` launches run back to back from one graph (f(s) captured
+// `reps` times on the non-blocking stream s): the cost a kernel has inside the decode graphs,
+// without the host's launch call and the GPU's launch latency that an event pair around a single
+// eager launch also times.
+double graph_per_launch_ms(const std::function<void(cudaStream_t)>& f, int reps, int warm,
+                           int runs) {
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const double ms = graph_median_ms(
+      s,
+      [&] {
+        for (int i = 0; i < reps; ++i) f(s);
+      },
+      warm, runs);
+  CUDA_CHECK(cudaStreamDestroy(s));
+  return ms / reps;
+}
+
 // STRATA_BENCH_NCU=tag[,tag...]: run f once more between cudaProfilerStart and cudaProfilerStop
 // when `tag` is one of the listed tags, so that `ncu --profile-from-start off` profiles exactly
 // those kernels (one decode step, one layer's GEMMs) and nothing of the set-up or the timing loops.
@@ -158,17 +193,20 @@ void bench_decode_attention(int B, int len, bool with_logits = false) {
                               : unroll < -1 ? "_mma" + std::to_string(p.mma_shape)
                                             : "_u" + std::to_string(unroll);
       const double ms = median_ms([&] { launch_decode_attention(p, nullptr); }, 3, 20);
+      // The same launch 8 times from one graph: its cost inside the decode graphs.
+      const double gms =
+          graph_per_launch_ms([&](cudaStream_t s) { launch_decode_attention(p, s); }, 8, 3, 20);
       const double bytes = static_cast<double>(B) * len * kvh * hd * 2 * 2;
-      const double bw = bytes / (ms * 1e-3);
+      const double bw = bytes / (ms * 1e-3), gbw = bytes / (gms * 1e-3);
       std::printf(
           "decode attention B=%d len=%d 32/8 hd128 splits=%d %s%s: %.3f ms, %.3g GB KV, %.2f "
-          "TB/s = "
-          "%.1f%% of 4.27\n",
+          "TB/s = %.1f%% of 4.27; in a graph of 8: %.4f ms, %.1f%% of 4.27\n",
           B, len, splits, name.c_str(), with_logits ? " +logits" : "", ms, bytes / 1e9, bw / 1e12,
-          100 * bw / kCopyBw);
-      figure("bench_decode_attn_b" + std::to_string(B) + "_s" + std::to_string(splits) + tag +
-                 (with_logits ? "_logits" : "") + "_frac_copy_bw",
-             bw / kCopyBw);
+          100 * bw / kCopyBw, gms, 100 * gbw / kCopyBw);
+      const std::string key = "bench_decode_attn_b" + std::to_string(B) + "_s" +
+                              std::to_string(splits) + tag + (with_logits ? "_logits" : "");
+      figure(key + "_frac_copy_bw", bw / kCopyBw);
+      figure(key + "_graph_frac_copy_bw", gbw / kCopyBw);
     }
 }
 
@@ -241,21 +279,26 @@ void bench_decode_attention_update(int B, int len) {
       } else {
         p.logits = logits.get(), p.logits_stride = len;
       }
-      const double ms = median_ms(
-          [&] {
-            launch_decode_attention(p, nullptr);
-            if (!in_attn) CUDA_CHECK(sparse::launch_scored_update(dp, nullptr));
-          },
-          3, 20);
-      const double bw = bytes / (ms * 1e-3);
+      const auto run = [&](cudaStream_t s) {
+        launch_decode_attention(p, s);
+        if (!in_attn) CUDA_CHECK(sparse::launch_scored_update(dp, s));
+      };
+      // Eager (an event pair around one launch, the figure of the earlier sessions), then 8
+      // launches back to back from one graph (the decode graphs' cost per launch).
+      const double ms = median_ms([&] { run(nullptr); }, 3, 20);
+      const double gms = graph_per_launch_ms(run, 8, 3, 20);
+      const double bw = bytes / (ms * 1e-3), gbw = bytes / (gms * 1e-3);
       std::printf(
           "decode attention B=%d len=%d 32/8 hd128 splits=1 mma shape %d + score update %s: "
-          "%.3f ms, %.3g GB KV, %.2f TB/s = %.1f%% of 4.27\n",
+          "%.3f ms, %.3g GB KV, %.2f TB/s = %.1f%% of 4.27; in a graph of 8: %.4f ms, %.2f TB/s "
+          "= %.1f%% of 4.27\n",
           B, len, shape, in_attn ? "in the attention kernel" : "(logits + update kernel)", ms,
-          bytes / 1e9, bw / 1e12, 100 * bw / kCopyBw);
-      figure("bench_decode_attn_b" + std::to_string(B) + "_s1_mma" + std::to_string(shape) +
-                 (in_attn ? "_update_in_attn" : "_update_kernel") + "_frac_copy_bw",
-             bw / kCopyBw);
+          bytes / 1e9, bw / 1e12, 100 * bw / kCopyBw, gms, gbw / 1e12, 100 * gbw / kCopyBw);
+      const std::string key = "bench_decode_attn_b" + std::to_string(B) + "_s1_mma" +
+                              std::to_string(shape) +
+                              (in_attn ? "_update_in_attn" : "_update_kernel");
+      figure(key + "_frac_copy_bw", bw / kCopyBw);
+      figure(key + "_graph_frac_copy_bw", gbw / kCopyBw);
     }
 }
 
@@ -544,23 +587,6 @@ void bench_gemm_fp8() {
   }
   std::printf("cuBLASLt outer-vector FP8 scales: %s\n",
               g.fp8_outer_vec() ? "yes" : "no (fallback)");
-}
-
-// Median ms of one replay of a graph captured from f() on the non-blocking stream s (f runs
-// once eagerly first: plans and workspaces are made outside the capture).
-double graph_median_ms(cudaStream_t s, const std::function<void()>& f, int warm, int runs) {
-  f();
-  CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  f();
-  CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const double ms = median_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, s)); }, warm, runs, s);
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  return ms;
 }
 
 // gpu_bench copy: the device-to-device copy ceiling of this GPU (bytes read + written per
@@ -868,9 +894,18 @@ Config llama8b_bench_config() {
   return c;
 }
 
+// Random K/V in a bf16 pool (it starts as zeros; an e4m3 pool keeps them): the decode steps
+// below then attend over non-zero keys and values, as serving does.
+void fill_kv_pool(CudaBackend& be, unsigned long long seed) {
+  CudaBackendProbe probe(be);
+  if (probe.kv_scales().empty()) probe.fill_kv_random(seed);
+  std::printf("KV pool: %s\n", probe.kv_scales().empty() ? "random bf16" : "e4m3 (not filled)");
+}
+
 // Whole 8B-shaped model: decode step (batch 64, ctx 4096, full cache) and a 4000-token prefill.
 void bench_model() {
   CudaBackend be(llama8b_bench_config(), 0);
+  fill_kv_pool(be, 0x6d6f64656cull);
   const ModelConfig& mc = be.model();
   const int L = mc.num_hidden_layers, B = 64, ctx = 4096;
   std::printf(
@@ -978,9 +1013,13 @@ void bench_model() {
 // reads: 3 full layers x 4596 slots + 29 x 512 slots), the speed-up over the full-cache step
 // of the same batch and context, and, from the memory planner, the KV bytes of one
 // 4000 + 500-token sequence and how many fit in this pool, sparse vs full.
-// The pool's contents stand in for the prompt (zeros: the backend clears the pool).
-void bench_sparse() {
+// The pool's contents stand in for the prompt (random K/V, fill_kv_pool; before the sixteenth
+// session zeros). leave_one_out (`gpu_bench sparse-loo`): instead of the variants, the default
+// path's graph replayed with each kind of kernel left out in turn (CudaBackendProbe::
+// set_graph_skip): the time a kind saves is what it costs inside the graph.
+void bench_sparse(bool leave_one_out = false) {
   CudaBackend be(llama8b_bench_config(), 0);
+  fill_kv_pool(be, 0x7370617273ull);
   const ModelConfig& mc = be.model();
   const int L = mc.num_hidden_layers, B = 64, prompt = 4096, decoded = 500;
   const int pos = prompt + decoded - 1;  // the token fed in this step
@@ -1044,9 +1083,39 @@ void bench_sparse() {
     return ms;
   };
   double kv_sparse = 0, kv_full = 0;
+  CudaBackendProbe probe(be);
+  if (leave_one_out) {
+    // Every kernel node of the default sparse step's graph by name (a pattern no name holds
+    // disables nothing), then each name left out in turn. Leaving a kernel out leaves its
+    // outputs as the previous replay wrote them (the same plan every step: every buffer holds
+    // what a full step wrote), so no later kernel reads an undefined index.
+    probe.set_graph_skip("(no kernel has this name)");
+    const double base = run(rules, &kv_sparse, "sparse_step_loo");
+    const std::map<std::string, int> census = probe.graph_kernels();
+    int nodes = 0;
+    for (const auto& [name, n] : census) nodes += n;
+    std::printf("sparse step b64 default path: %.3f ms, %d kernel nodes, %zu kernels\n", base,
+                nodes, census.size());
+    figure("bench_sparse_loo_base_ms", base);
+    int k = 0;
+    double saved = 0;
+    for (const auto& [name, n] : census) {
+      if (name.empty()) continue;  // the driver named no kernel: nothing to match
+      probe.set_graph_skip(name);
+      const double ms = run(rules, &kv_sparse, "sparse_step_loo");
+      saved += base - ms;
+      std::printf("leave out %3d x %-.150s: %.3f ms, saves %.3f ms = %.2f us per node\n",
+                  probe.graph_skipped(), name.c_str(), ms, base - ms,
+                  1e3 * (base - ms) / std::max(1, probe.graph_skipped()));
+      figure("bench_sparse_loo_k" + std::to_string(k) + "_saves_ms", base - ms);
+      ++k;
+    }
+    std::printf("the savings sum to %.3f ms of %.3f\n", saved, base);
+    probe.set_graph_skip("");
+    return;
+  }
   // The score update recomputing q . k from the kept K (the path before issue 18; the figure
   // names of earlier runs), then reading the decode attention's own logits (the default).
-  CudaBackendProbe probe(be);
   probe.set_score_update_from_logits(false);
   const double ms_sparse = run(rules, &kv_sparse, "sparse_step_recompute");
   probe.set_score_update_from_logits(true);
@@ -1376,6 +1445,7 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "sampling") bench_sampling();
     if (what == "all" || what == "model") bench_model();
     if (what == "all" || what == "sparse") bench_sparse();
+    if (what == "sparse-loo") bench_sparse(true);
     if (what == "gemm-decode") strata::bench::bench_gemm_decode();  // issue 18 item 3
     if (what == "mixed") strata::bench::bench_mixed();              // issue 19 item 3
     if (what == "all" || what == "prefill-breakdown")

@@ -57,6 +57,12 @@ bool skinny_gemm_applies(const void* x, const void* w, const void* y, int T, int
 void launch_skinny_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, bool f32out, int T,
                         int N, int K, cudaStream_t s);
 
+// Reads `bytes` of the zeroed `buf` through the L2 and writes nothing (sink only in principle):
+// what the L2 held is evicted, so that the call timed after it reads its weights from HBM as a
+// decode step does (each layer's weights arrive cold there, while repeated calls of one shape
+// find a matrix smaller than the L2 - o and qkv at 8B, every FP8 one but gate_up - in it).
+void launch_l2_evict(const void* buf, std::size_t bytes, unsigned* sink, cudaStream_t s);
+
 // sums[0] += sum (a - ref)^2, sums[1] += sum ref^2 over n elements (bf16 or fp32).
 void launch_diff_norms(const void* a, const void* ref, bool f32, long long n, double* sums,
                        cudaStream_t s);
@@ -174,8 +180,8 @@ class Gemm {
   DeviceArray<float> fp8_acc_;  // fallback accumulator (enable_fp8)
   DeviceArray<float> fp8_one_;  // 1.0f (the fallback's scalar scales)
   bool fp8_outer_vec_ = true, fp8_force_fallback_ = false;
-  bool fp8_pdl_ = true;  // kWarpK's and kWgmma's programmatic dependent launch (the constructor
-                         // reads STRATA_FP8_PDL)
+  bool fp8_pdl_ = true;    // kWarpK's and kWgmma's programmatic dependent launch (the constructor
+                           // reads STRATA_FP8_PDL)
   bool fp8_warpk_ = true;  // kWarpK in the default rule and the autotune (STRATA_FP8_WARPK=off: no)
   Fp8Path fp8_path_ = Fp8Path::kAuto;
   std::map<Key3, Fp8Path> fp8_tuned_;  // autotune_fp8's choices

@@ -29,16 +29,26 @@ namespace {
 // decode step. Before (to the fifteenth session) the warm-up call left the smaller matrices in
 // the L2 for the timed ones: 8B's o (33.5 MB bf16, 16.8 MB e4m3) and qkv (50 / 25 MB) against the
 // H100's 50 MB, so their candidates were ranked on L2 reads.
+// STRATA_GEMM_TUNE_EVICT=0 times warm as before (the A/B of the change); unset or 1 evicts.
 class L2Evict {
  public:
   explicit L2Evict(cudaStream_t s) : s_(s) {
+    const std::string e =
+        std::getenv("STRATA_GEMM_TUNE_EVICT") ? std::getenv("STRATA_GEMM_TUNE_EVICT") : "";
+    if (e == "0") return;
+    if (!e.empty() && e != "1")
+      throw ConfigError("STRATA_GEMM_TUNE_EVICT", "'" + e +
+                                                      "' is not one of: 1 (time each candidate on "
+                                                      "cold weights, the default), 0 (warm)");
     int dev = 0, l2 = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
     buf_ = DeviceArray<std::uint8_t>(2 * static_cast<std::size_t>(l2));
     CUDA_CHECK(cudaMemsetAsync(buf_.get(), 0, buf_.bytes(), s_));
   }
-  void operator()() const { launch_l2_evict(buf_.get(), buf_.bytes(), sink_.get(), s_); }
+  void operator()() const {
+    if (buf_.size() > 0) launch_l2_evict(buf_.get(), buf_.bytes(), sink_.get(), s_);
+  }
 
  private:
   cudaStream_t s_;

@@ -16,7 +16,7 @@ t() { local name=$1 to=$2; shift 2; timeout $to "$@" --gtest_color=no > $L/$name
 t sparse_kernels 60 $B/gpu_sparse_kernels_test --gtest_filter='SparseDecode.*'
 t sparse_model 150 $B/gpu_sparse_model_test
 for i in 1 2 3; do ev=1; [ $i = 2 ] && ev=0; STRATA_GEMM_TUNE_EVICT=$ev timeout 100 $B/gpu_bench sparse > $L/bench_sparse$i.log 2>&1; echo "bench sparse $i (autotune evict=$ev) rc=$? ($(el) s)"; grep -E "^FIGURE bench_sparse_decode_8b_b64_fused(_[a-z_]+)?_ms" $L/bench_sparse$i.log | tr '\n' ' '; echo; done
-for ev in 0 1; do STRATA_GEMM_TUNE_EVICT=$ev timeout 60 $B/gpu_bench gemm-tune > $L/bench_tune$ev.log 2>&1; echo "gemm-tune evict=$ev rc=$? ($(el) s)"; grep -E "t64|t1_|startup" $L/bench_tune$ev.log | grep -v FIGURE | head -14; done
+for ev in 0 1; do STRATA_GEMM_TUNE_EVICT=$ev timeout 60 $B/gpu_bench gemm-tune > $L/bench_tune$ev.log 2>&1; echo "gemm-tune evict=$ev rc=$? ($(el) s)"; grep -E "T=64 |T=1 |autotune:|layer GEMMs" $L/bench_tune$ev.log | grep -v FIGURE | head -16; done
 timeout 90 $B/gpu_bench decode-attn > $L/bench_dattn.log 2>&1; echo "bench decode-attn rc=$? ($(el) s)"; grep -E "score update|B=64 len=4096.*splits=1 mma shape 0:" $L/bench_dattn.log | grep -v FIGURE | head -12
 timeout 120 $B/gpu_bench sparse-loo > $L/bench_loo.log 2>&1; echo "bench sparse-loo rc=$? ($(el) s)"; grep -E "^sparse step|^leave out|sum to" $L/bench_loo.log | cut -c1-230
 cd $O && tar -czf all.tgz logs && rm -f logs/sparse_kernels.log logs/sparse_model.log; echo "total $(el) s"

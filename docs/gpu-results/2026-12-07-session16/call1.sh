@@ -21,4 +21,5 @@ for i in 1 2 3; do ev=1; [ $i = 2 ] && ev=0; STRATA_GEMM_TUNE_EVICT=$ev timeout 
 for ev in 0 1; do STRATA_GEMM_TUNE_EVICT=$ev timeout 60 $B/gpu_bench gemm-tune > $L/bench_tune$ev.log 2>&1; echo "gemm-tune evict=$ev rc=$? ($(el) s)"; grep -E "T=64 |T=1 |autotune:|layer GEMMs" $L/bench_tune$ev.log | grep -v FIGURE | head -16; done
 for v in 0 1; do BB=$B; [ $v = 0 ] && BB=$B0; timeout 90 $BB/gpu_bench decode-attn > $L/bench_dattn$v.log 2>&1; echo "bench decode-attn (v$v: 0 = before the reorder) rc=$? ($(el) s)"; grep -E "shape 0 \+ score update|B=64 len=4096.*splits=1 mma shape 0:|B=256 len=512.*splits=1 mma shape 0:" $L/bench_dattn$v.log | grep -v FIGURE | head -8; done
 timeout 120 $B/gpu_bench sparse-loo > $L/bench_loo.log 2>&1; echo "bench sparse-loo rc=$? ($(el) s)"; grep -E "^sparse step|^leave out|sum to" $L/bench_loo.log | cut -c1-230
-cd $O && tar -czf all.tgz logs && rm -f logs/sparse_kernels.log logs/sparse_model.log; echo "total $(el) s"
+t attention 100 $B/gpu_attention_test --gtest_filter='*Decode*'
+cd $O && tar -czf all.tgz logs && rm -f logs/sparse_kernels.log logs/sparse_model.log logs/attention.log; echo "total $(el) s"

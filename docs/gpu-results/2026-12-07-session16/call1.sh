@@ -11,8 +11,8 @@ set -u
 O=$OUT; t0=$(date +%s); L=$O/logs; mkdir -p $L
 el() { echo $(( $(date +%s) - t0 )); }
 K=$PWD/build/s16b; [ -d $K/bin ] || tar -xJf $K/b.tar.xz -C $K; B=$K/bin; head -1 $K/COMMIT
-# s16a: the same tree before the decode attention's reorder (c96bef3), for the decode-attn A/B.
-K0=$PWD/build/s16a; [ -d $K0/bin ] || tar -xJf $K0/b.tar.xz -C $K0; B0=$K0/bin; head -1 $K0/COMMIT
+# s16a0: gpu_bench alone of the same tree before the decode attention's reorder (c96bef3), for the decode-attn A/B.
+K0=$PWD/build/s16a0; [ -d $K0/bin ] || tar -xJf $K0/b.tar.xz -C $K0; B0=$K0/bin; head -1 $K0/COMMIT
 nvidia-smi --query-gpu=name --format=csv,noheader
 t() { local name=$1 to=$2; shift 2; timeout $to "$@" --gtest_color=no > $L/$name.log 2>&1; echo "$name rc=$? ($(el) s)"; grep -E "^\[  FAILED|^\[  PASSED|Failure|^(eager|graphs|in attention)" $L/$name.log | head -14; }
 t sparse_kernels 60 $B/gpu_sparse_kernels_test --gtest_filter='SparseDecode.*'

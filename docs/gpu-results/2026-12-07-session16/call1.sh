@@ -17,9 +17,9 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 t() { local name=$1 to=$2; shift 2; timeout $to "$@" --gtest_color=no > $L/$name.log 2>&1; echo "$name rc=$? ($(el) s)"; grep -E "^\[  FAILED|^\[  PASSED|Failure|^(eager|graphs|in attention)" $L/$name.log | head -14; }
 t sparse_kernels 60 $B/gpu_sparse_kernels_test --gtest_filter='SparseDecode.*'
 t sparse_model 150 $B/gpu_sparse_model_test
+timeout 120 $B/gpu_bench sparse-loo > $L/bench_loo.log 2>&1; echo "bench sparse-loo rc=$? ($(el) s)"; grep -E "^sparse step|^leave out|sum to" $L/bench_loo.log | cut -c1-230
+for v in 0 1; do BB=$B; [ $v = 0 ] && BB=$B0; timeout 90 $BB/gpu_bench decode-attn > $L/bench_dattn$v.log 2>&1; echo "bench decode-attn (v$v: 0 = before the reorder) rc=$? ($(el) s)"; grep -E "shape 0 \+ score update|B=64 len=4096.*splits=1 mma shape 0:|B=256 len=512.*splits=1 mma shape 0:" $L/bench_dattn$v.log | grep -v FIGURE | head -8; done
 for i in 1 2; do ev=1; [ $i = 2 ] && ev=0; STRATA_GEMM_TUNE_EVICT=$ev timeout 100 $B/gpu_bench sparse > $L/bench_sparse$i.log 2>&1; echo "bench sparse $i (autotune evict=$ev) rc=$? ($(el) s)"; grep -E "^FIGURE bench_sparse_decode_8b_b64_fused(_[a-z_]+)?_ms" $L/bench_sparse$i.log | tr '\n' ' '; echo; done
 for ev in 0 1; do STRATA_GEMM_TUNE_EVICT=$ev timeout 60 $B/gpu_bench gemm-tune > $L/bench_tune$ev.log 2>&1; echo "gemm-tune evict=$ev rc=$? ($(el) s)"; grep -E "T=64 |T=1 |autotune:|layer GEMMs" $L/bench_tune$ev.log | grep -v FIGURE | head -16; done
-for v in 0 1; do BB=$B; [ $v = 0 ] && BB=$B0; timeout 90 $BB/gpu_bench decode-attn > $L/bench_dattn$v.log 2>&1; echo "bench decode-attn (v$v: 0 = before the reorder) rc=$? ($(el) s)"; grep -E "shape 0 \+ score update|B=64 len=4096.*splits=1 mma shape 0:|B=256 len=512.*splits=1 mma shape 0:" $L/bench_dattn$v.log | grep -v FIGURE | head -8; done
-timeout 120 $B/gpu_bench sparse-loo > $L/bench_loo.log 2>&1; echo "bench sparse-loo rc=$? ($(el) s)"; grep -E "^sparse step|^leave out|sum to" $L/bench_loo.log | cut -c1-230
 t attention 100 $B/gpu_attention_test --gtest_filter='*Decode*'
 cd $O && tar -czf all.tgz logs && rm -f logs/sparse_kernels.log logs/sparse_model.log logs/attention.log; echo "total $(el) s"

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Sixteenth session, call 1: the fifteenth session's call 2 (it did not run there), with the decode-attn
-# bench timed in graphs too and the new leave-one-out census of the sparse step (gpu_bench sparse-loo).
-# first call. Build the landed commit, then
-#   STRATA_PACK_EVALMODEL=0 tools/gpu/pack.sh build/release build/s16a gpu_sparse_kernels_test gpu_sparse_model_test gpu_attention_test
-# and run this with carry ["build/s16a"] (about 90 s). It checks the score rule with rounding
-# intrinsics (call 1: the in-kernel update differed from the update kernel in the last bit of
-# some scores); if both tests pass, turn STRATA_SCORE_IN_ATTN on by default (forward.cpp). SparseDecode.* (case 4 bitwise, the RoPE resolve), the whole
-# sparse model test, gpu_bench sparse three times (the variants' noise), decode-attn (the attention tests passed in call 1; their code is unchanged).
+# Sixteenth session, call 1 — NOT RUN: thirteen start requests were refused (no H100 or H200 free)
+# and their cost used the session's 1,800 s. The next session's first call. It holds the
+# fifteenth session's call 2 (the FMA fix's bitwise tests: if SparseDecode.* case 4 and the model
+# test's update-in-attention variants pass, apply the sixteenth session's flip, below) and the
+# sixteenth session's new measurements: gpu_bench sparse-loo (the sparse step's graph with each
+# kernel left out), decode-attn timed in graphs of 8 (before / after the decode attention's reorder,
+# c96bef3), the autotune's L2 eviction A/B (STRATA_GEMM_TUNE_EVICT=0 vs 1) in gpu_bench sparse and
+# gemm-tune, the decode attention tests. About 300 s.
+# Bundles (build/release of the landed commit, then of 848317e = c96bef3^ for the old gpu_bench):
+#   STRATA_PACK_EVALMODEL=0 tools/gpu/pack.sh build/release build/s16b gpu_sparse_kernels_test gpu_sparse_model_test gpu_attention_test
+#   (worktree of 848317e, build gpu_bench) d=$(mktemp -d); tar -xJf <its pack>/b.tar.xz -C $d ./bin/gpu_bench ./COMMIT; mkdir -p build/s16a0; tar -cJf build/s16a0/b.tar.xz -C $d .
+# carry ["build/s16a0", "build/s16b"] (two full bundles exceed the 64 MiB carry: s16a0 holds gpu_bench alone).
+# The flip, once the tests pass: STRATA_SCORE_IN_ATTN on by default (forward.cpp env_switch default
+# true; the comments in backend_impl.h, backend_probe.h, sparse_model_test.cpp; cuda-backend.md).
 set -u
 O=$OUT; t0=$(date +%s); L=$O/logs; mkdir -p $L
 el() { echo $(( $(date +%s) - t0 )); }

@@ -743,17 +743,8 @@ struct DriverApi {
 const DriverApi& driver_api() {
   static const DriverApi api = [] {
     DriverApi a;
-    cudaDriverEntryPointQueryResult q{};
-    void* fn = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-      a.encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-    fn = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
-                                         &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-      a.range = reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(fn);
+    a.encode = driver_fn<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled", 12000);
+    a.range = driver_fn<PFN_cuMemGetAddressRange_v3020>("cuMemGetAddressRange", 12000);
     return a;
   }();
   return api;

@@ -32,6 +32,19 @@ namespace strata::cuda {
 
 namespace strata::cuda {
 
+// The driver API entry point `name` of CUDA `version` (12000 = 12.0), looked up through the
+// runtime so that no target links libcuda; nullptr where the driver lacks it. The one place
+// the lookup is spelled (tensor maps, green contexts, graph node names).
+template <typename F>
+F driver_fn(const char* name, int version) {
+  cudaDriverEntryPointQueryResult q{};
+  void* f = nullptr;
+  if (cudaGetDriverEntryPointByVersion(name, &f, version, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    return nullptr;
+  return reinterpret_cast<F>(f);
+}
+
 // One kernel launch through cudaLaunchKernelEx, with programmatic dependent launch when `pdl`
 // (the kernel may then start while the previous kernel on the stream drains; it must call
 // griddepcontrol.wait, cuda/hopper_sm90.cuh's griddep_wait, before reading what that kernel

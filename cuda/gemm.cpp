@@ -10,6 +10,7 @@
 #include <string>
 #include <tuple>
 
+#include "cuda/env_switch.h"
 #include "cuda/kernels.h"
 #include "runtime/error.h"
 
@@ -33,13 +34,9 @@ namespace {
 class L2Evict {
  public:
   explicit L2Evict(cudaStream_t s) : s_(s) {
-    const std::string e =
-        std::getenv("STRATA_GEMM_TUNE_EVICT") ? std::getenv("STRATA_GEMM_TUNE_EVICT") : "";
-    if (e == "0") return;
-    if (!e.empty() && e != "1")
-      throw ConfigError("STRATA_GEMM_TUNE_EVICT", "'" + e +
-                                                      "' is not one of: 1 (time each candidate on "
-                                                      "cold weights, the default), 0 (warm)");
+    if (!env_switch("STRATA_GEMM_TUNE_EVICT", true, "time each candidate on cold weights",
+                    "warm, as before the sixteenth session"))
+      return;
     int dev = 0, l2 = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));

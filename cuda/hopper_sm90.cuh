@@ -25,6 +25,8 @@
 
 #include <cstdint>
 
+#include "cuda/cuda_check.h"
+
 namespace strata::cuda::sm90 {
 
 __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
@@ -112,15 +114,8 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const void* tmap,
 // ---- TMA tensor maps (host) ---------------------------------------------------------------
 // cuTensorMapEncodeTiled from the driver (looked up once; nullptr when the driver lacks it).
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    cudaDriverEntryPointQueryResult q{};
-    void* f = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
+  static const auto fn =
+      driver_fn<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled", 12000);
   return fn;
 }
 // A 2-D row-major tensor of `rows` rows x `cols` elements (row pitch `row_bytes`, a multiple of

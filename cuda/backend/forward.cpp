@@ -10,6 +10,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/backend/backend_impl.h"
+#include "cuda/env_switch.h"
 #include "cuda/fp8.h"
 #include "cuda/gemm_skinny_fused.h"
 #include "cuda/kernels.h"
@@ -37,20 +38,6 @@ int mixed_overlap_from_env() {
                         "side stream), 2 (on a default-priority side stream), 3 (on a green "
                         "context's SMs)");
 }
-
-namespace {
-// A switch read from the environment: unset or empty its default, 1 on, 0 off, else an error
-// that says what each value does.
-bool env_switch(const char* name, bool dflt, const std::string& on, const std::string& off) {
-  const char* v = std::getenv(name);
-  const std::string s = v ? v : "";
-  if (s.empty()) return dflt;
-  if (s == "0") return false;
-  if (s == "1") return true;
-  throw ConfigError(name, "'" + s + "' is not one of: 1 (" + on + (dflt ? ", the default" : "") +
-                              "), 0 (" + off + (dflt ? "" : ", the default") + ")");
-}
-}  // namespace
 
 bool sparse_side_from_env() {
   return env_switch("STRATA_SPARSE_SIDE", false,

@@ -14,17 +14,6 @@
 namespace strata::cuda {
 namespace {
 
-// The driver's entry point `name` (looked up through the runtime: the backend links no libcuda).
-template <class Fn>
-Fn driver_fn(const char* name, int version) {
-  cudaDriverEntryPointQueryResult q{};
-  void* f = nullptr;
-  if (cudaGetDriverEntryPointByVersion(name, &f, version, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess)
-    return nullptr;
-  return reinterpret_cast<Fn>(f);
-}
-
 // A kernel node's (mangled) function name, "" when the driver cannot say: the runtime's own
 // kernels come as CUkernels, the ones cuBLAS launches as CUfunctions.
 std::string kernel_node_name(cudaGraphNode_t node) {

@@ -27,13 +27,8 @@ constexpr int kGraphBucketsDefault[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
 // A driver entry point of the green-context API (CUDA 12.4+); null where the driver lacks it.
 template <typename F>
-F driver_fn(const char* name) {
-  cudaDriverEntryPointQueryResult q{};
-  void* f = nullptr;
-  if (cudaGetDriverEntryPointByVersion(name, &f, 12040, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess)
-    return nullptr;
-  return reinterpret_cast<F>(f);
+F green_fn(const char* name) {
+  return driver_fn<F>(name, 12040);
 }
 
 using GreenCtxDestroyFn = CUresult (*)(CUgreenCtx);
@@ -52,13 +47,13 @@ std::string make_green_stream(int device, int sms, int priority, cudaStream_t ma
   using DescFn = CUresult (*)(CUdevResourceDesc*, CUdevResource*, unsigned);
   using CreateFn = CUresult (*)(CUgreenCtx*, CUdevResourceDesc, CUdevice, unsigned);
   using StreamFn = CUresult (*)(CUstream*, CUgreenCtx, unsigned, int);
-  const auto device_get = driver_fn<DeviceGetFn>("cuDeviceGet");
-  const auto get_res = driver_fn<GetResFn>("cuDeviceGetDevResource");
-  const auto split = driver_fn<SplitFn>("cuDevSmResourceSplitByCount");
-  const auto gen_desc = driver_fn<DescFn>("cuDevResourceGenerateDesc");
-  const auto create = driver_fn<CreateFn>("cuGreenCtxCreate");
-  const auto stream_create = driver_fn<StreamFn>("cuGreenCtxStreamCreate");
-  const auto destroy = driver_fn<GreenCtxDestroyFn>("cuGreenCtxDestroy");
+  const auto device_get = green_fn<DeviceGetFn>("cuDeviceGet");
+  const auto get_res = green_fn<GetResFn>("cuDeviceGetDevResource");
+  const auto split = green_fn<SplitFn>("cuDevSmResourceSplitByCount");
+  const auto gen_desc = green_fn<DescFn>("cuDevResourceGenerateDesc");
+  const auto create = green_fn<CreateFn>("cuGreenCtxCreate");
+  const auto stream_create = green_fn<StreamFn>("cuGreenCtxStreamCreate");
+  const auto destroy = green_fn<GreenCtxDestroyFn>("cuGreenCtxDestroy");
   if (!device_get || !get_res || !split || !gen_desc || !create || !stream_create || !destroy)
     return "the driver has no green-context API";
   CUdevice dev = 0;
@@ -214,7 +209,7 @@ CudaBackendImpl::~CudaBackendImpl() {
   gemm.reset();
   if (side_green) cudaStreamDestroy(side_green);
   if (green_ctx)
-    if (const auto destroy = driver_fn<GreenCtxDestroyFn>("cuGreenCtxDestroy"))
+    if (const auto destroy = green_fn<GreenCtxDestroyFn>("cuGreenCtxDestroy"))
       destroy(static_cast<CUgreenCtx>(green_ctx));
   if (side_hi) cudaStreamDestroy(side_hi);
   if (side_lo) cudaStreamDestroy(side_lo);

@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
+#include <iterator>
+#include <span>
+#include <thread>
 
 #include "actors/census_turns.h"
 #include "runtime/error.h"
+#include "runtime/sampler.h"
 
 namespace strata::actors {
 namespace {
@@ -41,6 +46,8 @@ std::shared_ptr<const std::vector<BlockHash>> BatcherActor::output_names(const S
 
 std::shared_ptr<const std::vector<BlockHash>> BatcherActor::block_names(Seq& s) const {
   if (!deps_.prefix_cache) return nullptr;
+  // Prompt logprobs still owed: every prompt position must be computed (no cached blocks).
+  if (s.req->in->prompt_logprobs >= 0 && !s.prompt_lp_sent) return nullptr;
   if (!s.block_hashes) {
     const auto& src = source(s);
     s.block_hashes = std::make_shared<const std::vector<BlockHash>>(block_hashes(
@@ -136,6 +143,11 @@ void BatcherActor::on_submit(std::shared_ptr<PreparedRequest> in) {
     if (i > 0) s->params.seed = splitmix64(r->in->params.seed ^ (0x5851F42D4C957F2Dull * i));
     s->detok =
         std::make_unique<IncrementalDetokenizer>(*deps_.tokenizer, r->in->skip_special_tokens);
+    if (r->in->prompt_logprobs >= 0) {
+      TokenLogprob first;  // nothing precedes the first prompt token: its token alone
+      first.token = r->in->prompt.front();
+      s->prompt_lps.push_back(std::move(first));
+    }
     seqs_[s->id] = s.get();
     waiting_.push_back(s->id);
     r->seqs.push_back(std::move(s));
@@ -328,6 +340,10 @@ bool BatcherActor::on_step_done(RankCompletion c) {
     SeqResult& res = rank0->result.seqs[i];
     s.result_step = plan->step_id;
     if (!res.kept.empty()) kept_.emplace_back(id, std::move(res.kept));
+    if (plan->seqs[i].prefill && !s.prompt_lps.empty()) {
+      score_prompt_rows(s, plan->seqs[i], res);
+      if (s.finish != FinishReason::kNone) continue;  // (the scoring failed)
+    }
     if (res.token < 0) continue;  // a prefill chunk that did not end the prompt
     Req& r = *s.req;
     s.output.push_back(res.token);
@@ -604,6 +620,7 @@ asio::awaitable<bool> BatcherActor::kick() {
     st.return_logits = false;
     st.input_pending = false;
     if (p.prefill) {
+      st.return_logits = wants_prompt_rows(s, p.start, p.n_tokens);
       st.tokens.assign(src.begin() + p.start, src.begin() + p.start + p.n_tokens);
       st.sample = p.start + p.n_tokens == st.prompt_len;
     } else if (s.pending_step != 0) {
@@ -650,6 +667,96 @@ asio::awaitable<bool> BatcherActor::kick() {
       rank->run(plan, [this](RankCompletion c) { tell(StepDoneMsg{std::move(c)}); });
   }
   co_return true;
+}
+
+bool BatcherActor::wants_prompt_rows(const Seq& s, int start, int n) const {
+  if (s.prompt_lps.empty()) return false;  // none asked, or sent
+  // Row j of the chunk scores prompt token start + j + 1; the next one owed is prompt_lps.size().
+  const int owed = static_cast<int>(s.prompt_lps.size());
+  const int prompt = static_cast<int>(s.req->in->prompt.size());
+  return start + n >= owed && start + 1 < prompt;
+}
+
+void BatcherActor::score_prompt_rows(Seq& s, const SeqStep& st, const SeqResult& res) {
+  const auto& prompt = s.req->in->prompt;
+  const auto P = prompt.size();
+  const auto V = static_cast<std::size_t>(deps_.model.vocab_size);
+  const std::size_t n = st.tokens.size();
+  std::string error;
+  if (st.return_logits && static_cast<std::size_t>(st.start) + 1 < P) {
+    if (res.logits.size() != n * V) {
+      error = "backend returned " + std::to_string(res.logits.size()) +
+              " prompt logits for a chunk of " + std::to_string(n) + " rows";
+    } else {
+      // Rows [j0, j1) score prompt tokens [owed, owed + j1 - j0) (rows before j0 were scored
+      // by an earlier, preempted prefill); a row costs ~1 ms at 128k tokens on one core
+      // (tests/runtime/sampler_test.cpp prints it), so long chunks are split over threads.
+      const std::size_t owed = s.prompt_lps.size();
+      const std::size_t j0 = owed - 1 - std::min(owed - 1, static_cast<std::size_t>(st.start));
+      const std::size_t j1 = std::min(n, P - 1 - static_cast<std::size_t>(st.start));
+      if (static_cast<std::size_t>(st.start) + j0 + 1 != owed) {
+        error = "prompt logprobs: a chunk starts after the next position owed";
+      } else if (j1 > j0) {
+        std::vector<TokenLogprob> rows(j1 - j0);
+        const int n_top = s.req->in->prompt_logprobs;
+        auto score = [&](std::size_t a, std::size_t b) {
+          for (std::size_t j = a; j < b; ++j) {
+            const std::size_t q = static_cast<std::size_t>(st.start) + j + 1;
+            PromptScore sc = score_prompt_row(std::span<const float>(res.logits.data() + j * V, V),
+                                              prompt[q], n_top);
+            TokenLogprob& lp = rows[j - j0];
+            lp.token = prompt[q];
+            lp.logprob = sc.logprob;
+            lp.rank = sc.rank;
+            lp.top = std::move(sc.top);
+          }
+        };
+        const std::size_t count = j1 - j0;
+        const std::size_t threads = std::clamp<std::size_t>(
+            std::min<std::size_t>(count / 16, std::thread::hardware_concurrency()), 1, 8);
+        std::vector<std::exception_ptr> failed(threads);
+        {
+          std::vector<std::jthread> pool;
+          for (std::size_t t = 1; t < threads; ++t)
+            pool.emplace_back([&, t] {
+              try {
+                score(j0 + count * t / threads, j0 + count * (t + 1) / threads);
+              } catch (...) {
+                failed[t] = std::current_exception();
+              }
+            });
+          try {
+            score(j0, j0 + count / threads);
+          } catch (...) {
+            failed[0] = std::current_exception();
+          }
+        }
+        for (const auto& f : failed) {
+          if (!f || !error.empty()) continue;
+          try {
+            std::rethrow_exception(f);
+          } catch (const std::exception& e) {
+            error = std::string("prompt logprobs: ") + e.what();
+          }
+        }
+        if (error.empty())
+          s.prompt_lps.insert(s.prompt_lps.end(), std::make_move_iterator(rows.begin()),
+                              std::make_move_iterator(rows.end()));
+      }
+    }
+  }
+  if (!error.empty()) {
+    StreamEvent ev;
+    ev.error = std::move(error);
+    finish_seq(s, FinishReason::kError, std::move(ev));
+    return;
+  }
+  if (s.prompt_lps.size() < P) return;
+  StreamEvent ev;
+  ev.index = s.index;
+  ev.prompt_logprobs = std::exchange(s.prompt_lps, {});
+  s.prompt_lp_sent = true;
+  send(s.req->in->sink, std::move(ev));
 }
 
 // Steps by kind (EngineStats::steps_decode / _prefill / _mixed).

@@ -53,6 +53,7 @@ struct PreparedRequest {
   EventSink sink;
   bool skip_special_tokens = true;  // in the output text
   std::string cache_salt;           // prefix-cache isolation (Request::cache_salt)
+  int prompt_logprobs = -1;         // Request::prompt_logprobs
 };
 
 struct SubmitMsg {
@@ -152,6 +153,11 @@ class BatcherActor final : public Actor<BatcherMsg> {
     // yet) and whether every admission was under that published, sparse profile.
     std::vector<std::int32_t> argmax;
     std::vector<float> logprob;
+    // Prompt logprobs (PreparedRequest::prompt_logprobs >= 0): the entries scored so far (entry
+    // p scores prompt token p from the row of position p - 1; entry 0 holds the first token
+    // alone); sent once complete, before the first token (then emptied, prompt_lp_sent set).
+    std::vector<TokenLogprob> prompt_lps;
+    bool prompt_lp_sent = false;
     std::uint64_t version = 0;
     bool replayable = false;
     explicit Seq(std::vector<std::string> stops) : stop(std::move(stops)) {}
@@ -195,6 +201,9 @@ class BatcherActor final : public Actor<BatcherMsg> {
   void replay_input(ScheduleInput& in);
   void replay_output(const ReplayOutput& out);
   void on_replay_done(const SeqStep& st, SeqResult* res);
+  // Prompt logprobs: whether a prefill chunk's rows are still owed, and scoring them.
+  bool wants_prompt_rows(const Seq& s, int start, int n) const;
+  void score_prompt_rows(Seq& s, const SeqStep& st, const SeqResult& res);
 
   BatcherDeps deps_;
   std::unordered_map<std::string, std::unique_ptr<Req>> requests_;

@@ -90,6 +90,9 @@ std::shared_ptr<PreparedRequest> IntakeActor::prepare(Request r) const {
   out->sparsity = std::move(r.sparsity);
   out->cache_salt = std::move(r.cache_salt);
   out->skip_special_tokens = r.skip_special_tokens;
+  if (r.prompt_logprobs < -1)
+    throw InvalidRequest("prompt_logprobs", "prompt_logprobs must be >= 0 when given");
+  out->prompt_logprobs = r.prompt_logprobs;
   if (r.deadline) {
     out->deadline = r.deadline;
   } else if (s_.request_timeout_s > 0) {

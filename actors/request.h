@@ -39,6 +39,12 @@ struct Request {
   // Prefix-cache isolation (vLLM's cache_salt): requests share cached prompt blocks only
   // with requests of the same salt (none shares with none).
   std::string cache_salt;
+  // Prompt logprobs (the legacy API's echo + logprobs, vLLM's prompt_logprobs): -1 none; N >= 0:
+  // every prompt token's logprob given the tokens before it, its rank and the top-N
+  // alternatives (runtime/sampler.h score_prompt_row: the raw row, before any sampling
+  // parameter). Each choice scores its own prefill; such a request takes nothing from the
+  // prefix cache (a cached block is never computed, so its positions could not be scored).
+  int prompt_logprobs = -1;
 };
 
 enum class FinishReason : std::uint8_t { kNone, kStop, kLength, kAbort, kError, kTimeout };
@@ -66,6 +72,7 @@ struct TokenLogprob {
   std::int32_t token = 0;
   float logprob = 0.0f;
   std::vector<TopLogprob> top;
+  int rank = 0;  // prompt logprobs: 1-based rank of `token` in its row (0: not reported)
 };
 
 struct Usage {
@@ -90,6 +97,10 @@ struct StreamEvent {
   std::string text;                     // delta
   std::vector<std::int32_t> token_ids;  // tokens of this delta
   std::vector<TokenLogprob> logprobs;   // per token, when params.logprobs >= 0
+  // Request::prompt_logprobs >= 0: once per choice, on an event of its own before the choice's
+  // first token, one entry per prompt token; entry 0 (nothing precedes it) has no logprob: only
+  // its token is set.
+  std::vector<TokenLogprob> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;
   std::optional<Usage> usage;
   std::string error;  // finish == kError: what went wrong

@@ -488,14 +488,12 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
   }
   // Output shaping (vLLM's extra fields).
   if (const auto* v = find(o, "echo")) out.echo = boolean(*v, "echo");
-  // The legacy API answers echo + logprobs with the prompt tokens' logprobs too (what scoring
-  // harnesses read, e.g. lm-eval's loglikelihood requests): the engine does not score prompt
-  // tokens, so refused rather than answered with the completion's logprobs alone.
-  if (!chat && out.echo && find(o, "logprobs"))
-    throw bad_request("echo",
-                      "'echo' with 'logprobs' is not supported: it would return the prompt "
-                      "tokens' logprobs, which the engine does not compute (as "
-                      "'prompt_logprobs'); drop one of them");
+  // The legacy API answers echo + logprobs with the prompt tokens' logprobs too, at the head of
+  // the choice's logprobs (what scoring harnesses read, e.g. lm-eval's loglikelihood requests).
+  if (!chat && out.echo && sp.logprobs >= 0) {
+    out.echo_logprobs = true;
+    r.prompt_logprobs = sp.logprobs;
+  }
   if (const auto* v = find(o, "skip_special_tokens"))
     r.skip_special_tokens = boolean(*v, "skip_special_tokens");
   // Accepted either way: like Hugging Face fast tokenizers (vLLM's default), Strata never pads
@@ -504,10 +502,14 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
     (void)boolean(*v, "spaces_between_special_tokens");
   if (const auto* v = find(o, "return_tokens_as_token_ids"))
     out.tokens_as_ids = boolean(*v, "return_tokens_as_token_ids");
-  if (find(o, "prompt_logprobs"))
-    throw bad_request("prompt_logprobs",
-                      "'prompt_logprobs' is not supported: the engine does not score prompt "
-                      "tokens");
+  // vLLM's prompt_logprobs: the prompt tokens' logprobs with their ranks and top-N, in a field
+  // of their own.
+  if (const auto* v = find(o, "prompt_logprobs")) {
+    if (v->is_bool()) wrong_type("prompt_logprobs", "an integer (number of alternatives)", *v);
+    const auto k = static_cast<int>(integer_in(*v, "prompt_logprobs", 0, ctx.max_logprobs));
+    out.prompt_logprobs_field = true;
+    r.prompt_logprobs = std::max(r.prompt_logprobs, k);
+  }
   if (const auto* v = find(o, "truncate_prompt_tokens")) {
     const auto k = integer_in(*v, "truncate_prompt_tokens", -1, limit, why);
     if (k == 0)

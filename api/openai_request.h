@@ -41,6 +41,11 @@ struct ParsedRequest {
   int top_logprobs = 0;           // alternatives per token (both endpoints)
   bool echo = false;              // prepend the prompt (chat: a final assistant message)
   bool tokens_as_ids = false;     // return_tokens_as_token_ids
+  // Prompt logprobs (Request::prompt_logprobs): completions' echo + logprobs (the prompt tokens
+  // head the choice's logprobs, the first one's logprob null), and/or vLLM's prompt_logprobs
+  // field (completions: per choice; chat: on the response).
+  bool echo_logprobs = false;
+  bool prompt_logprobs_field = false;
 };
 
 // Parses a body into JSON; throws ApiError 400 ("invalid JSON: ...") on malformed input.

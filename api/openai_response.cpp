@@ -37,6 +37,8 @@ ResponseMeta make_meta(const ParsedRequest& req, const std::string& id, std::int
   m.continuous_usage = req.continuous_usage;
   m.logprobs = req.request.params.logprobs >= 0;
   m.tokens_as_ids = req.tokens_as_ids;
+  m.echo_logprobs = req.echo_logprobs;
+  m.prompt_logprobs_field = req.prompt_logprobs_field;
   if (req.echo && req.request.prompt_text) m.echo_text = *req.request.prompt_text;
   // Chat echo (vLLM): the reply continues the final message when it is the assistant's.
   if (req.echo && req.request.messages && !req.request.messages->empty() &&
@@ -86,7 +88,6 @@ json::value logprobs_json(Endpoint endpoint, const std::vector<TokenLogprob>& lp
   auto bytes = [&](std::int32_t id, const std::string& raw) {
     return bytes_of(tokens_as_ids ? shown(id, raw) : raw);
   };
-  auto token_text = [&](std::int32_t id) { return shown(id, token_bytes(id)); };
   if (endpoint == Endpoint::kChat) {
     json::array content;
     for (const auto& lp : lps) {
@@ -111,23 +112,71 @@ json::value logprobs_json(Endpoint endpoint, const std::vector<TokenLogprob>& lp
     o["content"] = std::move(content);
     return o;
   }
-  json::array tokens, token_logprobs, top_logprobs, offsets;
-  for (const auto& lp : lps) {
+  CompletionLogprobs c;
+  append_completion_logprobs(c, lps, token_bytes, text_offset, tokens_as_ids, false);
+  return c.json();
+}
+
+void append_completion_logprobs(CompletionLogprobs& c, const std::vector<TokenLogprob>& lps,
+                                const TokenText& token_bytes, int* text_offset, bool tokens_as_ids,
+                                bool prompt) {
+  auto token_text = [&](std::int32_t id) {
+    return tokens_as_ids ? "token_id:" + std::to_string(id) : unicode::lossy_utf8(token_bytes(id));
+  };
+  for (std::size_t i = 0; i < lps.size(); ++i) {
+    const auto& lp = lps[i];
     const std::string tok = token_text(lp.token);
-    tokens.push_back(json::value(tok));
-    token_logprobs.push_back(lp.logprob);
+    c.tokens.push_back(json::value(tok));
+    c.offsets.push_back(*text_offset);
+    *text_offset += static_cast<int>(tok.size());
+    if (prompt && i == 0) {  // the first prompt token: nothing precedes it
+      c.token_logprobs.push_back(nullptr);
+      c.top_logprobs.push_back(nullptr);
+      continue;
+    }
+    c.token_logprobs.push_back(lp.logprob);
     json::object top;
     for (const auto& t : lp.top) top[token_text(t.token)] = t.logprob;
-    top_logprobs.push_back(std::move(top));
-    offsets.push_back(*text_offset);
-    *text_offset += static_cast<int>(tok.size());
+    // A prompt token is listed among its alternatives as OpenAI's legacy API and vLLM do.
+    if (prompt) top[tok] = lp.logprob;
+    c.top_logprobs.push_back(std::move(top));
   }
+}
+
+json::value CompletionLogprobs::json() const {
   json::object o;
-  o["tokens"] = std::move(tokens);
-  o["token_logprobs"] = std::move(token_logprobs);
-  o["top_logprobs"] = std::move(top_logprobs);
-  o["text_offset"] = std::move(offsets);
+  o["tokens"] = tokens;
+  o["token_logprobs"] = token_logprobs;
+  o["top_logprobs"] = top_logprobs;
+  o["text_offset"] = offsets;
   return o;
+}
+
+json::value prompt_logprobs_json(const std::vector<TokenLogprob>& lps, const TokenText& token_bytes,
+                                 bool tokens_as_ids) {
+  auto shown = [&](std::int32_t id) {
+    return tokens_as_ids ? "token_id:" + std::to_string(id) : unicode::lossy_utf8(token_bytes(id));
+  };
+  json::array a;
+  for (std::size_t i = 0; i < lps.size(); ++i) {
+    if (i == 0) {
+      a.push_back(nullptr);
+      continue;
+    }
+    const auto& lp = lps[i];
+    json::object e;
+    for (std::size_t r = 0; r < lp.top.size(); ++r) {
+      const auto& t = lp.top[r];
+      e[std::to_string(t.token)] = json::object{{"logprob", t.logprob},
+                                                {"rank", static_cast<std::int64_t>(r + 1)},
+                                                {"decoded_token", shown(t.token)}};
+    }
+    e[std::to_string(lp.token)] = json::object{{"logprob", lp.logprob},
+                                               {"rank", static_cast<std::int64_t>(lp.rank)},
+                                               {"decoded_token", shown(lp.token)}};
+    a.push_back(std::move(e));
+  }
+  return a;
 }
 
 std::string vocab_string(std::string_view bytes) {
@@ -176,7 +225,8 @@ std::string StreamShaper::begin() {
       delta["role"] = "assistant";
       delta["content"] = meta_.echo_text;
       choice["delta"] = std::move(delta);
-    } else if (!meta_.echo_text.empty()) {
+    } else if (!meta_.echo_text.empty() && !meta_.echo_logprobs) {
+      // (echo + logprobs: the echo comes with the prompt's logprobs, once they are scored)
       choice["text"] = meta_.echo_text;
       text_offset_[static_cast<std::size_t>(i)] = static_cast<int>(meta_.echo_text.size());
     } else {
@@ -206,6 +256,7 @@ std::string StreamShaper::on_event(const StreamEvent& ev) {
         ApiError(500, "internal_error", ev.error.empty() ? "generation failed" : ev.error)));
     return out;
   }
+  if (!ev.prompt_logprobs.empty()) out += prompt_chunk(ev);
   const bool lp = meta_.logprobs && !ev.logprobs.empty();
   if (!ev.text.empty() || lp) {
     json::object choice;
@@ -246,6 +297,40 @@ std::string StreamShaper::on_event(const StreamEvent& ev) {
   return out;
 }
 
+// The prompt's logprobs of one choice: completions, the echo with them at the head of the
+// choice's logprobs and/or vLLM's prompt_logprobs field in the choice; chat, the field on a chunk
+// with no choices, once (every choice scores the same prompt).
+std::string StreamShaper::prompt_chunk(const StreamEvent& ev) {
+  const auto i = static_cast<std::size_t>(ev.index);
+  json::object c = chunk();
+  if (meta_.endpoint == Endpoint::kChat) {
+    if (ev.index != 0 || !meta_.prompt_logprobs_field) return "";
+    c["choices"] = json::array();
+    c["prompt_logprobs"] =
+        prompt_logprobs_json(ev.prompt_logprobs, token_text_, meta_.tokens_as_ids);
+    return sse_data(json::serialize(c));
+  }
+  json::object choice;
+  choice["index"] = ev.index;
+  if (meta_.echo_logprobs) {
+    choice["text"] = meta_.echo_text;
+    CompletionLogprobs lps;
+    text_offset_[i] = 0;
+    append_completion_logprobs(lps, ev.prompt_logprobs, token_text_, &text_offset_[i],
+                               meta_.tokens_as_ids, true);
+    choice["logprobs"] = lps.json();
+  } else {
+    choice["text"] = "";
+    choice["logprobs"] = nullptr;
+  }
+  if (meta_.prompt_logprobs_field)
+    choice["prompt_logprobs"] =
+        prompt_logprobs_json(ev.prompt_logprobs, token_text_, meta_.tokens_as_ids);
+  choice["finish_reason"] = nullptr;
+  c["choices"] = json::array{std::move(choice)};
+  return sse_data(json::serialize(c));
+}
+
 std::string StreamShaper::end() {
   std::string out;
   if (meta_.include_usage) {
@@ -272,6 +357,7 @@ void ResponseCollector::add(const StreamEvent& ev) {
   if (ev.index < 0 || ev.index >= meta_.n) return;
   auto& c = choices_[static_cast<std::size_t>(ev.index)];
   c.text += ev.text;
+  if (!ev.prompt_logprobs.empty()) c.prompt = ev.prompt_logprobs;
   c.tokens += static_cast<int>(ev.token_ids.size());
   c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
   if (ev.finish != FinishReason::kNone) c.finish = ev.finish;
@@ -299,9 +385,16 @@ std::string ResponseCollector::body() const {
     json::object o;
     o["index"] = static_cast<std::int64_t>(i);
     int offset = static_cast<int>(meta_.echo_text.size());
-    json::value lp = meta_.logprobs ? logprobs_json(meta_.endpoint, c.logprobs, token_text_,
-                                                    &offset, meta_.tokens_as_ids)
-                                    : json::value(nullptr);
+    json::value lp = nullptr;
+    if (meta_.echo_logprobs) {  // (completions) the prompt's entries, then the generated ones
+      CompletionLogprobs all;
+      offset = 0;
+      append_completion_logprobs(all, c.prompt, token_text_, &offset, meta_.tokens_as_ids, true);
+      append_completion_logprobs(all, c.logprobs, token_text_, &offset, meta_.tokens_as_ids, false);
+      lp = all.json();
+    } else if (meta_.logprobs) {
+      lp = logprobs_json(meta_.endpoint, c.logprobs, token_text_, &offset, meta_.tokens_as_ids);
+    }
     if (meta_.endpoint == Endpoint::kChat) {
       json::object msg;
       msg["role"] = "assistant";
@@ -311,12 +404,19 @@ std::string ResponseCollector::body() const {
       o["text"] = meta_.echo_text + c.text;
     }
     o["logprobs"] = std::move(lp);
+    if (meta_.prompt_logprobs_field && meta_.endpoint == Endpoint::kCompletions)
+      o["prompt_logprobs"] = prompt_logprobs_json(c.prompt, token_text_, meta_.tokens_as_ids);
     o["finish_reason"] = c.finish == FinishReason::kNone
                              ? json::value(nullptr)
                              : json::value(finish_reason_name(c.finish));
     choices.push_back(std::move(o));
   }
   r["choices"] = std::move(choices);
+  // Chat: on the response (vLLM), from the first choice (every choice scores the same prompt).
+  if (meta_.prompt_logprobs_field && meta_.endpoint == Endpoint::kChat)
+    r["prompt_logprobs"] = choices_.empty() ? json::value(nullptr)
+                                            : prompt_logprobs_json(choices_[0].prompt, token_text_,
+                                                                   meta_.tokens_as_ids);
   r["usage"] = usage_json(u);
   return json::serialize(r);
 }

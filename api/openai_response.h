@@ -32,6 +32,8 @@ struct ResponseMeta {
   bool logprobs = false;       // report logprobs (completions: `logprobs` given; chat: true)
   std::string echo_text;       // echo: prepended to choice text (chat: the final assistant message)
   bool tokens_as_ids = false;  // return_tokens_as_token_ids: logprob tokens as "token_id:N"
+  bool echo_logprobs = false;  // ParsedRequest::echo_logprobs
+  bool prompt_logprobs_field = false;  // ParsedRequest::prompt_logprobs_field
 };
 ResponseMeta make_meta(const ParsedRequest& req, const std::string& id, std::int64_t created);
 
@@ -62,6 +64,7 @@ class StreamShaper {
 
  private:
   boost::json::object chunk() const;
+  std::string prompt_chunk(const StreamEvent& ev);
   ResponseMeta meta_;
   TokenText token_text_;
   std::vector<int> text_offset_;  // per choice (completions logprobs)
@@ -85,6 +88,7 @@ class ResponseCollector {
  private:
   struct Choice {
     std::string text;
+    std::vector<TokenLogprob> prompt;  // prompt logprobs
     std::vector<TokenLogprob> logprobs;
     FinishReason finish = FinishReason::kNone;
     int tokens = 0;
@@ -105,5 +109,23 @@ std::string vocab_string(std::string_view bytes);
 boost::json::value logprobs_json(Endpoint endpoint, const std::vector<TokenLogprob>& lps,
                                  const TokenText& token_text, int* text_offset,
                                  bool tokens_as_ids = false);
+
+// The completions (legacy) logprobs object, built in pieces: echo + logprobs puts the prompt's
+// entries (`prompt`: the first one's logprob and alternatives null, each token listed among its
+// own alternatives, as OpenAI's legacy API and vLLM do) before the generated tokens'; text
+// offsets count the shown tokens' bytes from 0 over both (vLLM).
+struct CompletionLogprobs {
+  boost::json::array tokens, token_logprobs, top_logprobs, offsets;
+  boost::json::value json() const;
+};
+void append_completion_logprobs(CompletionLogprobs& c, const std::vector<TokenLogprob>& lps,
+                                const TokenText& token_text, int* text_offset, bool tokens_as_ids,
+                                bool prompt);
+
+// vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...], one
+// entry per prompt token, each holding the top-N alternatives (ranks 1..N) and the token itself
+// (its own rank).
+boost::json::value prompt_logprobs_json(const std::vector<TokenLogprob>& lps,
+                                        const TokenText& token_text, bool tokens_as_ids);
 
 }  // namespace strata::api

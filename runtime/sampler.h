@@ -53,6 +53,20 @@ RowScore score_row(std::span<float> logits, const SamplingParams& p,
                    const std::vector<std::int32_t>& prompt, const std::vector<std::int32_t>& output,
                    const std::vector<std::int32_t>& eos_ids, std::int32_t token);
 
+// One prompt position's score (prompt logprobs: the legacy API's echo + logprobs, vLLM's
+// prompt_logprobs): log_softmax of the raw row — no logit_bias, bans, penalties or temperature,
+// which shape what is sampled and not what the model says of a given text (vLLM's default,
+// "raw_logprobs") — the partition summed from float exponentials into fp64 (logprob within ~1e-6
+// of sample_row's all-fp64 sum). `rank` of `token`: 1 + the number of tokens with a
+// strictly larger logit. `top`: the n_top largest, descending, ties toward the lower id.
+// Throws InternalError on a NaN/+inf logit or a `token` outside the row.
+struct PromptScore {
+  float logprob = 0.0f;
+  int rank = 0;
+  std::vector<TopLogprob> top;
+};
+PromptScore score_prompt_row(std::span<const float> row, std::int32_t token, int n_top);
+
 // The range checks sample_row applies, for intake to reject a request before queueing it.
 // Throws InvalidRequest naming the parameter (temperature, top_p, top_k, min_p,
 // repetition_penalty, logit_bias, logprobs, min_tokens, stop_token_ids).

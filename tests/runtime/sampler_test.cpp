@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "runtime/error.h"
@@ -468,6 +471,60 @@ TEST(Sampler, RejectsBadParametersAndNonFiniteLogits) {
   // -inf logits are legal (masked tokens) as long as one token remains.
   p.temperature = 0;
   EXPECT_EQ(sample({kNegInf, 1.0f, kNegInf}, p).token, 1);
+}
+
+// Prompt scoring (prompt logprobs) against a brute force over a 128k row with ties: the
+// raw row's log-softmax (no sampling parameter applies), the token's 1-based rank, and the
+// top-N in value order with ties toward the lower id, as sample_row's alternatives.
+TEST(Sampler, PromptScoreMatchesBruteForceWithTies) {
+  const int V = 128256;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  std::vector<float> row(V);
+  for (auto& x : row) x = std::round(d(rng) * 4.0f) / 4.0f;  // quarter steps: many ties
+  row[777] = row[90000] = row[5] = 30.0f;                    // a three-way tie at the top
+  double m = -INFINITY, z = 0.0;
+  for (float x : row) m = std::max(m, static_cast<double>(x));
+  for (float x : row) z += std::exp(static_cast<double>(x) - m);
+  const double log_z = m + std::log(z);
+  std::vector<std::int32_t> ids(V);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return row[a] > row[b]; });
+  for (const std::int32_t token : {5, 777, 90000, 1234, 64000}) {
+    for (const int n : {0, 1, 5, 20}) {
+      const PromptScore s = score_prompt_row(row, token, n);
+      EXPECT_NEAR(s.logprob, static_cast<double>(row[token]) - log_z, 1e-5);
+      const auto above =
+          std::count_if(row.begin(), row.end(), [&](float x) { return x > row[token]; });
+      EXPECT_EQ(s.rank, 1 + above);
+      ASSERT_EQ(s.top.size(), static_cast<std::size_t>(n));
+      for (int k = 0; k < n; ++k) {
+        EXPECT_EQ(s.top[k].token, ids[k]) << "token " << token << " n " << n << " k " << k;
+        EXPECT_NEAR(s.top[k].logprob, static_cast<double>(row[ids[k]]) - log_z, 1e-5);
+      }
+    }
+  }
+  EXPECT_EQ(score_prompt_row(row, 5, 3).top[0].token, 5);  // ties: lower id first
+  EXPECT_EQ(score_prompt_row(row, 5, 3).top[1].token, 777);
+  // Agrees with sample_row's logprob of the same token on the unprocessed row.
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const SampleOutput g = sample(row, greedy);
+  EXPECT_NEAR(score_prompt_row(row, g.token, 0).logprob, g.logprob, 1e-5);
+
+  // Cost per row, printed, not asserted (docs/api.md "Prompt logprobs").
+  const auto t0 = std::chrono::steady_clock::now();
+  float sink = 0.0f;
+  for (int i = 0; i < 50; ++i) sink += score_prompt_row(row, i, 5).logprob;
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 50;
+  std::printf("FIGURE sampler_prompt_score_128k_top5_us %.1f (sum %.1f)\n", us, sink);
+
+  EXPECT_THROW(score_prompt_row(row, V, 0), InternalError);
+  EXPECT_THROW(score_prompt_row(row, -1, 0), InternalError);
+  row[9] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(score_prompt_row(row, 1, 0), InternalError);
+  EXPECT_THROW(score_prompt_row(std::vector<float>(4, kNegInf), 1, 0), InternalError);
 }
 
 }  // namespace

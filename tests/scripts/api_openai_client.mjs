@@ -1,5 +1,6 @@
 // The official `openai` npm client against `strata serve`: streamed chat + completion with
-// include_usage, non-streamed with n > 1, and the expected chunks, usage and finish reasons.
+// include_usage, non-streamed with n > 1, and the expected chunks, usage and finish reasons;
+// prompt scoring (echo + logprobs as lm-eval sends it, vLLM's prompt_logprobs).
 import { createRequire } from "node:module";
 import { startServer, check, waitPagesFree } from "./api_server.mjs";
 
@@ -53,6 +54,42 @@ try {
         Object.keys(lp.choices[0].logprobs.top_logprobs[0]).length >= 1, "completion logprobs with top alternatives");
   check(lp.usage.prompt_tokens === 3, "token-id prompt counted verbatim");
   check(usage.usage.prompt_tokens_details.cached_tokens === 0, "usage: prompt_tokens_details.cached_tokens");
+
+  // Prompt scoring as lm-eval's loglikelihood requests send it (token ids, echo + logprobs,
+  // max_tokens 1): the prompt heads the logprobs, its first entry null. A causal model scores a
+  // shared prefix alike, so the shorter prompt's entries equal the longer one's leading entries
+  // (an independent check of the values), also once the longer prompt is in the prefix cache.
+  const ids = [5, 17, 33, 101, 7, 64, 23, 90, 41, 12, 8, 77];
+  const score = async (prompt) => (await client.completions.create({
+    model: "api-tiny", prompt, echo: true, logprobs: 1, max_tokens: 1, temperature: 0 })).choices[0];
+  const longer = await score(ids);
+  const L = longer.logprobs;
+  check(L.tokens.length === ids.length + 1 && L.token_logprobs[0] === null && L.top_logprobs[0] === null,
+        "echo + logprobs: the prompt's entries first, the first one null");
+  check(L.token_logprobs.slice(1).every((x) => Number.isFinite(x) && x <= 0), "prompt logprobs are log-probabilities");
+  check(L.top_logprobs.slice(1, ids.length).every((t, i) => Object.keys(t).length >= 1 &&
+        Object.values(t).some((v) => Math.abs(v - L.token_logprobs[i + 1]) < 1e-6)),
+        "each prompt token is among its own alternatives");
+  const shorter = await score(ids.slice(0, 8));
+  const close = (a, b) => a.every((x, i) => (x === null && b[i] === null) || Math.abs(x - b[i]) < 1e-4);
+  check(close(shorter.logprobs.token_logprobs.slice(0, 8), L.token_logprobs.slice(0, 8)),
+        "a shared prefix scores alike");
+  await client.completions.create({ model: "api-tiny", prompt: ids, max_tokens: 2, temperature: 0 });
+  const again = await score(ids);
+  check(close(again.logprobs.token_logprobs, L.token_logprobs), "scoring ignores the prefix cache");
+  // Streamed: the echo arrives with the prompt's entries.
+  const ss = await client.completions.create({
+    model: "api-tiny", prompt: ids, echo: true, logprobs: 0, max_tokens: 2, temperature: 0, stream: true });
+  const sc = [];
+  for await (const c of ss) sc.push(c);
+  check(sc[0].choices[0].logprobs.tokens.length === ids.length && sc[0].choices[0].logprobs.token_logprobs[0] === null,
+        "streamed echo + logprobs: the first chunk holds the prompt's entries");
+  // vLLM's prompt_logprobs on chat: on the response, one entry per prompt token.
+  const pc = await client.chat.completions.create({
+    model: "api-tiny", messages: [{ role: "user", content: "Score me" }], max_tokens: 1, prompt_logprobs: 2 });
+  check(Array.isArray(pc.prompt_logprobs) && pc.prompt_logprobs.length === pc.usage.prompt_tokens &&
+        pc.prompt_logprobs[0] === null && Object.values(pc.prompt_logprobs[1]).every((e) => e.rank >= 1 &&
+        typeof e.decoded_token === "string"), "chat prompt_logprobs: ranks and decoded tokens per prompt token");
 
   // Multi-turn chat over the WebSocket: the second turn resends the conversation and hits the
   // prefix cache (the first turn's prompt blocks) without any client change. The system prompt

@@ -233,7 +233,7 @@ net::awaitable<bool> handle_admin_stream(Conn& c, Req& req, const RouteArgs& a) 
       co_await t.async_wait(as_tuple(use_awaitable));
     }
   };
-  co_await (pump() || c.watch_close("", &side, &gone));
+  co_await (pump() || c.watch_close({}, &side, &gone));
   co_return false;  // the stream ends the connection
 }
 

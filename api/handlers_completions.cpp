@@ -5,6 +5,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <ctime>
 
+#include "api/batch_stream.h"
 #include "api/openai_response.h"
 #include "api/routes.h"
 #include "runtime/text/tokenizer.h"
@@ -15,15 +16,16 @@ using namespace boost::asio::experimental::awaitable_operators;
 using net::as_tuple;
 using net::use_awaitable;
 
-net::awaitable<void> Conn::watch_close(const std::string& request_id, std::string* side,
-                                       bool* gone) {
+net::awaitable<void> Conn::watch_close(const std::vector<std::string>& request_ids,
+                                       std::string* side, bool* gone) {
   char tmp[4096];
   for (;;) {
     auto [ec, n] = co_await sock.async_read_some(net::buffer(tmp), as_tuple(use_awaitable));
     if (ec == net::error::operation_aborted && !timed_out) co_return;  // the response finished
     if (ec || side->size() > (1u << 20)) {
       *gone = true;
-      if (srv.engine) srv.engine->abort(request_id);
+      if (srv.engine)
+        for (const auto& id : request_ids) srv.engine->abort(id);
       co_return;
     }
     side->append(tmp, n);  // a pipelined next request: kept for later
@@ -35,14 +37,39 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
   ParsedRequest pr;
   std::shared_ptr<TokenStream> ts;
   const std::string id = srv.new_id(endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl");
+  std::vector<std::string> ids;  // the engine requests: `id`, or one per prompt of a batch
   std::optional<ApiError> err;
   try {
     // Parsing a large body and tokenizing its prompt (in submit) run off the I/O thread.
     const auto ctx = srv.parse_context();
     const std::function<void()> job = [&] {
       pr = parse_openai_request(parse_json_body(req.body()), endpoint, ctx);
-      pr.request.id = id;
-      ts = engine->submit(pr.request);
+      if (pr.more_prompts.empty()) {
+        pr.request.id = id;
+        ids = {id};
+        ts = engine->submit(pr.request);
+        return;
+      }
+      // A batch of prompts: one engine request each (ids "<id>-<k>"), read as one stream. A
+      // part refused (a bad prompt, a full queue) refuses the whole request: the parts already
+      // queued are aborted (dropping their streams does it too).
+      std::vector<std::shared_ptr<TokenStream>> parts;
+      try {
+        for (std::size_t k = 0; k <= pr.more_prompts.size(); ++k) {
+          Request r = pr.request;
+          if (k > 0) {
+            r.prompt_text = pr.more_prompts[k - 1].text;
+            r.prompt_ids = pr.more_prompts[k - 1].ids;
+          }
+          r.id = id + "-" + std::to_string(k);
+          ids.push_back(r.id);
+          parts.push_back(engine->submit(std::move(r)));
+        }
+      } catch (...) {
+        for (const auto& i : ids) engine->abort(i);
+        throw;
+      }
+      ts = std::make_shared<BatchStream>(id, std::move(parts), pr.request.n);
     };
     co_await srv.offload(job);
   } catch (...) {
@@ -53,6 +80,15 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
   auto meta = make_meta(pr, id, static_cast<std::int64_t>(std::time(nullptr)));
   if (pr.echo && pr.request.prompt_ids)
     meta.echo_text = engine->tokenizer().decode(*pr.request.prompt_ids);
+  if (pr.echo && !meta.echo_texts.empty()) {
+    meta.echo_texts[0] = meta.echo_text;
+    for (std::size_t k = 0; k < pr.more_prompts.size(); ++k)
+      if (pr.more_prompts[k].ids)
+        meta.echo_texts[k + 1] = engine->tokenizer().decode(*pr.more_prompts[k].ids);
+  }
+  auto abort_all = [&] {
+    for (const auto& i : ids) engine->abort(i);
+  };
   auto text_of = [this](std::int32_t t) { return srv.token_bytes(t); };
   std::string side;
   bool gone = false;
@@ -73,10 +109,10 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
         }
       } catch (...) {
         failure = to_api_error(std::current_exception());
-        engine->abort(id);
+        abort_all();
       }
     };
-    co_await (collect() || watch_close(id, &side, &gone));
+    co_await (collect() || watch_close(ids, &side, &gone));
     if (gone) co_return false;
     buf.commit(net::buffer_copy(buf.prepare(side.size()), net::buffer(side)));
     if (failure) co_return co_await write(srv.error_response(req, *failure));
@@ -97,7 +133,7 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
   auto [hec, hn] = co_await http::async_write_header(sock, sr, as_tuple(use_awaitable));
   clear_deadline();
   if (hec) {
-    engine->abort(id);
+    abort_all();
     co_return false;
   }
   StreamShaper shaper(meta, text_of);
@@ -130,24 +166,24 @@ net::awaitable<bool> Conn::completions(Req& req, Endpoint endpoint) {
       thrown = to_api_error(std::current_exception());
     }
     if (thrown) {
-      engine->abort(id);
+      abort_all();
       co_await send(sse_error(*thrown));
       co_return;
     }
     if (broke) {
-      engine->abort(id);
+      abort_all();
       co_return;
     }
     if (shaper.failed()) {
-      engine->abort(id);
+      abort_all();
       co_await send(sse_data("[DONE]"));
       co_return;
     }
     co_await send(shaper.end());
   };
-  co_await (pump() || watch_close(id, &side, &gone));
+  co_await (pump() || watch_close(ids, &side, &gone));
   if (gone || write_failed) {
-    engine->abort(id);
+    abort_all();
     co_return false;
   }
   if (!chunked) co_return false;  // the end of the body is the close

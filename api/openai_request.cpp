@@ -169,7 +169,24 @@ void reject_unsupported(const json::object& o) {
     refuse("include_stop_str_in_output", "stop strings are never part of the returned text");
 }
 
-void parse_prompt(const json::value& v, Request& r, const ParseContext& ctx) {
+// One element of a prompt batch: a string, or a non-empty array of token ids.
+PromptForm prompt_form(const json::value& e, const ParseContext& ctx) {
+  PromptForm f;
+  if (e.is_string()) {
+    f.text = std::string(e.as_string());
+  } else if (e.is_array() && !e.as_array().empty() && all_integers(e.as_array())) {
+    f.ids = token_ids(e, "prompt", ctx.vocab_size);
+  } else if (e.is_array() && e.as_array().empty()) {
+    throw bad_request("prompt", "'prompt' must not be empty");
+  } else {
+    throw bad_request("prompt",
+                      "a batch of prompts holds strings or arrays of token ids, one kind");
+  }
+  return f;
+}
+
+void parse_prompt(const json::value& v, Request& r, const ParseContext& ctx,
+                  std::vector<PromptForm>* more) {
   if (v.is_string()) {
     r.prompt_text = std::string(v.as_string());
     return;
@@ -181,21 +198,23 @@ void parse_prompt(const json::value& v, Request& r, const ParseContext& ctx) {
       r.prompt_ids = token_ids(v, "prompt", ctx.vocab_size);
       return;
     }
-    if (a.size() == 1) {  // a batch of one: ["text"] or [[ids]]
-      if (a[0].is_string()) {
-        r.prompt_text = std::string(a[0].as_string());
-        return;
+    if (a[0].is_string() || a[0].is_array()) {  // a batch: ["text", ...] or [[ids], ...]
+      if (a.size() > static_cast<std::size_t>(kMaxBatchPrompts))
+        throw bad_request("prompt", "a batch holds at most " + std::to_string(kMaxBatchPrompts) +
+                                        " prompts, got " + std::to_string(a.size()));
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        if (a[i].is_string() != a[0].is_string())
+          throw bad_request("prompt",
+                            "a batch of prompts holds strings or arrays of token ids, one kind");
+        PromptForm f = prompt_form(a[i], ctx);
+        if (i == 0) {
+          r.prompt_text = std::move(f.text);
+          r.prompt_ids = std::move(f.ids);
+        } else {
+          more->push_back(std::move(f));
+        }
       }
-      if (a[0].is_array()) {
-        if (a[0].as_array().empty()) throw bad_request("prompt", "'prompt' must not be empty");
-        r.prompt_ids = token_ids(a[0], "prompt", ctx.vocab_size);
-        return;
-      }
-    }
-    if (a.size() > 1 && (a[0].is_string() || a[0].is_array())) {
-      throw bad_request("prompt",
-                        "batched prompts are not supported: send one prompt per request (use "
-                        "'n' for several completions of one prompt)");
+      return;
     }
     throw bad_request("prompt", "'prompt' must be a string or an array of token ids");
   }
@@ -344,7 +363,7 @@ ParsedRequest parse_openai_request(const json::value& body, Endpoint endpoint,
   } else {
     const auto* p = find(o, "prompt");
     if (!p) throw bad_request("prompt", "'prompt' is required");
-    parse_prompt(*p, r, ctx);
+    parse_prompt(*p, r, ctx, &out.more_prompts);
     if (find(o, "messages"))
       throw bad_request("messages", "completions take 'prompt', not 'messages'");
   }

@@ -6,6 +6,7 @@
 
 #include <boost/json/value.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,14 @@
 namespace strata::api {
 
 enum class Endpoint : std::uint8_t { kCompletions, kChat };
+
+// A completions prompt: text (BOS per model config) or token ids (used verbatim).
+struct PromptForm {
+  std::optional<std::string> text;
+  std::optional<std::vector<std::int32_t>> ids;
+};
+// The most prompts one completions request may batch.
+inline constexpr int kMaxBatchPrompts = 256;
 
 // What the parser needs to know about the served model.
 struct ParseContext {
@@ -46,6 +55,10 @@ struct ParsedRequest {
   // field (completions: per choice; chat: on the response).
   bool echo_logprobs = false;
   bool prompt_logprobs_field = false;
+  // Batched completions prompts (`prompt: ["a", "b"]`, `[[ids], [ids]]`) after the first, which
+  // is `request`'s own: each runs as a request of its own with the same parameters, its choices
+  // numbered after the previous prompt's (api/batch_stream.h).
+  std::vector<PromptForm> more_prompts;
 };
 
 // Parses a body into JSON; throws ApiError 400 ("invalid JSON: ...") on malformed input.

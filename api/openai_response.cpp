@@ -40,6 +40,16 @@ ResponseMeta make_meta(const ParsedRequest& req, const std::string& id, std::int
   m.echo_logprobs = req.echo_logprobs;
   m.prompt_logprobs_field = req.prompt_logprobs_field;
   if (req.echo && req.request.prompt_text) m.echo_text = *req.request.prompt_text;
+  // A batch: n choices per prompt; each prompt's echo (token-id prompts: filled in by the
+  // handler, which has the tokenizer).
+  m.n_per_prompt = req.request.n;
+  if (!req.more_prompts.empty()) {
+    m.n = req.request.n * (1 + static_cast<int>(req.more_prompts.size()));
+    if (req.echo) {
+      m.echo_texts.push_back(m.echo_text);
+      for (const auto& f : req.more_prompts) m.echo_texts.push_back(f.text.value_or(""));
+    }
+  }
   // Chat echo (vLLM): the reply continues the final message when it is the assistant's.
   if (req.echo && req.request.messages && !req.request.messages->empty() &&
       req.request.messages->back().role == "assistant")
@@ -223,12 +233,12 @@ std::string StreamShaper::begin() {
     if (meta_.endpoint == Endpoint::kChat) {
       json::object delta;
       delta["role"] = "assistant";
-      delta["content"] = meta_.echo_text;
+      delta["content"] = meta_.echo(i);
       choice["delta"] = std::move(delta);
-    } else if (!meta_.echo_text.empty() && !meta_.echo_logprobs) {
+    } else if (!meta_.echo(i).empty() && !meta_.echo_logprobs) {
       // (echo + logprobs: the echo comes with the prompt's logprobs, once they are scored)
-      choice["text"] = meta_.echo_text;
-      text_offset_[static_cast<std::size_t>(i)] = static_cast<int>(meta_.echo_text.size());
+      choice["text"] = meta_.echo(i);
+      text_offset_[static_cast<std::size_t>(i)] = static_cast<int>(meta_.echo(i).size());
     } else {
       continue;
     }
@@ -313,7 +323,7 @@ std::string StreamShaper::prompt_chunk(const StreamEvent& ev) {
   json::object choice;
   choice["index"] = ev.index;
   if (meta_.echo_logprobs) {
-    choice["text"] = meta_.echo_text;
+    choice["text"] = meta_.echo(ev.index);
     CompletionLogprobs lps;
     text_offset_[i] = 0;
     append_completion_logprobs(lps, ev.prompt_logprobs, token_text_, &text_offset_[i],
@@ -384,7 +394,8 @@ std::string ResponseCollector::body() const {
     const auto& c = choices_[i];
     json::object o;
     o["index"] = static_cast<std::int64_t>(i);
-    int offset = static_cast<int>(meta_.echo_text.size());
+    const std::string& echo = meta_.echo(static_cast<int>(i));
+    int offset = static_cast<int>(echo.size());
     json::value lp = nullptr;
     if (meta_.echo_logprobs) {  // (completions) the prompt's entries, then the generated ones
       CompletionLogprobs all;
@@ -398,10 +409,10 @@ std::string ResponseCollector::body() const {
     if (meta_.endpoint == Endpoint::kChat) {
       json::object msg;
       msg["role"] = "assistant";
-      msg["content"] = meta_.echo_text + c.text;
+      msg["content"] = echo + c.text;
       o["message"] = std::move(msg);
     } else {
-      o["text"] = meta_.echo_text + c.text;
+      o["text"] = echo + c.text;
     }
     o["logprobs"] = std::move(lp);
     if (meta_.prompt_logprobs_field && meta_.endpoint == Endpoint::kCompletions)

@@ -32,7 +32,14 @@ struct ResponseMeta {
   bool logprobs = false;       // report logprobs (completions: `logprobs` given; chat: true)
   std::string echo_text;       // echo: prepended to choice text (chat: the final assistant message)
   bool tokens_as_ids = false;  // return_tokens_as_token_ids: logprob tokens as "token_id:N"
-  bool echo_logprobs = false;  // ParsedRequest::echo_logprobs
+  // Batched prompts: choices per prompt and each prompt's echo (empty: echo_text for all).
+  int n_per_prompt = 1;
+  std::vector<std::string> echo_texts;
+  const std::string& echo(int choice) const {
+    return echo_texts.empty() ? echo_text
+                              : echo_texts[static_cast<std::size_t>(choice / n_per_prompt)];
+  }
+  bool echo_logprobs = false;          // ParsedRequest::echo_logprobs
   bool prompt_logprobs_field = false;  // ParsedRequest::prompt_logprobs_field
 };
 ResponseMeta make_meta(const ParsedRequest& req, const std::string& id, std::int64_t created);

@@ -120,7 +120,9 @@ struct Conn : std::enable_shared_from_this<Conn> {
   net::awaitable<bool> handle(Req& req);
   // Inference with SSE or JSON; aborts the engine request if the client disconnects.
   net::awaitable<bool> completions(Req& req, Endpoint endpoint);
-  net::awaitable<void> watch_close(const std::string& request_id, std::string* side, bool* gone);
+  // Reads beside a response; a client gone aborts `request_ids` (a batch: one per prompt).
+  net::awaitable<void> watch_close(const std::vector<std::string>& request_ids, std::string* side,
+                                   bool* gone);
 };
 
 // websocket.cpp: takes over the socket after the upgrade request.

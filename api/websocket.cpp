@@ -221,6 +221,8 @@ struct WsSession : std::enable_shared_from_this<WsSession> {
       auto pr = parse_openai_request(body, chat ? Endpoint::kChat : Endpoint::kCompletions,
                                      srv.parse_context());
       if (pr.echo) throw bad_request("response.echo", "'echo' is not supported on /v1/ws");
+      if (!pr.more_prompts.empty())
+        throw bad_request("response.prompt", "batched prompts are not supported on /v1/ws");
       if (pr.prompt_logprobs_field)
         throw bad_request("response.prompt_logprobs",
                           "'prompt_logprobs' is not supported on /v1/ws");

@@ -129,7 +129,10 @@ TEST(OpenAiRequest, RejectsBadInputNamingTheParameter) {
              "stream");
   expect_bad(R"({"prompt":"x","kv_sparsity":{"capacity":"big"}})", "kv_sparsity.capacity", "");
   expect_bad(R"({"prompt":"x","kv_sparsity":{"bogus":1}})", "kv_sparsity.bogus", "unknown key");
-  expect_bad(R"({"prompt":["a","b"]})", "prompt", "batched prompts");
+  expect_bad(R"({"prompt":["a",[1,2]]})", "prompt", "one kind");
+  expect_bad(R"({"prompt":[[1,2],[]]})", "prompt", "must not be empty");
+  expect_bad(R"({"prompt":[[1,2],[3,"x"]]})", "prompt", "one kind");
+  expect_bad(R"({"prompt":[[1,2],[99999]]})", "prompt", "vocabulary");
   expect_bad(R"({"prompt":"x","model":"gpt-4"})", "model", "does not exist", Endpoint::kCompletions,
              404);
   expect_bad(R"({"messages":[]})", "messages", "must not be empty", Endpoint::kChat);

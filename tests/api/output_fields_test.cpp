@@ -223,5 +223,41 @@ TEST(OutputFields, PromptLogprobsFieldHasRanksAndDecodedTokens) {
   EXPECT_EQ(csh.on_event(prompt_event(1)), "");  // (once)
 }
 
+// Batched prompts: the first is the request's own, the others follow; choices are numbered
+// prompt-major and each prompt keeps its own echo.
+TEST(OutputFields, BatchedPromptsParseInOrderAndEchoPerPrompt) {
+  const auto pr = parse(R"({"prompt":["ab","cd","ef"],"n":2,"echo":true})");
+  EXPECT_EQ(*pr.request.prompt_text, "ab");
+  ASSERT_EQ(pr.more_prompts.size(), 2u);
+  EXPECT_EQ(*pr.more_prompts[0].text, "cd");
+  EXPECT_EQ(*pr.more_prompts[1].text, "ef");
+  const auto ids = parse(R"({"prompt":[[1,2],[3],[4,5,6]]})");
+  EXPECT_EQ(*ids.request.prompt_ids, (std::vector<std::int32_t>{1, 2}));
+  ASSERT_EQ(ids.more_prompts.size(), 2u);
+  EXPECT_EQ(*ids.more_prompts[1].ids, (std::vector<std::int32_t>{4, 5, 6}));
+  EXPECT_TRUE(parse(R"({"prompt":["one"]})").more_prompts.empty());  // a batch of one
+  std::string big = R"({"prompt":[)";
+  for (int i = 0; i <= kMaxBatchPrompts; ++i) big += (i ? ",\"x\"" : "\"x\"");
+  EXPECT_EQ(param_of(big + "]}"), "prompt");
+
+  const auto meta = make_meta(pr, "cmpl-1", 0);
+  EXPECT_EQ(meta.n, 6);
+  EXPECT_EQ(meta.echo(0), "ab");
+  EXPECT_EQ(meta.echo(3), "cd");
+  EXPECT_EQ(meta.echo(5), "ef");
+  ResponseCollector col(meta, kNames);
+  for (int i = 0; i < 6; ++i) {
+    StreamEvent ev = token_event();
+    ev.index = i;
+    col.add(ev);
+  }
+  const auto body = json::parse(col.body());
+  EXPECT_EQ(body.at("choices").at(4).at("text"), "efc");
+  EXPECT_EQ(body.at("choices").at(2).at("index"), 2);
+  StreamShaper sh(meta, kNames);
+  const std::string begin = sh.begin();
+  EXPECT_NE(begin.find(R"("index":3,"text":"cd")"), std::string::npos) << begin;
+}
+
 }  // namespace
 }  // namespace strata::api

@@ -1,6 +1,6 @@
 // The official `openai` npm client against `strata serve`: streamed chat + completion with
 // include_usage, non-streamed with n > 1, and the expected chunks, usage and finish reasons;
-// prompt scoring (echo + logprobs as lm-eval sends it, vLLM's prompt_logprobs).
+// prompt scoring (echo + logprobs as lm-eval sends it, vLLM's prompt_logprobs); batched prompts.
 import { createRequire } from "node:module";
 import { startServer, check, waitPagesFree } from "./api_server.mjs";
 
@@ -84,6 +84,24 @@ try {
   for await (const c of ss) sc.push(c);
   check(sc[0].choices[0].logprobs.tokens.length === ids.length && sc[0].choices[0].logprobs.token_logprobs[0] === null,
         "streamed echo + logprobs: the first chunk holds the prompt's entries");
+  // Batched prompts (lm-eval batches its requests so): one request per prompt, choices numbered
+  // prompt-major, each as the prompt alone gives it.
+  const ids2 = [9, 8, 7, 6, 5, 4, 3];
+  const batch = await client.completions.create({
+    model: "api-tiny", prompt: [ids, ids2], echo: true, logprobs: 1, max_tokens: 1, temperature: 0, n: 2 });
+  check(batch.choices.length === 4 && batch.choices.map((c) => c.index).join() === "0,1,2,3", "a batch: n choices per prompt, in order");
+  check(close(batch.choices[1].logprobs.token_logprobs, L.token_logprobs) &&
+        close(batch.choices[2].logprobs.token_logprobs, (await score(ids2)).logprobs.token_logprobs),
+        "each prompt of a batch scores as it does alone");
+  check(batch.usage.prompt_tokens === ids.length + ids2.length && batch.usage.completion_tokens === 4,
+        "a batch's usage sums its prompts'");
+  const bs = await client.completions.create({
+    model: "api-tiny", prompt: ["Once upon", "a time"], max_tokens: 3, temperature: 0, ignore_eos: true, stream: true });
+  const bc = [];
+  for await (const c of bs) bc.push(c);
+  const bfin = bc.filter((c) => c.choices.length && c.choices[0].finish_reason);
+  check(bfin.length === 2 && new Set(bfin.map((c) => c.choices[0].index)).size === 2, "a streamed batch: one finish chunk per prompt");
+
   // vLLM's prompt_logprobs on chat: on the response, one entry per prompt token.
   const pc = await client.chat.completions.create({
     model: "api-tiny", messages: [{ role: "user", content: "Score me" }], max_tokens: 1, prompt_logprobs: 2 });

@@ -689,7 +689,7 @@ void BatcherActor::score_prompt_rows(Seq& s, const SeqStep& st, const SeqResult&
               " prompt logits for a chunk of " + std::to_string(n) + " rows";
     } else {
       // Rows [j0, j1) score prompt tokens [owed, owed + j1 - j0) (rows before j0 were scored
-      // by an earlier, preempted prefill); a row costs ~1 ms at 128k tokens on one core
+      // by an earlier, preempted prefill); a row costs ~0.25-0.7 ms at 128k tokens on one core
       // (tests/runtime/sampler_test.cpp prints it), so long chunks are split over threads.
       const std::size_t owed = s.prompt_lps.size();
       const std::size_t j0 = owed - 1 - std::min(owed - 1, static_cast<std::size_t>(st.start));

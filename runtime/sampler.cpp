@@ -231,6 +231,52 @@ double sum_exp_shifted(std::span<const float> x, float shift) {
   return total;
 }
 
+// One pass, 16 lanes, no branch (CMakeLists.txt builds this file with -fno-trapping-math so
+// that the selects vectorize): the max and its first id, whether every value is finite (NaN and
+// +inf fail `v < inf`), and how many values exceed `pivot`.
+struct RowScan {
+  float max = 0.0f;
+  std::int32_t argmax = 0;
+  bool finite = true;
+  int above = 0;
+};
+RowScan scan_row(std::span<const float> x, float pivot) {
+  constexpr std::size_t kLanes = 16;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const std::size_t n = x.size();
+  float m[kLanes];
+  std::int32_t id[kLanes];
+  int ok[kLanes], above[kLanes];
+  for (std::size_t k = 0; k < kLanes; ++k) m[k] = -kInf, id[k] = 0, ok[k] = 1, above[k] = 0;
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t k = 0; k < kLanes; ++k) {
+      const float v = x[i + k];
+      const bool more = v > m[k];
+      m[k] = more ? v : m[k];
+      id[k] = more ? static_cast<std::int32_t>(i + k) : id[k];
+      ok[k] &= v < kInf ? 1 : 0;
+      above[k] += v > pivot ? 1 : 0;
+    }
+  RowScan r;
+  r.max = -kInf;
+  r.argmax = -1;
+  auto fold = [&r](float v, std::int32_t at) {  // ties toward the lower id
+    if (r.argmax < 0 || v > r.max || (v == r.max && at < r.argmax)) r.max = v, r.argmax = at;
+  };
+  for (std::size_t k = 0; k < kLanes; ++k) {
+    if (i > 0) fold(m[k], id[k]);
+    r.finite = r.finite && ok[k] != 0;
+    r.above += above[k];
+  }
+  for (; i < n; ++i) {
+    fold(x[i], static_cast<std::int32_t>(i));
+    r.finite = r.finite && x[i] < kInf;
+    r.above += x[i] > pivot ? 1 : 0;
+  }
+  return r;
+}
+
 }  // namespace
 
 PromptScore score_prompt_row(std::span<const float> row, std::int32_t token, int n_top) {
@@ -238,34 +284,38 @@ PromptScore score_prompt_row(std::span<const float> row, std::int32_t token, int
   if (!in_vocab(token, vocab))
     throw InternalError("score_prompt_row: token " + std::to_string(token) + " outside vocab " +
                         std::to_string(vocab));
-  // One pass for the max and the top-N (an insertion into a short sorted list: a prompt of a
-  // thousand tokens scores a thousand 128k rows on the batcher's thread, where a selection over
-  // the whole row per position would cost ~1 ms each), one for the partition and the rank.
+  // A prompt of a thousand tokens scores a thousand 128k rows on the batcher's thread: two
+  // vectorized passes (scan_row, sum_exp_shifted), and for N > 1 alternatives one scalar pass
+  // inserting into a short sorted list (a selection over the whole row would cost ~1 ms).
+  const float x = row[static_cast<std::size_t>(token)];
+  const RowScan scan = scan_row(row, x);
+  if (!scan.finite) {
+    for (std::size_t i = 0; i < vocab; ++i)
+      if (!(row[i] < std::numeric_limits<float>::infinity()))
+        throw InternalError("score_prompt_row: non-finite logit " + std::to_string(row[i]) +
+                            " at token " + std::to_string(i));
+  }
+  if (!std::isfinite(scan.max)) throw InternalError("score_prompt_row: every logit is -inf");
   const std::size_t keep = std::min(vocab, static_cast<std::size_t>(std::max(n_top, 0)));
   std::vector<std::int32_t> best;  // ids, value descending, ties toward the lower id
-  best.reserve(keep + 1);
-  float lmax = kNegInf;
-  for (std::size_t i = 0; i < vocab; ++i) {
-    const float v = row[i];
-    if (std::isnan(v) || v == std::numeric_limits<float>::infinity())
-      throw InternalError("score_prompt_row: non-finite logit " + std::to_string(v) + " at token " +
-                          std::to_string(i));
-    lmax = std::max(lmax, v);
-    if (keep == 0 || (best.size() == keep && !(v > row[static_cast<std::size_t>(best.back())])))
-      continue;  // (a later id with an equal value ranks below: ids come in ascending order)
-    auto at = best.end();
-    while (at != best.begin() && v > row[static_cast<std::size_t>(*(at - 1))]) --at;
-    best.insert(at, static_cast<std::int32_t>(i));
-    if (best.size() > keep) best.pop_back();
+  if (keep == 1) {
+    best.push_back(scan.argmax);
+  } else if (keep > 1) {
+    best.reserve(keep + 1);
+    for (std::size_t i = 0; i < vocab; ++i) {
+      const float v = row[i];
+      if (best.size() == keep && !(v > row[static_cast<std::size_t>(best.back())]))
+        continue;  // (a later id with an equal value ranks below: ids come in ascending order)
+      auto at = best.end();
+      while (at != best.begin() && v > row[static_cast<std::size_t>(*(at - 1))]) --at;
+      best.insert(at, static_cast<std::int32_t>(i));
+      if (best.size() > keep) best.pop_back();
+    }
   }
-  if (!std::isfinite(lmax)) throw InternalError("score_prompt_row: every logit is -inf");
-  const float x = row[static_cast<std::size_t>(token)];
-  int above = 0;
-  for (const float v : row) above += v > x ? 1 : 0;
-  const double log_z = static_cast<double>(lmax) + std::log(sum_exp_shifted(row, lmax));
+  const double log_z = static_cast<double>(scan.max) + std::log(sum_exp_shifted(row, scan.max));
   PromptScore out;
   out.logprob = static_cast<float>(static_cast<double>(x) - log_z);
-  out.rank = 1 + above;
+  out.rank = 1 + scan.above;
   for (const auto id : best)
     out.top.push_back(
         {id, static_cast<float>(static_cast<double>(row[static_cast<std::size_t>(id)]) - log_z)});

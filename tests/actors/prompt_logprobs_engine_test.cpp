@@ -184,6 +184,63 @@ TEST(PromptLogprobsEngine, TakesNothingFromThePrefixCacheWhichStillServesTheOthe
   EXPECT_EQ(again.choices[0].tokens, first.choices[0].tokens);
 }
 
+// A pool too small for every sequence forces preemptions (victims recompute their prompt and
+// output without scoring it again): every choice still gets each prompt token's entry once,
+// equal to the reference, and the tokens the run without preemption gives. The victims here are
+// decoding (none was preempted inside its prompt's chunks, so the resume of a partly scored
+// prompt — prompt_lps.size() as the resume point — is not exercised).
+TEST(PromptLogprobsEngine, PreemptionsKeepEveryEntryOnceAndCorrect) {
+  Config cfg = tiny_config();
+  cfg.cache.prefix_cache = false;
+  cfg.scheduler.max_num_seqs = 8;
+  cfg.scheduler.max_num_batched_tokens = 24;  // chunked prefill
+  std::mt19937 rng(13);
+  std::vector<Request> reqs;
+  std::vector<Ref> refs;
+  for (int i = 0; i < 8; ++i) {
+    Request r = greedy_request(random_prompt(rng, 40 + 5 * i, 200), 30);
+    r.prompt_logprobs = 1;
+    refs.push_back(reference(cfg, *r.prompt_ids, 1));
+    reqs.push_back(std::move(r));
+  }
+  std::vector<Outcome> want;
+  {
+    auto e = Engine::create(cfg);
+    for (const auto& r : reqs) want.push_back(run(*e, r));
+  }
+  const std::size_t page_bytes = 2 * 2 * 16 * 16 * 4;  // (as the prefix-cache test's pool)
+  cfg.cache.cpu_kv_bytes = 60 * page_bytes;
+  auto e = Engine::create(cfg);
+  std::vector<std::shared_ptr<TokenStream>> ss;
+  for (const auto& r : reqs) ss.push_back(e->submit(r));
+  for (std::size_t i = 0; i < ss.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    Choice c;
+    while (auto ev = ss[i]->next_blocking()) {
+      ASSERT_TRUE(ev->error.empty()) << ev->error;
+      if (!ev->prompt_logprobs.empty()) {
+        ++c.prompt_events;
+        c.prompt_after_token = c.prompt_after_token || !c.tokens.empty();
+        c.prompt = ev->prompt_logprobs;
+      }
+      c.tokens.insert(c.tokens.end(), ev->token_ids.begin(), ev->token_ids.end());
+    }
+    EXPECT_EQ(c.prompt_events, 1);
+    EXPECT_FALSE(c.prompt_after_token);
+    EXPECT_EQ(c.tokens, want[i].choices[0].tokens);
+    const auto& p = *reqs[i].prompt_ids;
+    ASSERT_EQ(c.prompt.size(), p.size());
+    for (std::size_t q = 1; q < p.size(); ++q) {
+      EXPECT_EQ(c.prompt[q].token, p[q]);
+      EXPECT_NEAR(c.prompt[q].logprob, refs[i].logprob[q], 1e-4) << q;
+    }
+  }
+  const auto st =
+      wait_stats(*e, [](const EngineStats& s) { return s.pages_used == 0 && s.steps > 0; });
+  EXPECT_GT(st.preemptions, 0u) << "the pool was meant to force preemptions";
+  EXPECT_EQ(st.pages_used, 0);
+}
+
 TEST(PromptLogprobsEngine, AOneTokenPromptHasOnlyItsToken) {
   Config cfg = tiny_config();
   auto e = Engine::create(cfg);

@@ -50,7 +50,7 @@ inline constexpr int kMaxFusedScoreSlots = 2048;
 int mixed_overlap_from_env();
 // STRATA_SPARSE_SIDE (CudaBackendImpl::sparse_side): 1 on; unset, empty or 0 off; else an error.
 bool sparse_side_from_env();
-// STRATA_SCORE_IN_ATTN (CudaBackendImpl::score_in_attention): 1 on; unset, empty or 0 off.
+// STRATA_SCORE_IN_ATTN (CudaBackendImpl::score_in_attention): 0 off; unset, empty or 1 on.
 bool score_in_attention_from_env();
 // STRATA_RESOLVE_IN_ROPE (CudaBackendImpl::resolve_in_rope): 0 off; unset, empty or 1 on.
 bool resolve_in_rope_from_env();
@@ -244,10 +244,9 @@ struct CudaBackendImpl {
   // (one split, the kept logits fit beside the ring without costing a block per SM), the score
   // update runs inside the tensor-core decode attention kernel (attention.h upd_*) instead of
   // the logits buffer + update kernel; the same bits (the rule's arithmetic is spelled with
-  // rounding intrinsics, sparse_common.cuh, so no call site contracts it differently). Off by
-  // default until that fix passes the bitwise tests on a GPU (the fifteenth session's H100 run
-  // found the last-bit difference; its device time ran out before the rerun);
-  // STRATA_SCORE_IN_ATTN=1 turns it on (score_in_attention_from_env);
+  // rounding intrinsics, sparse_common.cuh, so no call site contracts it differently). On by
+  // default since its bitwise tests passed on an H100 (sixteenth session; docs/gpu-validation.md);
+  // STRATA_SCORE_IN_ATTN=0 turns it off (score_in_attention_from_env);
   // CudaBackendProbe::set_score_in_attention for A/B.
   bool score_in_attention = score_in_attention_from_env();
   // Issue 18 item 1: the `scored` layers' ring resolve inside the RoPE + K/V write (each decode

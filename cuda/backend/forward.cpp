@@ -46,7 +46,7 @@ bool sparse_side_from_env() {
 }
 
 bool score_in_attention_from_env() {
-  return env_switch("STRATA_SCORE_IN_ATTN", false,
+  return env_switch("STRATA_SCORE_IN_ATTN", true,
                     "the score update inside the decode attention kernel where it applies",
                     "the update kernel");
 }

@@ -46,8 +46,9 @@ class CudaBackendProbe {
   void set_graph_skip(const std::string& pattern);
   int graph_skipped() const;
   std::map<std::string, int> graph_kernels() const;
-  // The score update inside the decode attention kernel where it applies, or in its own kernel
-  // (the default; STRATA_SCORE_IN_ATTN; backend_impl.h score_in_attention). Drops the graphs.
+  // The score update inside the decode attention kernel where it applies (the default;
+  // STRATA_SCORE_IN_ATTN; backend_impl.h score_in_attention), or in its own kernel. Drops the
+  // graphs.
   void set_score_in_attention(bool on);
   bool score_in_attention() const;
   // The `scored` layers' ring resolve inside the RoPE + K/V write (the default;

@@ -494,8 +494,8 @@ TEST(GpuSparseModel, MixedBatchEqualsAloneGraphs) {
 
 // Issue 18: the `scored` layers' ring resolve and score update on a side stream beside the
 // layer's GEMMs (CudaBackendProbe::set_sparse_side, STRATA_SPARSE_SIDE), the score update
-// inside the decode attention kernel (set_score_in_attention, STRATA_SCORE_IN_ATTN; both off
-// by default) and the resolve inside the RoPE + K/V write (set_resolve_in_rope,
+// inside the decode attention kernel (set_score_in_attention, STRATA_SCORE_IN_ATTN; on by
+// default, the side stream off) and the resolve inside the RoPE + K/V write (set_resolve_in_rope,
 // STRATA_RESOLVE_IN_ROPE, on by default) give the bits of the one-stream step with the resolve
 // and update kernels, eager and from graphs.
 // Three sequences decode together (two `scored` whose rings fill and cycle, so most steps

@@ -1,4 +1,5 @@
 // Element-wise kernels and their launchers (see kernels.h for the contracts).
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <cstdlib>
@@ -194,11 +195,11 @@ __global__ void __launch_bounds__(1024) rmsnorm_vec_kernel(const RmsNormParams p
 // Largest head_dim / 2 of the vectorized RoPE kernel (its cos/sin row in shared memory).
 constexpr int kRopeVecMaxHalf = 256;
 
-// One block per token. cos/sin of the token's angles once per pair index (fp64 sincos rounded
-// to fp32, as rope_kv_kernel per element), then one item per 8 pairs of a q or k head (two
-// 16-byte loads, two stores; k heads also into the page) and one per 8 elements of a v head (a
-// 16-byte copy into the page). head_dim % 16 == 0, head_dim / 2 <= kRopeVecMaxHalf, qkv and
-// kv_pool 16-byte aligned (launch_rope_kv_write checks).
+// One block per token. cos/sin of the token's angles once per pair index (rope_cos_sin: the
+// cached table, or fp64 sincos rounded to fp32, as rope_kv_kernel per element), then one item per 8
+// pairs of a q or k head (two 16-byte loads, two stores; k heads also into the page) and one per 8
+// elements of a v head (a 16-byte copy into the page). head_dim % 16 == 0, head_dim / 2 <=
+// kRopeVecMaxHalf, qkv and kv_pool 16-byte aligned (launch_rope_kv_write checks).
 __global__ void rope_kv_vec_kernel(const RopeKvParams p) {
   __shared__ float cs[2 * kRopeVecMaxHalf];  // [half] cos, then [half] sin
   const int t = blockIdx.x;
@@ -210,10 +211,9 @@ __global__ void rope_kv_vec_kernel(const RopeKvParams p) {
   const int pos = p.positions[t];
   rope_resolve_row(p, t, nullptr);  // ordered before the K/V stores by the barrier below
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    double sn, cn;
-    sincos(static_cast<double>(pos) * p.inv_freq[i], &sn, &cn);
-    cs[i] = static_cast<float>(cn);
-    cs[half + i] = static_cast<float>(sn);
+    const float2 r = rope_cos_sin(p, pos, i);
+    cs[i] = r.x;
+    cs[half + i] = r.y;
   }
   __syncthreads();
   const int kv_slot = (p.slots != nullptr && t < p.num_slot_rows) ? p.slots[t] : pos;
@@ -446,6 +446,28 @@ void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s) {
     rope_kv_vec_kernel<<<p.num_tokens, 256, 0, s>>>(p);
   else
     rope_kv_kernel<<<p.num_tokens, 256, 0, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+__global__ void rope_table_kernel(float2* table, const double* inv_freq, int half, int positions) {
+  const long long n = static_cast<long long>(positions) * half;
+  for (long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int pos = static_cast<int>(e / half), i = static_cast<int>(e % half);
+    double sn, cs;
+    sincos(static_cast<double>(pos) * inv_freq[i], &sn, &cs);  // (rope_cos_sin's expression)
+    table[e] = make_float2(static_cast<float>(cs), static_cast<float>(sn));
+  }
+}
+}  // namespace
+
+void launch_rope_table(float2* table, const double* inv_freq, int half, int positions,
+                       cudaStream_t s) {
+  const long long n = static_cast<long long>(positions) * half;
+  if (n == 0) return;
+  const int blocks = static_cast<int>(std::min<long long>((n + 255) / 256, 4096));
+  rope_table_kernel<<<blocks, 256, 0, s>>>(table, inv_freq, half, positions);
   CUDA_CHECK_LAUNCH();
 }
 

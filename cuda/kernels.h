@@ -88,8 +88,17 @@ struct RopeKvParams {
     std::int32_t* positions = nullptr;
     const std::int32_t* pages = nullptr;
   } resolve;
+  // [table_positions][head_dim / 2] (cos, sin) of each position's angles: the kernels' own fp64
+  // sincos rounded to fp32, computed once (launch_rope_table), so a lookup gives the bits the
+  // per-use sincos gives. Positions at or past table_positions (and a null table) use sincos.
+  const float2* cos_sin = nullptr;
+  int table_positions = 0;
 };
 void launch_rope_kv_write(const RopeKvParams& p, cudaStream_t s);
+// RopeKvParams::cos_sin for positions [0, positions): table[pos * half + i] = (cos, sin) of
+// pos * inv_freq[i], the same fp64 sincos as the kernels, rounded to fp32.
+void launch_rope_table(float2* table, const double* inv_freq, int half, int positions,
+                       cudaStream_t s);
 
 // out = silu(gate) * up with gu = [gate | up] per row. With out8.codes the fp32 products are
 // quantized per row into out8 instead (the down GEMM's FP8 input; `out` is then unused).

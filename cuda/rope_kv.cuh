@@ -17,6 +17,16 @@ inline void check_rope_resolve(const RopeKvParams& p, const char* launcher) {
     throw InternalError(std::string(launcher) + ": the ring resolve needs head_dim % 16 == 0");
 }
 
+// (cos, sin) of position pos's angle i: RopeKvParams::cos_sin when it holds pos, else the fp64
+// sincos it was built from (launch_rope_table), rounded to fp32 — the same bits either way.
+__device__ inline float2 rope_cos_sin(const RopeKvParams& p, int pos, int i) {
+  if (p.cos_sin != nullptr && pos < p.table_positions)
+    return p.cos_sin[static_cast<long long>(pos) * (p.head_dim / 2) + i];
+  double sn, cs;
+  sincos(static_cast<double>(pos) * p.inv_freq[i], &sn, &cs);
+  return make_float2(static_cast<float>(cs), static_cast<float>(sn));
+}
+
 // RopeKvParams::resolve of decode row t (one warp per KV head), before the row's K/V store; the
 // caller's block barrier between the two orders the leaver's reads before the overwrite. pool8:
 // the e4m3 pool of launch_rope_kv_write_fp8, else null (p.kv_pool). Rows >= num_slot_rows and
@@ -55,9 +65,8 @@ __device__ void rope_kv_row(const RopeKvParams& p, int t, Store store,
   for (int idx = threadIdx.x; idx < rot_heads * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
     bf16* v = row + h * p.head_dim;
-    double sn, cs;
-    sincos(static_cast<double>(pos) * p.inv_freq[i], &sn, &cs);
-    const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+    const float2 r = rope_cos_sin(p, pos, i);
+    const float c = r.x, s = r.y;
     const float a = __bfloat162float(v[i]), b = __bfloat162float(v[i + half]);
     v[i] = __float2bfloat16_rn(a * c - b * s);
     v[i + half] = __float2bfloat16_rn(b * c + a * s);

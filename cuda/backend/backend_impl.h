@@ -132,6 +132,10 @@ struct CudaBackendImpl {
   std::vector<LayerDev> layers;
   std::map<std::string, std::pair<const bf16*, std::size_t>> by_name;  // HF name -> (ptr, elems)
   DeviceArray<double> inv_freq;
+  // RoPE's (cos, sin) of every position of the context (RopeKvParams::cos_sin; allocate_workspace;
+  // STRATA_ROPE_TABLE=0: none, the kernels' per-use sincos, for A/B runs).
+  DeviceArray<float2> rope_table;
+  int rope_table_positions = 0;
 
   // Limits.
   int max_tokens = 0, max_seqs = 0, pmax = 0, max_tiles = 0, logit_rows = 0;

@@ -221,7 +221,9 @@ void CudaBackendImpl::forward_layer(int l, const ForwardArgs& a) {
                           .resolve = {.seqs = rope_resolve ? dp.seqs : nullptr,
                                       .scores = dp.scores,
                                       .positions = dp.positions,
-                                      .pages = dp.pages}};
+                                      .pages = dp.pages},
+                          .cos_sin = rope_table.get(),
+                          .table_positions = rope_table_positions};
   if (kv8)
     launch_rope_kv_write_fp8(rope, kv_pool8.get(), kvs, stream);
   else

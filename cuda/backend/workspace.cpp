@@ -15,6 +15,7 @@
 #include "cuda/attention.h"
 #include "cuda/backend/backend_impl.h"
 #include "cuda/dispatch.h"
+#include "cuda/env_switch.h"
 #include "cuda/tp/collectives.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/error.h"
@@ -226,6 +227,13 @@ void CudaBackendImpl::allocate_workspace() {
   const std::int64_t model_len =
       cfg.model.max_model_len > 0 ? cfg.model.max_model_len : mc.max_position_embeddings;
   pmax = static_cast<int>((model_len + kBlockSize - 1) / kBlockSize);
+  if (env_switch("STRATA_ROPE_TABLE", true, "RoPE's cos/sin from a table built once",
+                 "RoPE's cos/sin by fp64 sincos per use")) {
+    rope_table_positions = static_cast<int>(model_len);
+    rope_table = DeviceArray<float2>(static_cast<std::size_t>(model_len) * (mc.head_dim / 2));
+    launch_rope_table(rope_table.get(), inv_freq.get(), mc.head_dim / 2, rope_table_positions,
+                      stream);
+  }
   max_tiles = max_tokens / 64 + max_seqs + 1;
   logit_rows = std::max(256, max_seqs);
   const std::size_t T = max_tokens, H = mc.hidden_size, I = mc.intermediate_size, V = mc.vocab_size;

@@ -354,7 +354,8 @@ TEST(GpuKernels, SwigluVec) {
   }
 }
 
-// RoPE (llama3 scaling) on q and k in place and the K/V write into scattered pages.
+// RoPE (llama3 scaling) on q and k in place and the K/V write into scattered pages; the cached
+// cos/sin table (RopeKvParams::cos_sin) gives the same bits as the per-use sincos.
 TEST(GpuKernels, RopeAndKvWrite) {
   REQUIRE_GPU();
   std::mt19937_64 rng(13);
@@ -401,6 +402,44 @@ TEST(GpuKernels, RopeAndKvWrite) {
       const auto got_pool = to_host_bf16(pool.get(), pool.size());
       std::vector<double> ref = x.val, ref_k, got_k, ref_v, got_v;
       const int half = c.hd / 2;
+      {
+        // The cached cos/sin (RopeKvParams::cos_sin over positions [0, 4096): 4095 inside it,
+        // the later ones past it) gives the bits of the per-use sincos.
+        DeviceArray<float2> tab(static_cast<std::size_t>(4096) * half);
+        launch_rope_table(tab.get(), d_inv.get(), half, 4096, nullptr);
+        auto d_x2 = to_device_bf16(x.bits);
+        DeviceArray<bf16> pool2(pool.size());
+        poison(pool2);
+        RopeKvParams p2{d_x2.get(),
+                        d_pos.get(),
+                        d_seq.get(),
+                        d_table.get(),
+                        table_stride,
+                        d_inv.get(),
+                        pool2.get(),
+                        static_cast<long long>(layout.page_elems()),
+                        T,
+                        c.heads,
+                        c.kv_heads,
+                        c.hd,
+                        nullptr,
+                        0,
+                        vec};
+        p2.cos_sin = tab.get();
+        p2.table_positions = 4096;
+        launch_rope_kv_write(p2, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got2 = to_host_bf16(d_x2.get(), x.val.size());
+        const auto got_pool2 = to_host_bf16(pool2.get(), pool2.size());
+        auto same = [](const std::vector<double>& a, const std::vector<double>& b) {
+          if (a.size() != b.size()) return false;
+          for (std::size_t i = 0; i < a.size(); ++i)
+            if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+          return true;
+        };
+        EXPECT_TRUE(same(got, got2)) << "hd " << c.hd << " vec=" << vec << ": q/k differ";
+        EXPECT_TRUE(same(got_pool, got_pool2)) << "hd " << c.hd << " vec=" << vec << ": pages";
+      }
       for (int t = 0; t < T; ++t) {
         if (seq_of[static_cast<std::size_t>(t)] < 0) continue;
         double* r = ref.data() + static_cast<std::size_t>(t) * row;

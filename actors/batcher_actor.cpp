@@ -47,7 +47,7 @@ std::shared_ptr<const std::vector<BlockHash>> BatcherActor::output_names(const S
 std::shared_ptr<const std::vector<BlockHash>> BatcherActor::block_names(Seq& s) const {
   if (!deps_.prefix_cache) return nullptr;
   // Prompt logprobs still owed: every prompt position must be computed (no cached blocks).
-  if (s.req->in->prompt_logprobs >= 0 && !s.prompt_lp_sent) return nullptr;
+  if (!s.prompt_lps.empty()) return nullptr;
   if (!s.block_hashes) {
     const auto& src = source(s);
     s.block_hashes = std::make_shared<const std::vector<BlockHash>>(block_hashes(
@@ -754,8 +754,7 @@ void BatcherActor::score_prompt_rows(Seq& s, const SeqStep& st, const SeqResult&
   if (s.prompt_lps.size() < P) return;
   StreamEvent ev;
   ev.index = s.index;
-  ev.prompt_logprobs = std::exchange(s.prompt_lps, {});
-  s.prompt_lp_sent = true;
+  ev.prompt_logprobs = std::exchange(s.prompt_lps, {});  // (empty from now on: nothing owed)
   send(s.req->in->sink, std::move(ev));
 }
 

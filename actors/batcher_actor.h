@@ -155,9 +155,9 @@ class BatcherActor final : public Actor<BatcherMsg> {
     std::vector<float> logprob;
     // Prompt logprobs (PreparedRequest::prompt_logprobs >= 0): the entries scored so far (entry
     // p scores prompt token p from the row of position p - 1; entry 0 holds the first token
-    // alone); sent once complete, before the first token (then emptied, prompt_lp_sent set).
+    // alone); sent once complete, before the first token. Non-empty exactly while entries are
+    // owed (empty when none were asked or once they are sent).
     std::vector<TokenLogprob> prompt_lps;
-    bool prompt_lp_sent = false;
     std::uint64_t version = 0;
     bool replayable = false;
     explicit Seq(std::vector<std::string> stops) : stop(std::move(stops)) {}

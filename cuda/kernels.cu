@@ -455,9 +455,7 @@ __global__ void rope_table_kernel(float2* table, const double* inv_freq, int hal
   for (long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<long long>(gridDim.x) * blockDim.x) {
     const int pos = static_cast<int>(e / half), i = static_cast<int>(e % half);
-    double sn, cs;
-    sincos(static_cast<double>(pos) * inv_freq[i], &sn, &cs);  // (rope_cos_sin's expression)
-    table[e] = make_float2(static_cast<float>(cs), static_cast<float>(sn));
+    table[e] = rope_angle_cos_sin(pos, inv_freq[i]);
   }
 }
 }  // namespace

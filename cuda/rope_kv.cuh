@@ -19,12 +19,18 @@ inline void check_rope_resolve(const RopeKvParams& p, const char* launcher) {
 
 // (cos, sin) of position pos's angle i: RopeKvParams::cos_sin when it holds pos, else the fp64
 // sincos it was built from (launch_rope_table), rounded to fp32 — the same bits either way.
+// The one expression of RoPE's angle: fp64 sincos of pos * inv_freq, rounded to fp32. The table
+// (launch_rope_table) is filled with it, so a lookup and a computation give the same bits.
+__device__ inline float2 rope_angle_cos_sin(int pos, double inv_freq) {
+  double sn, cs;
+  sincos(static_cast<double>(pos) * inv_freq, &sn, &cs);
+  return make_float2(static_cast<float>(cs), static_cast<float>(sn));
+}
+
 __device__ inline float2 rope_cos_sin(const RopeKvParams& p, int pos, int i) {
   if (p.cos_sin != nullptr && pos < p.table_positions)
     return p.cos_sin[static_cast<long long>(pos) * (p.head_dim / 2) + i];
-  double sn, cs;
-  sincos(static_cast<double>(pos) * p.inv_freq[i], &sn, &cs);
-  return make_float2(static_cast<float>(cs), static_cast<float>(sn));
+  return rope_angle_cos_sin(pos, p.inv_freq[i]);
 }
 
 // RopeKvParams::resolve of decode row t (one warp per KV head), before the row's K/V store; the

@@ -6,6 +6,7 @@
 // the same token and request totals; no page held afterwards; and the steps really overlapped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -29,9 +30,14 @@ std::uint64_t bits(double d) {
   return u;
 }
 
-// One request's stream, every event in order, floats as bit patterns; timings left out.
+// One request's stream, floats as bit patterns, timings left out: each choice's events in order,
+// choice by choice, then the usage. How the choices' events interleave, and so which choice's
+// last event carries the usage, depends on when the batcher admitted each choice, which differs
+// between the two loops whenever a submission races a step (a flake of 2026-12-07 under load);
+// the sampled tokens may not.
 std::vector<std::string> trace(TokenStream& s) {
-  std::vector<std::string> out;
+  std::vector<std::vector<std::string>> by_choice;
+  std::string usage = "no usage";
   while (auto ev = s.next_blocking()) {
     std::ostringstream o;
     o << "i" << ev->index << " t[";
@@ -45,11 +51,18 @@ std::vector<std::string> trace(TokenStream& s) {
     o << "] f" << static_cast<int>(ev->finish) << " e'" << ev->error << "'";
     if (ev->usage) {
       const Usage& u = *ev->usage;
-      o << " u" << u.prompt_tokens << "/" << u.completion_tokens << "/" << u.cached_tokens << "/"
-        << u.max_tokens << "/" << bits(u.compression_ratio);
+      std::ostringstream uo;
+      uo << " u" << u.prompt_tokens << "/" << u.completion_tokens << "/" << u.cached_tokens << "/"
+         << u.max_tokens << "/" << bits(u.compression_ratio);
+      usage = uo.str();
     }
-    out.push_back(o.str());
+    const auto i = static_cast<std::size_t>(std::max(ev->index, 0));
+    if (by_choice.size() <= i) by_choice.resize(i + 1);
+    by_choice[i].push_back(o.str());
   }
+  std::vector<std::string> out;
+  for (const auto& c : by_choice) out.insert(out.end(), c.begin(), c.end());
+  out.push_back(usage);
   return out;
 }
 
